@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// These tests run the compiled binary, as the kubelet would, against an admin server that
+// replays a scripted counter trace.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "meshdrain-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "meshdrain")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// traceAdmin serves an Istio sidecar's inbound stats from a script of time since the first
+// stats request, and records drain calls and when the served counter last changed.
+type traceAdmin struct {
+	mu         sync.Mutex
+	start      time.Time
+	script     func(since time.Duration) (total, active float64, ok bool)
+	last       float64
+	lastChange time.Time
+	drains     []string
+}
+
+func (a *traceAdmin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch r.URL.Path {
+	case "/drain_listeners":
+		a.drains = append(a.drains, r.Method+" "+r.URL.RawQuery)
+		fmt.Fprint(w, "OK\n")
+	case "/stats/prometheus":
+		now := time.Now()
+		if a.start.IsZero() {
+			a.start, a.lastChange = now, now
+		}
+		total, active, ok := a.script(now.Sub(a.start))
+		if !ok {
+			fmt.Fprint(w, "# TYPE envoy_server_state gauge\nenvoy_server_state{} 0\n")
+			return
+		}
+		if total != a.last {
+			a.last, a.lastChange = total, now
+		}
+		fmt.Fprintf(w, "# TYPE envoy_http_downstream_rq_total counter\n"+
+			"envoy_http_downstream_rq_total{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} %g\n"+
+			"# TYPE envoy_http_downstream_rq_active gauge\n"+
+			"envoy_http_downstream_rq_active{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} %g\n", total, active)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (a *traceAdmin) lastChangeAt() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastChange
+}
+
+type runResult struct {
+	code   int
+	exited time.Time
+	events []map[string]any
+	stderr string
+}
+
+func runBinary(t *testing.T, env []string, args ...string) runResult {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	res := runResult{exited: time.Now(), stderr: stderr.String()}
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		res.code = exitErr.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	scanner := bufio.NewScanner(strings.NewReader(res.stderr))
+	for scanner.Scan() {
+		var event map[string]any
+		if json.Unmarshal(scanner.Bytes(), &event) == nil {
+			res.events = append(res.events, event)
+		}
+	}
+	return res
+}
+
+func (r runResult) final(t *testing.T) map[string]any {
+	t.Helper()
+	if len(r.events) == 0 {
+		t.Fatalf("no JSON log events; stderr:\n%s", r.stderr)
+	}
+	last := r.events[len(r.events)-1]
+	if last["msg"] != "drain finished" {
+		t.Fatalf("last event is %v, want drain finished", last)
+	}
+	for _, key := range []string{"level", "ts", "reason", "elapsed_ms", "signal", "requests_after_drain", "active_at_end"} {
+		if _, ok := last[key]; !ok {
+			t.Errorf("final event lacks %q: %v", key, last)
+		}
+	}
+	return last
+}
+
+const (
+	poll  = 50 * time.Millisecond
+	quiet = 400 * time.Millisecond
+)
+
+func fastFlags(admin string) []string {
+	return []string{"prestop", "--admin", admin, "--poll", poll.String(), "--quiet", quiet.String(), "--connect-timeout", "500ms"}
+}
+
+func TestPrestopExitsSoonAfterTrafficStops(t *testing.T) {
+	admin := &traceAdmin{script: func(since time.Duration) (float64, float64, bool) {
+		if since > 700*time.Millisecond {
+			since = 700 * time.Millisecond
+		}
+		return 100 + float64(since/time.Millisecond), 0, true // ~1 request per ms, then none
+	}}
+	srv := httptest.NewServer(admin)
+	defer srv.Close()
+
+	res := runBinary(t, nil, fastFlags(srv.URL)...)
+	if res.code != 0 {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	final := res.final(t)
+	if final["reason"] != "quiet" || final["signal"] != "http-requests" || final["active_at_end"] != 0.0 {
+		t.Errorf("final event %v", final)
+	}
+	if n, _ := final["requests_after_drain"].(float64); n < 500 || n > 700 {
+		t.Errorf("requests_after_drain = %v, want the ~600 that arrived after the drain call", final["requests_after_drain"])
+	}
+	if len(admin.drains) != 1 || admin.drains[0] != "POST inboundonly&graceful" {
+		t.Errorf("drain calls = %v, want one POST ?inboundonly&graceful", admin.drains)
+	}
+	late := res.exited.Sub(admin.lastChangeAt())
+	if late < quiet || late > quiet+2*poll {
+		t.Errorf("exited %v after the last counter change, want within [quiet, quiet+2 polls] = [%v, %v]", late, quiet, quiet+2*poll)
+	}
+}
+
+func TestPrestopDeadline(t *testing.T) {
+	admin := &traceAdmin{script: func(since time.Duration) (float64, float64, bool) {
+		return float64(since / time.Millisecond), 1, true
+	}}
+	srv := httptest.NewServer(admin)
+	defer srv.Close()
+	start := time.Now()
+	res := runBinary(t, nil, append(fastFlags(srv.URL), "--deadline", "800ms", "--drain-mode", "immediate")...)
+	if res.code != 3 || res.final(t)["reason"] != "deadline" {
+		t.Fatalf("exit %d, final %v", res.code, res.final(t))
+	}
+	if d := res.exited.Sub(start); d > 800*time.Millisecond+time.Second {
+		t.Errorf("took %v for an 800ms deadline", d)
+	}
+	if len(admin.drains) != 1 || admin.drains[0] != "POST inboundonly" {
+		t.Errorf("drain calls = %v", admin.drains)
+	}
+}
+
+func TestPrestopNoSignalNamesTheAnnotation(t *testing.T) {
+	srv := httptest.NewServer(&traceAdmin{script: func(time.Duration) (float64, float64, bool) { return 0, 0, false }})
+	defer srv.Close()
+	res := runBinary(t, nil, append(fastFlags(srv.URL), "--fallback-wait", "200ms")...)
+	if res.code != 4 || res.final(t)["reason"] != "no-signal" {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "sidecar.istio.io/statsInclusionPrefixes") {
+		t.Error("no-signal log does not name the annotation")
+	}
+}
+
+func TestPrestopSidecarGoneSignalsTheApp(t *testing.T) {
+	admin := &traceAdmin{script: func(since time.Duration) (float64, float64, bool) {
+		return float64(since / time.Millisecond), 0, true
+	}}
+	srv := httptest.NewServer(admin)
+	app := exec.Command("sleep", "30")
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	appDone := make(chan error, 1)
+	go func() { appDone <- app.Wait() }()
+	time.AfterFunc(400*time.Millisecond, srv.Close) // pilot-agent kills Envoy
+
+	res := runBinary(t, []string{"MESHDRAIN_SIGNAL=TERM"}, append(fastFlags(srv.URL), "--pid", fmt.Sprint(app.Process.Pid))...)
+	if res.code != 0 || res.final(t)["reason"] != "sidecar-gone" {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	select {
+	case err := <-appDone:
+		if err == nil || !strings.Contains(err.Error(), "terminated") {
+			t.Errorf("app ended with %v, want terminated by SIGTERM", err)
+		}
+	case <-time.After(5 * time.Second):
+		app.Process.Kill()
+		t.Fatal("the app was not signalled")
+	}
+}
+
+func TestPrestopNoSidecar(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	res := runBinary(t, nil, fastFlags(url)...)
+	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+}
+
+func TestPrestopBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"prestop", "--drain-mode", "soft"},
+		{"prestop", "--grace-period", "5s"},
+		{"prestop", "--signal", "TERM"},
+		{"prestop", "--pid", "1"},
+		{"prestop", "--signal", "BOGUS", "--pid", "1"},
+		{"prestop", "--port", "70000"},
+		{"prestop", "--port", "8080", "--cluster", "local_app"},
+		{"prestop", "--log-format", "xml"},
+		{"prestop", "--nope"},
+		{"prestop", "extra"},
+	} {
+		res := runBinary(t, nil, args...)
+		lines := strings.Split(strings.TrimSpace(res.stderr), "\n")
+		if res.code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "meshdrain: ") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line", args, res.code, res.stderr)
+		}
+	}
+	if res := runBinary(t, []string{"MESHDRAIN_POLL=fast"}, "prestop"); res.code != 2 {
+		t.Errorf("bad env value: exit %d", res.code)
+	}
+}
+
+func TestPrestopInterrupted(t *testing.T) {
+	srv := httptest.NewServer(&traceAdmin{script: func(since time.Duration) (float64, float64, bool) {
+		return float64(since / time.Millisecond), 0, true
+	}})
+	defer srv.Close()
+	cmd := exec.Command(binary, fastFlags(srv.URL)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 130 || !strings.Contains(stderr.String(), `"reason":"interrupted"`) {
+		t.Errorf("err %v\n%s", err, stderr.String())
+	}
+}

@@ -1,0 +1,493 @@
+// Package drain decides when an app container may stop: after its sidecar's inbound
+// new-request counter has stood still for a quiet window with nothing in flight, which is
+// the observable moment at which the clients' sidecars have stopped routing to this pod
+// (domain.md §1). It replaces a guessed preStop sleep with that measurement, and never
+// decides later than a deadline derived from the pod's grace period.
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
+	"github.com/meshdrain/meshdrain/pkg/inbound"
+)
+
+// Phase is a step of the coordinator's state machine.
+type Phase string
+
+// Phases, in order.
+const (
+	PhaseConnect  Phase = "connect"  // reach the admin API
+	PhaseDiscover Phase = "discover" // find the inbound endpoints and the best signal
+	PhaseDrain    Phase = "drain"    // tell the inbound listeners to drain
+	PhaseWatch    Phase = "watch"    // wait for the quiet window
+	PhaseDone     Phase = "done"
+)
+
+// Reason says why the wait ended.
+type Reason string
+
+// Reasons, as they appear in the final log event.
+const (
+	ReasonQuiet       Reason = "quiet"        // the counter stood still for the quiet window, nothing active
+	ReasonSidecarGone Reason = "sidecar-gone" // the admin port started refusing: Envoy forwards nothing any more
+	ReasonNoSidecar   Reason = "no-sidecar"   // the admin port was never reached within the connect timeout
+	ReasonDeadline    Reason = "deadline"     // the deadline came first
+	ReasonNoSignal    Reason = "no-signal"    // the sidecar exposes no usable inbound stat
+	ReasonInterrupted Reason = "interrupted"  // meshdrain itself was asked to stop
+)
+
+// ExitCode is the process exit code for a reason.
+func (r Reason) ExitCode() int {
+	switch r {
+	case ReasonDeadline:
+		return 3
+	case ReasonNoSignal:
+		return 4
+	case ReasonInterrupted:
+		return 130
+	default:
+		return 0
+	}
+}
+
+// Sidecar is what the coordinator needs from Envoy's admin API.
+type Sidecar interface {
+	Inbound(ctx context.Context, sel inbound.Selector) (inbound.Snapshot, error)
+	DrainListeners(ctx context.Context, mode envoyadmin.DrainMode) error
+}
+
+// Config holds every knob of one drain. Durations are relative to the moment Run starts.
+type Config struct {
+	Selector  inbound.Selector
+	DrainMode envoyadmin.DrainMode
+	// Deadline is when the wait ends whatever the counters say.
+	Deadline time.Duration
+	// Quiet is how long the arrival counter must stand still.
+	Quiet time.Duration
+	// LatencyAllowance extends Quiet when the only signal counts completions, which lag
+	// arrivals by the request latency.
+	LatencyAllowance time.Duration
+	// MinWait is the least time to wait, whatever the counters say.
+	MinWait time.Duration
+	// Poll is the interval between two stats requests.
+	Poll time.Duration
+	// ConnectTimeout bounds how long an unreachable admin port is retried before concluding
+	// there is no sidecar; it also bounds each admin call.
+	ConnectTimeout time.Duration
+	// FallbackWait is how long to wait when there is no usable signal (capped by Deadline).
+	FallbackWait time.Duration
+	// DryRun watches and reports without draining or acting.
+	DryRun bool
+	// Actions run, in order, once the wait ends (except when interrupted or in a dry run).
+	Actions []Action
+	// ActionTimeout bounds the actions.
+	ActionTimeout time.Duration
+	// ErrorLogInterval rate-limits the logging of transient admin errors.
+	ErrorLogInterval time.Duration
+	Clock            clock.Clock
+	Logger           *zap.Logger
+}
+
+// Result is the outcome of one drain, as reported in the final log event.
+type Result struct {
+	Reason  Reason
+	Elapsed time.Duration
+	Signal  inbound.Signal
+	Naming  inbound.Naming
+	// RequestsAfterDrain counts arrivals after the drain call; nil when never measured.
+	RequestsAfterDrain *float64
+	// ActiveAtEnd is the in-flight gauge at the end; nil when unknown.
+	ActiveAtEnd *float64
+	// LastArrival is when the arrival counter last moved, relative to the start.
+	LastArrival time.Duration
+	Polls       int
+	AdminErrors int
+	DrainCalled bool
+	ActionsRun  bool
+	ActionErr   error
+}
+
+// Run coordinates one drain and returns its outcome. It returns when a reason holds; the
+// caller maps the reason to an exit code.
+func Run(ctx context.Context, cfg Config, sidecar Sidecar) Result {
+	c := newCoordinator(cfg, sidecar)
+	return c.run(ctx)
+}
+
+type coordinator struct {
+	cfg     Config
+	sidecar Sidecar
+	log     *zap.Logger
+	clock   clock.Clock
+
+	phase      Phase
+	start      time.Time
+	phaseStart time.Time
+	deadline   time.Time
+	result     Result
+
+	lastErrLog   time.Time
+	suppressed   int
+	lastReading  inbound.Reading
+	lastChange   time.Time
+	afterDrain   float64
+	watchStarted bool
+}
+
+func newCoordinator(cfg Config, sidecar Sidecar) *coordinator {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 200 * time.Millisecond
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 2 * time.Second
+	}
+	if cfg.ActionTimeout <= 0 {
+		cfg.ActionTimeout = 10 * time.Second
+	}
+	if cfg.ErrorLogInterval <= 0 {
+		cfg.ErrorLogInterval = 5 * time.Second
+	}
+	return &coordinator{cfg: cfg, sidecar: sidecar, log: cfg.Logger, clock: cfg.Clock}
+}
+
+// errDeadline ends a wait at the deadline.
+var errDeadline = errors.New("deadline reached")
+
+func (c *coordinator) run(parent context.Context) Result {
+	c.start = c.clock.Now()
+	c.deadline = c.start.Add(c.cfg.Deadline)
+	c.phase, c.phaseStart = PhaseConnect, c.start
+	c.result.Signal = inbound.SignalNone
+	c.result.Naming = inbound.NamingUnknown
+	c.log.Info("drain started",
+		zap.Int64("deadline_ms", c.cfg.Deadline.Milliseconds()),
+		zap.Int64("quiet_ms", c.cfg.Quiet.Milliseconds()),
+		zap.Int64("poll_ms", c.cfg.Poll.Milliseconds()),
+		zap.String("drain_mode", string(c.cfg.DrainMode)),
+		zap.Bool("dry_run", c.cfg.DryRun))
+
+	// Real time bounds the admin calls; the injected clock drives every decision.
+	ctx, cancel := context.WithTimeout(parent, c.cfg.Deadline)
+	defer cancel()
+
+	reason := c.loop(ctx, parent)
+	return c.finish(parent, reason)
+}
+
+// loop runs the phases and returns the reason the wait ended.
+func (c *coordinator) loop(ctx, parent context.Context) Reason {
+	snap, reason := c.connect(ctx, parent)
+	if reason != "" {
+		return reason
+	}
+
+	c.enter(PhaseDiscover)
+	reading := snap.Read()
+	c.result.Signal, c.result.Naming = reading.Signal, snap.Naming
+	c.log.Info("inbound discovered",
+		zap.String("naming", string(snap.Naming)),
+		zap.String("signal", string(reading.Signal)),
+		zap.Ints("ports", ports(snap)),
+		zap.Stringer("arrivals", optional{reading.Arrivals}),
+		zap.Stringer("active", optional{reading.Active}))
+	if reading.Signal == inbound.SignalNone {
+		return c.noSignal(ctx, parent)
+	}
+
+	c.enter(PhaseDrain)
+	if !c.cfg.DryRun && c.cfg.DrainMode != envoyadmin.DrainNone {
+		if reason := c.drainListeners(ctx, parent); reason != "" {
+			return reason
+		}
+	}
+
+	c.enter(PhaseWatch)
+	return c.watch(ctx, parent, reading)
+}
+
+func (c *coordinator) connect(ctx, parent context.Context) (inbound.Snapshot, Reason) {
+	answered := false
+	for {
+		snap, err := c.fetch(ctx)
+		if err == nil {
+			return snap, ""
+		}
+		if reason := c.stopped(parent); reason != "" {
+			return snap, reason
+		}
+		if !envoyadmin.IsUnreachable(err) {
+			// The admin port accepts connections but answers badly: the sidecar is there,
+			// so keep trying until the deadline rather than give up after connect-timeout.
+			answered = true
+		}
+		c.adminError(err)
+		if !answered && c.clock.Now().Sub(c.start) >= c.cfg.ConnectTimeout {
+			c.log.Warn("admin API not reachable", zap.String("error", err.Error()),
+				zap.Int64("connect_timeout_ms", c.cfg.ConnectTimeout.Milliseconds()))
+			return snap, ReasonNoSidecar
+		}
+		if reason := c.wait(parent, c.cfg.Poll); reason != "" {
+			return snap, reason
+		}
+	}
+}
+
+func (c *coordinator) noSignal(ctx, parent context.Context) Reason {
+	wait := c.cfg.FallbackWait
+	if left := c.deadline.Sub(c.clock.Now()); wait > left {
+		wait = left
+	}
+	c.log.Error("sidecar exposes no inbound request stats; falling back to a fixed wait",
+		zap.String("fix", inbound.MissingStatsHint),
+		zap.Int64("fallback_wait_ms", wait.Milliseconds()))
+	if reason := c.wait(parent, wait); reason != "" && reason != ReasonDeadline {
+		return reason
+	}
+	return ReasonNoSignal
+}
+
+func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
+	defer cancel()
+	err := c.sidecar.DrainListeners(callCtx, c.cfg.DrainMode)
+	if reason := c.stopped(parent); reason != "" {
+		return reason
+	}
+	switch {
+	case err == nil:
+		c.result.DrainCalled = true
+		c.log.Info("inbound listeners draining", zap.String("drain_mode", string(c.cfg.DrainMode)))
+	case envoyadmin.IsRefused(err):
+		return ReasonSidecarGone
+	default:
+		// Draining only speeds clients up; the quiet window is still measured without it.
+		c.result.AdminErrors++
+		c.log.Warn("drain_listeners failed; watching without it", zap.String("error", err.Error()))
+	}
+	return ""
+}
+
+func (c *coordinator) watch(ctx, parent context.Context, first inbound.Reading) Reason {
+	c.lastReading = first
+	c.lastChange = c.clock.Now()
+	c.result.LastArrival = c.lastChange.Sub(c.start)
+	c.result.RequestsAfterDrain = new(float64)
+	c.result.ActiveAtEnd = first.Active
+	quiet := c.cfg.Quiet
+	if first.Signal == inbound.SignalCompletedRequests {
+		quiet += c.cfg.LatencyAllowance
+	}
+	for {
+		if reason := c.wait(parent, c.cfg.Poll); reason != "" {
+			return reason
+		}
+		snap, err := c.fetch(ctx)
+		if reason := c.stopped(parent); reason != "" {
+			return reason
+		}
+		if err != nil {
+			if envoyadmin.IsRefused(err) {
+				return ReasonSidecarGone
+			}
+			c.adminError(err)
+			continue
+		}
+		now := c.clock.Now()
+		reading := snap.Read()
+		c.observe(now, reading)
+		c.result.ActiveAtEnd = reading.Active
+		if c.settled(now, quiet, reading) {
+			return ReasonQuiet
+		}
+	}
+}
+
+// observe compares a reading with the previous one. Any change of the arrival counter is
+// movement, including a decrease (Envoy restarted or stats were reset), which re-baselines.
+func (c *coordinator) observe(now time.Time, r inbound.Reading) {
+	prev := c.lastReading
+	defer func() { c.lastReading = r }()
+	if r.Signal != prev.Signal {
+		c.log.Info("inbound signal changed", zap.String("from", string(prev.Signal)), zap.String("to", string(r.Signal)))
+		c.result.Signal = r.Signal
+		c.moved(now)
+		return
+	}
+	switch {
+	case r.Arrivals == nil && prev.Arrivals == nil:
+	case r.Arrivals == nil || prev.Arrivals == nil:
+		c.moved(now)
+	case *r.Arrivals > *prev.Arrivals:
+		*c.result.RequestsAfterDrain += *r.Arrivals - *prev.Arrivals
+		c.moved(now)
+	case *r.Arrivals < *prev.Arrivals:
+		c.log.Warn("inbound counter went down: stats were reset; re-baselining",
+			zap.Float64("from", *prev.Arrivals), zap.Float64("to", *r.Arrivals))
+		*c.result.RequestsAfterDrain += *r.Arrivals
+		c.moved(now)
+	}
+}
+
+func (c *coordinator) moved(now time.Time) {
+	c.lastChange = now
+	c.result.LastArrival = now.Sub(c.start)
+}
+
+// settled is the decision rule: quiet long enough, nothing in flight, min-wait over.
+func (c *coordinator) settled(now time.Time, quiet time.Duration, r inbound.Reading) bool {
+	if now.Sub(c.lastChange) < quiet || now.Sub(c.start) < c.cfg.MinWait {
+		return false
+	}
+	if r.Active == nil {
+		// Only completed-request counts lack a gauge; their allowance covers what is in flight.
+		return r.Signal == inbound.SignalCompletedRequests
+	}
+	return *r.Active == 0
+}
+
+func (c *coordinator) fetch(ctx context.Context) (inbound.Snapshot, error) {
+	c.result.Polls++
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
+	defer cancel()
+	return c.sidecar.Inbound(callCtx, c.cfg.Selector)
+}
+
+// wait sleeps for d on the injected clock, but never past the deadline. It returns the
+// reason to stop, if any.
+func (c *coordinator) wait(parent context.Context, d time.Duration) Reason {
+	if reason := c.stopped(parent); reason != "" {
+		return reason
+	}
+	left := c.deadline.Sub(c.clock.Now())
+	if left <= 0 {
+		return ReasonDeadline
+	}
+	if d > left {
+		d = left
+	}
+	timer := c.clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+	case <-parent.Done():
+		return ReasonInterrupted
+	}
+	if !c.clock.Now().Before(c.deadline) {
+		return ReasonDeadline
+	}
+	return ""
+}
+
+func (c *coordinator) stopped(parent context.Context) Reason {
+	if parent.Err() != nil {
+		return ReasonInterrupted
+	}
+	if !c.clock.Now().Before(c.deadline) {
+		return ReasonDeadline
+	}
+	return ""
+}
+
+func (c *coordinator) adminError(err error) {
+	c.result.AdminErrors++
+	now := c.clock.Now()
+	if !c.lastErrLog.IsZero() && now.Sub(c.lastErrLog) < c.cfg.ErrorLogInterval {
+		c.suppressed++
+		c.log.Debug("admin request failed", zap.String("phase", string(c.phase)), zap.Error(err))
+		return
+	}
+	c.log.Warn("admin request failed; retrying", zap.String("phase", string(c.phase)),
+		zap.String("error", err.Error()), zap.Int("suppressed", c.suppressed))
+	c.lastErrLog, c.suppressed = now, 0
+}
+
+func (c *coordinator) enter(p Phase) {
+	now := c.clock.Now()
+	c.log.Info("phase", zap.String("phase", string(p)), zap.String("previous", string(c.phase)),
+		zap.Int64("previous_ms", now.Sub(c.phaseStart).Milliseconds()),
+		zap.Int64("elapsed_ms", now.Sub(c.start).Milliseconds()))
+	c.phase, c.phaseStart = p, now
+}
+
+func (c *coordinator) finish(parent context.Context, reason Reason) Result {
+	c.enter(PhaseDone)
+	c.result.Reason = reason
+	if reason != ReasonInterrupted && !c.cfg.DryRun && len(c.cfg.Actions) > 0 {
+		// The actions get their own time: the wait's context may be over.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.cfg.ActionTimeout)
+		c.result.ActionsRun = true
+		for _, a := range c.cfg.Actions {
+			if err := a.Run(actx); err != nil {
+				c.result.ActionErr = errors.Join(c.result.ActionErr, fmt.Errorf("%s: %w", a, err))
+			} else {
+				c.log.Info("action done", zap.Stringer("action", a))
+			}
+		}
+		cancel()
+	}
+	c.result.Elapsed = c.clock.Now().Sub(c.start)
+	fields := []zap.Field{
+		zap.String("reason", string(reason)),
+		zap.Int64("elapsed_ms", c.result.Elapsed.Milliseconds()),
+		zap.String("signal", string(c.result.Signal)),
+		zap.String("naming", string(c.result.Naming)),
+		optionalField("requests_after_drain", c.result.RequestsAfterDrain),
+		optionalField("active_at_end", c.result.ActiveAtEnd),
+		zap.Int64("last_arrival_ms", c.result.LastArrival.Milliseconds()),
+		zap.Int("polls", c.result.Polls),
+		zap.Int("admin_errors", c.result.AdminErrors),
+		zap.Bool("drain_called", c.result.DrainCalled),
+		zap.Bool("actions_run", c.result.ActionsRun),
+		zap.Int("exit_code", reason.ExitCode()),
+	}
+	if c.result.ActionErr != nil {
+		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
+	}
+	switch reason {
+	case ReasonDeadline, ReasonNoSignal:
+		c.log.Warn("drain finished", fields...)
+	default:
+		c.log.Info("drain finished", fields...)
+	}
+	return c.result
+}
+
+func ports(s inbound.Snapshot) []int {
+	var out []int
+	for _, e := range s.Endpoints {
+		if e.Port != nil {
+			out = append(out, *e.Port)
+		}
+	}
+	return out
+}
+
+type optional struct{ v *float64 }
+
+func (o optional) String() string {
+	if o.v == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*o.v)
+}
+
+// optionalField logs an unknown value as JSON null rather than 0.
+func optionalField(key string, v *float64) zap.Field {
+	if v == nil {
+		return zap.Reflect(key, nil)
+	}
+	return zap.Float64(key, *v)
+}

@@ -1,0 +1,91 @@
+// Package inbound turns an Envoy sidecar's Prometheus stats into one model of its inbound
+// side: per inbound port (or named cluster / HTTP prefix), how many requests have arrived,
+// how many are in flight and how many connections are open. It knows the three stat naming
+// variants a sidecar may use (plain Envoy tags, Istio >= 1.23, Istio < 1.23) so that the
+// drain logic never has to.
+package inbound
+
+// Signal names the stat family used as the inbound arrival signal, best first.
+type Signal string
+
+// Signals, in order of preference (domain.md §3).
+const (
+	// SignalHTTPRequests is the inbound HTTP connection manager's downstream_rq_total and
+	// downstream_rq_active: requests counted as they arrive at the sidecar.
+	SignalHTTPRequests Signal = "http-requests"
+	// SignalClusterRequests is the inbound cluster's upstream_rq_total and upstream_rq_active:
+	// requests counted as the sidecar forwards them to the app (retries included).
+	SignalClusterRequests Signal = "cluster-requests"
+	// SignalCompletedRequests is istio_requests_total{reporter="destination"}: counted when a
+	// request completes, so it lags arrivals by the request latency.
+	SignalCompletedRequests Signal = "completed-requests"
+	// SignalConnections is the virtualInbound listener's connection stats: no request level.
+	SignalConnections Signal = "connections"
+	// SignalNone means the sidecar exposes nothing usable about its inbound side.
+	SignalNone Signal = "none"
+)
+
+// Rank orders signals: a lower rank is a better signal.
+func (s Signal) Rank() int {
+	switch s {
+	case SignalHTTPRequests:
+		return 0
+	case SignalClusterRequests:
+		return 1
+	case SignalCompletedRequests:
+		return 2
+	case SignalConnections:
+		return 3
+	default:
+		return 4
+	}
+}
+
+// Naming is the stat naming variant the sidecar was found to use.
+type Naming string
+
+// Naming variants (domain.md §3).
+const (
+	NamingEnvoy       Naming = "envoy"        // default tag extraction: envoy_cluster_name, ...
+	NamingIstio       Naming = "istio"        // Istio >= 1.23: cluster_name, http_conn_manager_prefix, ...
+	NamingIstioLegacy Naming = "istio-legacy" // Istio < 1.23: inbound HTTP prefix left in the metric name
+	NamingUnknown     Naming = "unknown"      // nothing inbound seen
+)
+
+// Endpoint is one inbound port (Istio) or one named cluster / HTTP prefix (generic Envoy).
+// A nil pointer is a stat the sidecar does not expose: unknown, never zero.
+type Endpoint struct {
+	// Port is the inbound target port, when the names carry one (Istio).
+	Port *int `json:"port"`
+	// Name is the HTTP stat prefix or cluster name the values come from.
+	Name string `json:"name"`
+
+	HTTPRequestsTotal     *float64 `json:"-"` // http.<prefix>.downstream_rq_total
+	HTTPRequestsActive    *float64 `json:"-"` // http.<prefix>.downstream_rq_active
+	HTTPConnectionsActive *float64 `json:"-"` // http.<prefix>.downstream_cx_active
+	ClusterRequestsTotal  *float64 `json:"-"` // cluster.<name>.upstream_rq_total
+	ClusterRequestsActive *float64 `json:"-"` // cluster.<name>.upstream_rq_active
+	ClusterConnsActive    *float64 `json:"-"` // cluster.<name>.upstream_cx_active
+	CompletedRequests     *float64 `json:"-"` // istio_requests_total{reporter="destination"} for this port
+}
+
+// Listener is the inbound listener's connection stats (Istio's virtualInbound on 15006, or a
+// listener named by the user). Per-worker copies are never part of it.
+type Listener struct {
+	Address           string   `json:"address"`
+	ConnectionsTotal  *float64 `json:"connections_total"`
+	ConnectionsActive *float64 `json:"connections_active"`
+}
+
+// Snapshot is the inbound side of one sidecar at one moment.
+type Snapshot struct {
+	Naming    Naming
+	Endpoints []Endpoint
+	Listener  *Listener
+	// CompletedRequestsTotal is istio_requests_total{reporter="destination"} summed over
+	// every series, when the sidecar exposes it (it cannot always be tied to a port).
+	CompletedRequestsTotal *float64
+	// ServerState is Envoy's server.state gauge (0 LIVE, 1 DRAINING, 2 PRE_INITIALIZING,
+	// 3 INITIALIZING), when present.
+	ServerState *float64
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Checks that the meshdrain binary is what a pod can carry: statically linked and small,
+# because it is copied into every pod by an init container.
+set -euo pipefail
+bin=${1:-bin/meshdrain}
+max_bytes=$((8 * 1024 * 1024))
+size=$(stat -c %s "$bin")
+if ldd "$bin" >/dev/null 2>&1; then
+  echo "FAIL: $bin is dynamically linked:"; ldd "$bin"; exit 1
+fi
+if [ "$size" -gt "$max_bytes" ]; then
+  echo "FAIL: $bin is $size bytes, more than $max_bytes"; exit 1
+fi
+awk -v b="$bin" -v s="$size" 'BEGIN { printf "binary ok: %s is static, %d bytes (%.2f MiB, limit 8 MiB)\n", b, s, s/1048576 }'
