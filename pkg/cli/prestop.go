@@ -211,7 +211,11 @@ func (o *prestopOptions) actions() ([]drain.Action, error) {
 		return nil, usageError("--pid %d: not a process id", o.pid)
 	}
 	if o.shutdownURL != "" {
-		actions = append(actions, drain.ShutdownURLAction{URL: o.shutdownURL})
+		action := drain.ShutdownURLAction{URL: o.shutdownURL}
+		if err := action.Validate(); err != nil {
+			return nil, usageError("--shutdown-url: %v", err)
+		}
+		actions = append(actions, action)
 	}
 	if len(o.exec) > 0 {
 		actions = append(actions, drain.ExecAction{Argv: o.exec})

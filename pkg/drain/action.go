@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/meshdrain/meshdrain/pkg/httpwire"
 )
 
 // Action lets the app stop once the wait is over. Without one, meshdrain simply exits and
@@ -57,16 +60,12 @@ func (a SignalAction) String() string {
 // ShutdownURLAction POSTs to the app's own shutdown endpoint (e.g. Spring Boot's
 // /actuator/shutdown).
 type ShutdownURLAction struct {
-	URL    string
-	Client *http.Client
+	URL string
 }
 
 // Run posts and checks for a 2xx answer.
 func (a ShutdownURLAction) Run(ctx context.Context) error {
-	client := a.Client
-	if client == nil {
-		client = &http.Client{Transport: &http.Transport{Proxy: nil}}
-	}
+	client := &httpwire.Client{MaxIdlePerHost: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.URL, nil)
 	if err != nil {
 		return err
@@ -84,6 +83,15 @@ func (a ShutdownURLAction) Run(ctx context.Context) error {
 }
 
 func (a ShutdownURLAction) String() string { return "POST " + a.URL }
+
+// Validate rejects a URL the action could not call.
+func (a ShutdownURLAction) Validate() error {
+	u, err := url.Parse(a.URL)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("shutdown url %q: want http://host:port/path", a.URL)
+	}
+	return nil
+}
 
 // ExecAction runs a command directly (no shell) and waits for it.
 type ExecAction struct {

@@ -196,6 +196,16 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 
 	c.enter(PhaseDiscover)
 	reading := snap.Read()
+	if reading.Signal.Rank() > inbound.SignalClusterRequests.Rank() && !c.cfg.Selector.Completions {
+		// No request-level stat: completions are the next best signal, asked for only now
+		// because their series grow with the number of callers.
+		c.cfg.Selector.Completions = true
+		if wider, err := c.fetch(ctx); err == nil {
+			snap, reading = wider, wider.Read()
+		} else if envoyadmin.IsRefused(err) {
+			return ReasonSidecarGone
+		}
+	}
 	c.result.Signal, c.result.Naming = reading.Signal, snap.Naming
 	c.log.Info("inbound discovered",
 		zap.String("naming", string(snap.Naming)),

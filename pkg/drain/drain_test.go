@@ -23,14 +23,21 @@ type scriptedSidecar struct {
 	script func(at time.Duration) (inbound.Snapshot, error)
 	drains []envoyadmin.DrainMode
 	polls  []time.Duration
+	sels   []inbound.Selector
 	// drainErr, when set, is what DrainListeners returns.
 	drainErr error
 }
 
-func (s *scriptedSidecar) Inbound(context.Context, inbound.Selector) (inbound.Snapshot, error) {
+func (s *scriptedSidecar) Inbound(_ context.Context, sel inbound.Selector) (inbound.Snapshot, error) {
 	at := s.clock.Now().Sub(t0)
 	s.polls = append(s.polls, at)
-	return s.script(at)
+	s.sels = append(s.sels, sel)
+	snap, err := s.script(at)
+	if !sel.Completions {
+		// Like Envoy behind the filter: completions are only sent when asked for.
+		snap.CompletedRequestsTotal = nil
+	}
+	return snap, err
 }
 
 func (s *scriptedSidecar) DrainListeners(_ context.Context, mode envoyadmin.DrainMode) error {
@@ -334,9 +341,12 @@ func TestCompletedRequestsGetTheLatencyAllowance(t *testing.T) {
 		}
 		return inbound.Snapshot{Naming: inbound.NamingIstio, CompletedRequestsTotal: f(float64(at / time.Millisecond))}, nil
 	}
-	res, _, _, _ := run(t, cfg, script)
+	res, sidecar, _, _ := run(t, cfg, script)
 	if res.Reason != ReasonQuiet || res.Signal != inbound.SignalCompletedRequests {
 		t.Fatalf("reason %s signal %s", res.Reason, res.Signal)
+	}
+	if sidecar.sels[0].Completions || !sidecar.sels[1].Completions || !sidecar.sels[len(sidecar.sels)-1].Completions {
+		t.Error("completions must be asked for only once no request-level stat was found, then kept")
 	}
 	want := 2*time.Second + cfg.Quiet + cfg.LatencyAllowance
 	within(t, "elapsed", res.Elapsed, want, want+2*cfg.Poll)

@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/httpwire"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
 )
 
@@ -38,17 +39,22 @@ type Options struct {
 	// RetryInitial and RetryMax shape the exponential backoff between attempts of one call
 	// (defaults 100ms and 1s).
 	RetryInitial, RetryMax time.Duration
-	// HTTPClient is used for every request (default: a client with no keep-alive pooling
-	// surprises: its own transport, no proxy from the environment).
-	HTTPClient *http.Client
+	// HTTPClient sends every request (default: an httpwire.Client, which keeps one
+	// connection alive and never consults HTTP(S)_PROXY from the pod's environment).
+	HTTPClient Doer
 	// Clock drives the backoff (default the wall clock).
 	Clock clock.Clock
+}
+
+// Doer sends one HTTP request; *http.Client and *httpwire.Client are Doers.
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
 }
 
 // Client is an Envoy admin API client for one base URL.
 type Client struct {
 	base *url.URL
-	http *http.Client
+	http Doer
 	opts Options
 }
 
@@ -58,7 +64,8 @@ func New(baseURL string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin url %q: %w", baseURL, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+	if u.Scheme != "http" || u.Host == "" {
+		// Envoy's admin listener speaks plain HTTP; meshdrain carries no TLS stack.
 		return nil, fmt.Errorf("admin url %q: want http://host:port", baseURL)
 	}
 	if opts.RequestTimeout <= 0 {
@@ -74,13 +81,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		opts.Clock = clock.Real{}
 	}
 	if opts.HTTPClient == nil {
-		// Never route admin calls through an HTTP(S)_PROXY from the pod's environment.
-		opts.HTTPClient = &http.Client{Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: opts.RequestTimeout}).DialContext,
-			MaxIdleConnsPerHost: 1,
-			IdleConnTimeout:     30 * time.Second,
-		}}
+		opts.HTTPClient = &httpwire.Client{DialTimeout: opts.RequestTimeout, MaxIdlePerHost: 1}
 	}
 	return &Client{base: u, http: opts.HTTPClient, opts: opts}, nil
 }

@@ -172,7 +172,7 @@ func TestServerInfo(t *testing.T) {
 }
 
 func TestNewRejectsBadURLs(t *testing.T) {
-	for _, u := range []string{"127.0.0.1:15000", "ftp://x", "http://", "::"} {
+	for _, u := range []string{"127.0.0.1:15000", "ftp://x", "http://", "::", "https://127.0.0.1:15000"} {
 		if _, err := New(u, Options{}); err == nil {
 			t.Errorf("New(%q) accepted", u)
 		}

@@ -23,6 +23,10 @@ type Selector struct {
 	Ports        []int    // Istio target ports (inbound|PORT||, inbound_<bind>_PORT)
 	Clusters     []string // generic Envoy: cluster names, e.g. Consul's local_app
 	HTTPPrefixes []string // generic Envoy: HTTP stat prefixes, e.g. Consul's public_listener
+	// Completions also asks for istio_requests_total{reporter="destination"}. It has one
+	// series per caller, response code and flag, so a busy service's poll would grow with
+	// its callers: it is only asked for when no request-level stat exists.
+	Completions bool
 }
 
 // virtualInboundPort is the port of Istio's virtualInbound listener, through which every
@@ -70,8 +74,10 @@ func StatsFilter(sel Selector) string {
 			`^http\.inbound_.*_`+port+`;?`+httpStats,
 			`^cluster\.inbound\|`+port+`\|.*`+clusterStats,
 			`^listener\.[0-9a-fA-F._:\[\]]+_`+virtualInboundPort+`\.(downstream_cx_total|downstream_cx_active)$`,
-			`istio_requests_total.*reporter\.(=\.)?destination`,
 		)
+		if sel.Completions {
+			alternatives = append(alternatives, `istio_requests_total.*reporter\.(=\.)?destination`)
+		}
 	}
 	for _, name := range sel.Clusters {
 		alternatives = append(alternatives, `^cluster\.`+regexp.QuoteMeta(name)+`;?`+clusterStats)

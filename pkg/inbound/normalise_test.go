@@ -192,7 +192,7 @@ func TestTrailingSpaceAndSemicolonTolerated(t *testing.T) {
 // The filter is matched by Envoy against text stat names; check it selects exactly what the
 // normaliser needs in every naming variant, and drops the decoys.
 func TestStatsFilterMatchesEnvoyNames(t *testing.T) {
-	re := regexp.MustCompile(StatsFilter(Selector{}))
+	re := regexp.MustCompile(StatsFilter(Selector{Completions: true}))
 	want := []string{
 		"cluster.inbound|8080||.upstream_rq_total",
 		"cluster.inbound|8080||;.upstream_rq_active",
@@ -229,6 +229,9 @@ func TestStatsFilterMatchesEnvoyNames(t *testing.T) {
 		}
 	}
 
+	if regexp.MustCompile(StatsFilter(Selector{})).MatchString("istiocustom.istio_requests_total.reporter.destination.source_workload.frontend") {
+		t.Error("completions asked for without Completions")
+	}
 	ported := regexp.MustCompile(StatsFilter(Selector{Ports: []int{9090}}))
 	if ported.MatchString("http.inbound_0.0.0.0_8080.downstream_rq_total") || !ported.MatchString("http.inbound_0.0.0.0_9090.downstream_rq_total") {
 		t.Error("port selection not applied to the filter")

@@ -1,0 +1,196 @@
+package httpwire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Client sends HTTP/1.1 requests over pooled keep-alive connections. Like net/http's
+// Transport it retries an idempotent request once when a reused connection turns out to
+// have been closed by the server before any answer; unlike it, it never speaks TLS or HTTP/2.
+type Client struct {
+	// DialTimeout bounds connecting (default 5s).
+	DialTimeout time.Duration
+	// MaxIdlePerHost is how many idle connections are kept per host (default 2; negative:
+	// none, every request gets a new connection).
+	MaxIdlePerHost int
+	// NoStaleRetry turns off the one retry on a stale reused connection, for callers that
+	// model retries themselves.
+	NoStaleRetry bool
+
+	mu   sync.Mutex
+	idle map[string][]*clientConn
+}
+
+type clientConn struct {
+	net.Conn
+	br   *bufio.Reader
+	addr string // the pool key: host:port as the request named it
+}
+
+// Do sends req and returns the response. The caller must close the response body; a body
+// read to its end returns the connection to the pool.
+func (c *Client) Do(req *http.Request) (*http.Response, error) {
+	addr := hostPort(req)
+	for attempt := 0; ; attempt++ {
+		conn, reused, err := c.conn(req.Context(), addr)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.roundTrip(conn, req)
+		if err == nil {
+			return resp, nil
+		}
+		conn.Close()
+		if reused && attempt == 0 && !c.NoStaleRetry && idempotent(req) && staleConnError(err) && req.Context().Err() == nil {
+			continue
+		}
+		return nil, err
+	}
+}
+
+func (c *Client) roundTrip(conn *clientConn, req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	// The context alone ends the exchange, so its error (not an i/o timeout) is reported.
+	_ = conn.SetDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	bw := bufio.NewWriter(conn)
+	if err := req.Write(bw); err != nil {
+		stop()
+		return nil, ctxErr(ctx, err)
+	}
+	if err := bw.Flush(); err != nil {
+		stop()
+		return nil, ctxErr(ctx, err)
+	}
+	resp, err := http.ReadResponse(conn.br, req)
+	if err != nil {
+		stop()
+		return nil, ctxErr(ctx, err)
+	}
+	resp.Body = &pooledBody{ReadCloser: resp.Body, client: c, conn: conn, reusable: !resp.Close && !req.Close, stop: stop, ctx: ctx}
+	return resp, nil
+}
+
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(ctx.Err(), err)
+	}
+	return err
+}
+
+// pooledBody puts the connection back once the body has been read to its end.
+type pooledBody struct {
+	io.ReadCloser
+	client   *Client
+	conn     *clientConn
+	reusable bool
+	eof      bool
+	once     sync.Once
+	stop     func() bool
+	ctx      context.Context
+}
+
+func (b *pooledBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	} else if err != nil {
+		err = ctxErr(b.ctx, err)
+	}
+	return n, err
+}
+
+func (b *pooledBody) Close() error {
+	b.once.Do(func() {
+		b.stop()
+		err := b.ReadCloser.Close()
+		if b.reusable && b.eof && err == nil {
+			b.client.put(b.conn)
+			return
+		}
+		b.conn.Close()
+	})
+	return nil
+}
+
+func (c *Client) conn(ctx context.Context, addr string) (*clientConn, bool, error) {
+	c.mu.Lock()
+	if list := c.idle[addr]; len(list) > 0 {
+		conn := list[len(list)-1]
+		c.idle[addr] = list[:len(list)-1]
+		c.mu.Unlock()
+		return conn, true, nil
+	}
+	c.mu.Unlock()
+	timeout := c.DialTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	d := net.Dialer{Timeout: timeout}
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return &clientConn{Conn: raw, br: bufio.NewReader(raw), addr: addr}, false, nil
+}
+
+func (c *Client) put(conn *clientConn) {
+	max := c.MaxIdlePerHost
+	if max == 0 {
+		max = 2
+	}
+	addr := conn.addr
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idle == nil {
+		c.idle = map[string][]*clientConn{}
+	}
+	if max < 0 || len(c.idle[addr]) >= max {
+		conn.Close()
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	c.idle[addr] = append(c.idle[addr], conn)
+}
+
+// CloseIdle closes every pooled connection.
+func (c *Client) CloseIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, list := range c.idle {
+		for _, conn := range list {
+			conn.Close()
+		}
+		delete(c.idle, addr)
+	}
+}
+
+func hostPort(req *http.Request) string {
+	host := req.URL.Host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "80")
+	}
+	return host
+}
+
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, "":
+		return req.Body == nil || req.Body == http.NoBody
+	}
+	return false
+}
+
+// staleConnError is how a keep-alive connection the server already closed shows up.
+func staleConnError(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}

@@ -1,0 +1,192 @@
+package httpwire
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func serve(t *testing.T, h http.Handler) (*Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close(); srv.Wait() })
+	return srv, "http://" + ln.Addr().String()
+}
+
+func get(t *testing.T, c *Client, url string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+func TestKeepAliveReusesOneConnection(t *testing.T) {
+	var remotes sync.Map
+	var n atomic.Int32
+	_, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remotes.Store(r.RemoteAddr, true)
+		n.Add(1)
+		io.WriteString(w, "hello "+r.URL.Path)
+	}))
+	c := &Client{}
+	for i := 0; i < 5; i++ {
+		resp, body := get(t, c, url+"/x")
+		if resp.StatusCode != 200 || body != "hello /x" || resp.ContentLength != 8 {
+			t.Fatalf("got %d %q", resp.StatusCode, body)
+		}
+	}
+	count := 0
+	remotes.Range(func(any, any) bool { count++; return true })
+	if count != 1 || n.Load() != 5 {
+		t.Errorf("%d requests over %d connections, want 5 over 1", n.Load(), count)
+	}
+}
+
+func TestConnectionCloseHeaderClosesTheConnection(t *testing.T) {
+	var remotes sync.Map
+	_, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remotes.Store(r.RemoteAddr, true)
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(503)
+		io.WriteString(w, "draining")
+	}))
+	c := &Client{}
+	for i := 0; i < 3; i++ {
+		resp, body := get(t, c, url)
+		if resp.StatusCode != 503 || body != "draining" || !resp.Close || resp.Header.Get("Connection") != "" && resp.Header.Get("Connection") != "close" {
+			t.Fatalf("resp %d %q close=%v", resp.StatusCode, body, resp.Close)
+		}
+	}
+	count := 0
+	remotes.Range(func(any, any) bool { count++; return true })
+	if count != 3 {
+		t.Errorf("3 requests used %d connections, want 3", count)
+	}
+}
+
+func TestShutdownWaitsForActiveAndClosesIdle(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	srv, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			started <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "done")
+	}))
+	idleClient, slowClient := &Client{}, &Client{}
+	get(t, idleClient, url) // leaves an idle keep-alive connection
+	result := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, url+"/slow", nil)
+		resp, err := slowClient.Do(req)
+		if err != nil {
+			result <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		result <- string(b)
+	}()
+	<-started
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(context.Background()) }()
+	select {
+	case <-shut:
+		t.Fatal("Shutdown returned with a request in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	// New connections are refused once Shutdown started.
+	if _, err := net.Dial("tcp", strings.TrimPrefix(url, "http://")); err == nil {
+		t.Error("new connection accepted during shutdown")
+	}
+	close(release)
+	if got := <-result; got != "done" {
+		t.Errorf("in-flight request got %q, want it finished", got)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
+
+func TestAbortResetsInFlightRequests(t *testing.T) {
+	started := make(chan struct{}, 1)
+	srv, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		time.Sleep(time.Second)
+	}))
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("x"))
+		_, err := (&Client{}).Do(req)
+		errc <- err
+	}()
+	<-started
+	srv.Abort()
+	err := <-errc
+	if err == nil || !(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		t.Errorf("err = %v, want a reset", err)
+	}
+}
+
+func TestRefusedAndContextErrors(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr, nil)
+	if _, err := (&Client{}).Do(req); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("err = %v, want ECONNREFUSED", err)
+	}
+
+	_, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { time.Sleep(300 * time.Millisecond) }))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	start := time.Now()
+	if _, err := (&Client{}).Do(req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want deadline exceeded", err)
+	}
+	if time.Since(start) > 250*time.Millisecond {
+		t.Error("the context did not cut the request")
+	}
+}
+
+func TestStaleKeepAliveIsRetriedOnce(t *testing.T) {
+	srv := &Server{IdleTimeout: 20 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	defer srv.Close()
+	c := &Client{}
+	url := "http://" + ln.Addr().String()
+	get(t, c, url)
+	time.Sleep(60 * time.Millisecond) // the server closes the idle connection
+	if _, body := get(t, c, url); body != "ok" {
+		t.Errorf("body %q", body)
+	}
+}
+
+func TestAbortHandlerPanicDropsTheConnection(t *testing.T) {
+	_, url := serve(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("x"))
+	if _, err := (&Client{}).Do(req); err == nil {
+		t.Error("want an error when the handler aborts")
+	}
+}

@@ -1,0 +1,348 @@
+// Package httpwire is a small HTTP/1.1 server and client built only on net/http's wire
+// types (ReadRequest, Response.Write, Request.Write, ReadResponse) and its Handler
+// interface. net/http's Server and Transport bring HTTP/2 and TLS with them, about 2.4 MiB
+// of a binary that is copied into every pod; meshdrain only ever speaks plain HTTP/1.1 on
+// loopback. Owning the connection loop also gives the Envoy emulator the exact connection
+// behaviour it must reproduce: close after a response, refuse, reset.
+package httpwire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown or Close, as in net/http.
+var ErrServerClosed = http.ErrServerClosed
+
+// Server serves HTTP/1.1 with keep-alive. Handlers' responses are buffered and sent with a
+// Content-Length, which suits the small answers of an admin API, an emulated app and a proxy.
+type Server struct {
+	Handler http.Handler
+	// IdleTimeout closes a keep-alive connection that waits this long for its next request
+	// (default 60s).
+	IdleTimeout time.Duration
+	// ReadTimeout bounds reading one request once it has started (default 30s).
+	ReadTimeout time.Duration
+	// ConnState, when set, is told of each connection's new state (StateNew, StateActive,
+	// StateIdle, StateHijacked, StateClosed), as in net/http.
+	ConnState func(net.Conn, http.ConnState)
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*serverConn]struct{}
+	closing   bool
+	wg        sync.WaitGroup
+	done      chan struct{}
+}
+
+type serverConn struct {
+	net.Conn
+	mu       sync.Mutex
+	active   bool
+	hijacked bool
+}
+
+func (s *Server) init() {
+	if s.listeners == nil {
+		s.listeners = map[net.Listener]struct{}{}
+		s.conns = map[*serverConn]struct{}{}
+		s.done = make(chan struct{})
+	}
+}
+
+// Serve accepts connections on ln until Shutdown or Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	s.init()
+	if s.closing {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing || errors.Is(err, net.ErrClosed) {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		sc := &serverConn{Conn: c}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			c.Close()
+			return ErrServerClosed
+		}
+		s.conns[sc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		s.setState(sc, http.StateNew)
+		go s.serveConn(sc)
+	}
+}
+
+func (s *Server) setState(c *serverConn, state http.ConnState) {
+	if s.ConnState != nil {
+		s.ConnState(c.Conn, state)
+	}
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+func (s *Server) serveConn(c *serverConn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.mu.Lock()
+		hijacked := c.hijacked
+		c.mu.Unlock()
+		if !hijacked {
+			c.Close()
+			s.setState(c, http.StateClosed)
+		}
+	}()
+	idle := s.IdleTimeout
+	if idle <= 0 {
+		idle = 60 * time.Second
+	}
+	readTimeout := s.ReadTimeout
+	if readTimeout <= 0 {
+		readTimeout = 30 * time.Second
+	}
+	br := bufio.NewReader(c)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(idle))
+		// Wait for the first byte of the next request while idle, so Shutdown can close idle
+		// connections without cutting a request that has started to arrive.
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		c.mu.Lock()
+		c.active = true
+		c.mu.Unlock()
+		s.setState(c, http.StateActive)
+		_ = c.SetReadDeadline(time.Now().Add(readTimeout))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+			}
+			return
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		req.RemoteAddr = c.RemoteAddr().String()
+		ctx, cancel := context.WithCancel(context.Background())
+		ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.LocalAddr())
+		req = req.WithContext(ctx)
+		w := &responseWriter{conn: c, br: br, header: http.Header{}, req: req}
+		aborted := s.callHandler(w, req)
+		cancel()
+		if w.hijacked {
+			c.mu.Lock()
+			c.hijacked = true
+			c.mu.Unlock()
+			s.setState(c, http.StateHijacked)
+			return
+		}
+		if aborted {
+			return
+		}
+		// Read what the handler left of the body, so the next request starts at its start.
+		_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
+		keepAlive := !req.Close && !s.isClosing()
+		if err := w.finish(keepAlive); err != nil || !w.keepAlive {
+			return
+		}
+		c.mu.Lock()
+		c.active = false
+		c.mu.Unlock()
+		s.setState(c, http.StateIdle)
+	}
+}
+
+// callHandler runs the handler; a panic with http.ErrAbortHandler aborts the connection
+// without a response, as in net/http. It reports whether the connection was aborted.
+func (s *Server) callHandler(w *responseWriter, req *http.Request) (aborted bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r != http.ErrAbortHandler {
+				fmt.Fprintf(os.Stderr, "httpwire: handler panic: %v\n", r)
+			}
+			aborted = true
+		}
+	}()
+	s.Handler.ServeHTTP(w, req)
+	return false
+}
+
+// Shutdown stops accepting, closes idle connections, and waits for the active ones to send
+// their current response, as net/http's Server.Shutdown does.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.init()
+	s.closing = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	for {
+		if s.closeIdle() == 0 {
+			return nil
+		}
+		timer := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// closeIdle closes idle connections and returns how many connections remain.
+func (s *Server) closeIdle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.mu.Lock()
+		if !c.active && !c.hijacked {
+			c.Close()
+		}
+		c.mu.Unlock()
+	}
+	return len(s.conns)
+}
+
+// Close stops accepting and closes every connection at once: requests in flight are cut.
+func (s *Server) Close() error { return s.closeAll(false) }
+
+// Abort is Close with a TCP reset on every connection, as when a process is SIGKILLed
+// while its peers still send.
+func (s *Server) Abort() error { return s.closeAll(true) }
+
+func (s *Server) closeAll(reset bool) error {
+	s.mu.Lock()
+	s.init()
+	s.closing = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		if reset {
+			if tcp, ok := c.Conn.(*net.TCPConn); ok {
+				_ = tcp.SetLinger(0)
+			}
+		}
+		c.Close()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Wait blocks until every connection handler has returned.
+func (s *Server) Wait() { s.wg.Wait() }
+
+// responseWriter buffers one response.
+type responseWriter struct {
+	conn        net.Conn
+	br          *bufio.Reader
+	req         *http.Request
+	header      http.Header
+	status      int
+	body        bytes.Buffer
+	hijacked    bool
+	keepAlive   bool
+	wroteHeader bool
+}
+
+func (w *responseWriter) Header() http.Header { return w.header }
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader, w.status = true, code
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.body.Write(p)
+}
+
+// Flush is accepted for handlers that stream; the response still goes out whole.
+func (w *responseWriter) Flush() {}
+
+// Hijack hands the connection to the handler, which then owns it.
+func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.hijacked = true
+	return w.conn, bufio.NewReadWriter(w.br, bufio.NewWriter(w.conn)), nil
+}
+
+func (w *responseWriter) finish(keepAlive bool) error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.header.Get("Connection") == "close" {
+		keepAlive = false
+	}
+	w.header.Del("Connection")
+	if w.body.Len() > 0 && w.header.Get("Content-Type") == "" {
+		w.header.Set("Content-Type", http.DetectContentType(w.body.Bytes()))
+	}
+	w.header.Del("Content-Length")
+	w.header.Del("Transfer-Encoding")
+	w.keepAlive = keepAlive
+	resp := &http.Response{
+		Status:        strconv.Itoa(w.status) + " " + http.StatusText(w.status),
+		StatusCode:    w.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        w.header,
+		Body:          io.NopCloser(bytes.NewReader(w.body.Bytes())),
+		ContentLength: int64(w.body.Len()),
+		Close:         !keepAlive,
+		Request:       w.req,
+	}
+	if w.req.Method == http.MethodHead {
+		resp.Body = http.NoBody
+	}
+	bw := bufio.NewWriterSize(w.conn, 4096)
+	if err := resp.Write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
