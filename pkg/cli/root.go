@@ -113,6 +113,9 @@ have stopped sending, never later than a deadline derived from terminationGraceP
 	root.AddCommand(
 		newVersionCommand(s),
 		newPrestopCommand(s),
+		newInstallCommand(s),
+		newPlanCommand(s),
+		newCompletionCommand(s),
 	)
 	return root
 }

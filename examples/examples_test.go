@@ -1,0 +1,512 @@
+// Package examples holds the deployable manifests of meshdrain and the test that keeps them
+// honest: each manifest decodes strictly into the Kubernetes API types (a misspelt field
+// fails instead of being silently dropped by the API server), its preStop runs the binary the
+// init container installs, and its grace-period arithmetic holds. The Kubernetes types are
+// imported only here, in a test, so the meshdrain binary stays small.
+package examples
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/cli"
+	"github.com/meshdrain/meshdrain/pkg/plan"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// userScenario is the input the Istio examples were planned with (see their comments).
+func userScenario(sc plan.Sidecar) plan.Input {
+	return plan.Input{P99: 450 * time.Millisecond, EDSLag: 8 * time.Second, AppDrain: 2 * time.Second, Sidecar: sc}
+}
+
+func manifestFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("*", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 3 {
+		t.Fatalf("found %d manifests, want the classic, native and generic Envoy examples", len(files))
+	}
+	return files
+}
+
+// decodeDeployments splits a YAML stream into documents and decodes each, strictly, as an
+// apps/v1 Deployment.
+func decodeDeployments(t *testing.T, name string, data []byte) []appsv1.Deployment {
+	t.Helper()
+	var out []appsv1.Deployment
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var d appsv1.Deployment
+		if err := yaml.UnmarshalStrict([]byte(doc), &d); err != nil {
+			t.Fatalf("%s document %d: %v", name, i, err)
+		}
+		if d.APIVersion != "apps/v1" || d.Kind != "Deployment" {
+			t.Fatalf("%s document %d: %s %s, want an apps/v1 Deployment", name, i, d.APIVersion, d.Kind)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
+	// The guard itself: a misspelt field must fail, or the other tests prove nothing.
+	bad := []byte("apiVersion: apps/v1\nkind: Deployment\nspec:\n  template:\n    spec:\n      terminationGracePeriod: 15\n")
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(bad, &d); err == nil {
+		t.Fatal("a misspelt field decoded without error")
+	}
+}
+
+// reporter is the part of *testing.T the checks use, so a test can also run them on a broken
+// manifest and collect what they report.
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Fatal(args ...any)
+}
+
+// recorder collects problems instead of failing a test; Fatal* stop the check by panicking
+// with errStopCheck, which problems recovers.
+type recorder struct{ problems []string }
+
+var errStopCheck = errors.New("check stopped")
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	panic(errStopCheck)
+}
+func (r *recorder) Fatal(args ...any) {
+	r.problems = append(r.problems, fmt.Sprint(args...))
+	panic(errStopCheck)
+}
+
+// problems runs checkPodTemplate and returns what it found wrong.
+func problems(example string, tpl corev1.PodTemplateSpec) (found []string) {
+	r := &recorder{}
+	defer func() {
+		if v := recover(); v != nil && v != errStopCheck {
+			panic(v)
+		}
+		found = r.problems
+	}()
+	checkPodTemplate(r, example, tpl)
+	return nil
+}
+
+// prestop is what a manifest's preStop hook runs, as numbers.
+type prestop struct {
+	container   string
+	path        string
+	args        []string
+	gracePeriod time.Duration
+	appDrain    time.Duration
+	deadline    time.Duration
+	logFile     string
+}
+
+// findPrestop finds the container whose preStop runs meshdrain and reads its flags, applying
+// prestop's defaults (grace 30s, app drain 5s, deadline = grace - app drain - 1s).
+func findPrestop(t reporter, spec corev1.PodSpec) (prestop, corev1.Container) {
+	t.Helper()
+	for _, c := range spec.Containers {
+		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
+			continue
+		}
+		cmd := c.Lifecycle.PreStop.Exec.Command
+		if len(cmd) < 2 || filepath.Base(cmd[0]) != "meshdrain" || cmd[1] != "prestop" {
+			continue
+		}
+		p := prestop{container: c.Name, path: cmd[0], args: cmd[1:], gracePeriod: 30 * time.Second, appDrain: 5 * time.Second}
+		for _, arg := range cmd[2:] {
+			name, value, ok := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+			if !ok {
+				t.Fatalf("%s: preStop argument %q: write flags as --name=value so this test can read them", c.Name, arg)
+			}
+			switch name {
+			case "grace-period", "app-drain", "deadline":
+				d, err := time.ParseDuration(value)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", c.Name, arg, err)
+				}
+				switch name {
+				case "grace-period":
+					p.gracePeriod = d
+				case "app-drain":
+					p.appDrain = d
+				default:
+					p.deadline = d
+				}
+			case "log-file":
+				p.logFile = value
+			}
+		}
+		if p.deadline == 0 {
+			p.deadline = p.gracePeriod - p.appDrain - time.Second
+		}
+		return p, c
+	}
+	t.Fatal("no container has a preStop that runs meshdrain prestop")
+	return prestop{}, corev1.Container{}
+}
+
+func mountOf(c corev1.Container, volume string) (string, bool) {
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume {
+			return m.MountPath, true
+		}
+	}
+	return "", false
+}
+
+func TestManifests(t *testing.T) {
+	for _, file := range manifestFiles(t) {
+		t.Run(filepath.Dir(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range decodeDeployments(t, file, data) {
+				checkPodTemplate(t, filepath.Dir(file), d.Spec.Template)
+			}
+		})
+	}
+}
+
+// checkPodTemplate checks the invariants every meshdrain pod must hold.
+func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
+	spec := tpl.Spec
+	ps, app := findPrestop(t, spec)
+
+	// The preStop runs the file the init container installed, through the same emptyDir.
+	volume, installed := installedBinary(t, spec)
+	appMount, ok := mountOf(app, volume)
+	if !ok {
+		t.Fatalf("app container %s does not mount the %s volume the binary is installed in", app.Name, volume)
+	}
+	if want := filepath.Join(appMount, installed); ps.path != want {
+		t.Errorf("preStop runs %s, but the init container installs %s", ps.path, want)
+	}
+	if ps.logFile != plan.LogFile {
+		t.Errorf("preStop logs to %q, want %s (a hook's own output is discarded)", ps.logFile, plan.LogFile)
+	}
+
+	// The grace period covers meshdrain's deadline and the app's drain.
+	if spec.TerminationGracePeriodSeconds == nil {
+		t.Fatal("terminationGracePeriodSeconds is not set (the default 30s is not what prestop was told)")
+	}
+	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	if ps.gracePeriod != grace {
+		t.Errorf("prestop --grace-period %s != terminationGracePeriodSeconds %s", ps.gracePeriod, grace)
+	}
+	if grace <= ps.deadline+ps.appDrain {
+		t.Errorf("grace %s <= meshdrain deadline %s + app drain %s", grace, ps.deadline, ps.appDrain)
+	}
+	if ps.deadline <= 0 {
+		t.Errorf("meshdrain deadline %s", ps.deadline)
+	}
+	for _, e := range app.Env {
+		if e.Name == "SPRING_LIFECYCLE_TIMEOUT_PER_SHUTDOWN_PHASE" {
+			d, err := time.ParseDuration(e.Value)
+			if err != nil || d > ps.appDrain {
+				t.Errorf("app's shutdown timeout %s exceeds --app-drain %s", e.Value, ps.appDrain)
+			}
+		}
+	}
+
+	// The flags are ones prestop accepts: cobra parses every flag before it honours --help.
+	var out, errOut bytes.Buffer
+	if code := cli.Main(append(append([]string{}, ps.args...), "--help"), strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Errorf("meshdrain %s: exit %d: %s", strings.Join(ps.args, " "), code, errOut.String())
+	}
+
+	// The sidecar outlives the app.
+	ann := tpl.Annotations
+	appExit := ps.deadline + ps.appDrain
+	switch {
+	case strings.HasPrefix(example, "istio"):
+		prefixes := strings.Split(ann[plan.StatsInclusionAnnotation], ",")
+		for _, want := range strings.Split(plan.StatsInclusionPrefixes, ",") {
+			if !contains(prefixes, want) {
+				t.Errorf("%s lacks %q: Istio would emit no inbound stats", plan.StatsInclusionAnnotation, want)
+			}
+		}
+		native := ann[plan.NativeSidecarAnnotation] == "true"
+		var cfg struct {
+			TerminationDrainDuration string            `json:"terminationDrainDuration"`
+			ProxyMetadata            map[string]string `json:"proxyMetadata"`
+		}
+		if raw, ok := ann[plan.ProxyConfigAnnotation]; ok {
+			if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+				t.Fatalf("%s: %v", plan.ProxyConfigAnnotation, err)
+			}
+		}
+		switch {
+		case native:
+			want := mustRecommend(t, userScenario(plan.Native))
+			if grace != want.GracePeriod {
+				t.Errorf("grace %s, but meshdrain plan recommends %s", grace, want.GracePeriod)
+			}
+		case cfg.ProxyMetadata["EXIT_ON_ZERO_ACTIVE_CONNECTIONS"] == "true":
+			if d := mustDuration(t, cfg.ProxyMetadata["MINIMUM_DRAIN_DURATION"]); d < ps.deadline {
+				t.Errorf("MINIMUM_DRAIN_DURATION %s < meshdrain deadline %s", d, ps.deadline)
+			}
+		default:
+			tdd := mustDuration(t, cfg.TerminationDrainDuration)
+			if tdd <= appExit {
+				t.Errorf("terminationDrainDuration %s: Envoy is killed before the app exits (by %s)", tdd, appExit)
+			}
+			want := mustRecommend(t, userScenario(plan.Classic))
+			if grace != want.GracePeriod || tdd != want.TerminationDrainDuration {
+				t.Errorf("grace %s, terminationDrainDuration %s; meshdrain plan recommends %s, %s", grace, tdd, want.GracePeriod, want.TerminationDrainDuration)
+			}
+		}
+	case strings.HasPrefix(example, "consul"):
+		secs, err := strconv.Atoi(ann["consul.hashicorp.com/sidecar-proxy-lifecycle-shutdown-grace-period-seconds"])
+		if err != nil {
+			t.Fatalf("shutdown grace period annotation: %v", err)
+		}
+		if time.Duration(secs)*time.Second <= appExit {
+			t.Errorf("consul-dataplane stops Envoy at %ds, before the app exits (by %s)", secs, appExit)
+		}
+		for _, flag := range []string{"--cluster=", "--http-prefix=", "--admin="} {
+			if !hasPrefixArg(ps.args, flag) {
+				t.Errorf("generic Envoy needs %s: Istio's stat names do not apply", flag)
+			}
+		}
+	default:
+		t.Fatalf("example %s: unknown kind of sidecar, add its checks", example)
+	}
+}
+
+// TestChecksCatchBrokenManifests proves the checks above are not vacuous: each way of
+// breaking the classic example is reported.
+func TestChecksCatchBrokenManifests(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("istio-classic", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func() corev1.PodTemplateSpec { return decodeDeployments(t, "istio-classic", data)[0].Spec.Template }
+	if found := problems("istio-classic", load()); len(found) != 0 {
+		t.Fatalf("the example itself has problems: %v", found)
+	}
+	for _, c := range []struct {
+		name    string
+		breakIt func(*corev1.PodTemplateSpec)
+		want    string
+	}{
+		{"preStop path", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command[0] = "/opt/meshdrain"
+		}, "but the init container installs /meshdrain/meshdrain"},
+		{"install elsewhere", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.InitContainers[0].Args = []string{"install", "/tmp"}
+		}, "which is in no emptyDir"},
+		{"grace period too short", func(tpl *corev1.PodTemplateSpec) {
+			g := int64(13)
+			tpl.Spec.TerminationGracePeriodSeconds = &g
+		}, "!= terminationGracePeriodSeconds"},
+		{"deadline too long", func(tpl *corev1.PodTemplateSpec) {
+			cmd := &tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+			*cmd = append(*cmd, "--deadline=14s")
+		}, "<= meshdrain deadline 14s + app drain 2s"},
+		{"Istio default terminationDrainDuration", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Annotations[plan.ProxyConfigAnnotation] = `{"terminationDrainDuration": "5s"}`
+		}, "Envoy is killed before the app exits"},
+		{"no stats annotation", func(tpl *corev1.PodTemplateSpec) {
+			delete(tpl.Annotations, plan.StatsInclusionAnnotation)
+		}, "Istio would emit no inbound stats"},
+		{"hook output lost", func(tpl *corev1.PodTemplateSpec) {
+			cmd := tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+			tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command = cmd[:len(cmd)-1]
+		}, "a hook's own output is discarded"},
+		{"unknown prestop flag", func(tpl *corev1.PodTemplateSpec) {
+			cmd := &tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+			*cmd = append(*cmd, "--quiet-window=1s")
+		}, "unknown flag"},
+		{"app drains longer than told", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.Containers[0].Env[1].Value = "30s"
+		}, "exceeds --app-drain"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tpl := load()
+			c.breakIt(&tpl)
+			found := problems("istio-classic", tpl)
+			if !strings.Contains(strings.Join(found, "\n"), c.want) {
+				t.Errorf("problems %q do not mention %q", found, c.want)
+			}
+		})
+	}
+}
+
+// installedBinary finds the init container that runs `meshdrain install DEST` and returns the
+// volume it installs into and the file's path relative to that volume.
+func installedBinary(t reporter, spec corev1.PodSpec) (volume, rel string) {
+	t.Helper()
+	for _, c := range spec.InitContainers {
+		argv := append(append([]string{}, c.Command...), c.Args...)
+		if len(c.Command) == 0 {
+			argv = append([]string{imageEntrypoint(t)}, c.Args...)
+		}
+		if len(argv) != 3 || filepath.Base(argv[0]) != "meshdrain" || argv[1] != "install" {
+			continue
+		}
+		if c.RestartPolicy != nil {
+			t.Errorf("init container %s has a restartPolicy: it must run to completion, not as a sidecar", c.Name)
+		}
+		dest := argv[2]
+		for _, m := range c.VolumeMounts {
+			if !isEmptyDir(spec, m.Name) {
+				continue
+			}
+			switch {
+			case dest == m.MountPath || dest == m.MountPath+"/":
+				return m.Name, "meshdrain" // a directory: install writes DEST/meshdrain
+			case strings.HasPrefix(dest, m.MountPath+"/"):
+				return m.Name, strings.TrimPrefix(dest, m.MountPath+"/")
+			}
+		}
+		t.Fatalf("init container %s installs to %s, which is in no emptyDir it mounts", c.Name, dest)
+	}
+	t.Fatal("no init container runs meshdrain install")
+	return "", ""
+}
+
+func isEmptyDir(spec corev1.PodSpec, name string) bool {
+	for _, v := range spec.Volumes {
+		if v.Name == name {
+			return v.EmptyDir != nil
+		}
+	}
+	return false
+}
+
+// imageEntrypoint reads the Dockerfile's ENTRYPOINT: the init containers set only args.
+func imageEntrypoint(t reporter) string {
+	t.Helper()
+	df := readDockerfile(t)
+	m := regexp.MustCompile(`(?m)^ENTRYPOINT\s+\["([^"]+)"\]\s*$`).FindStringSubmatch(df)
+	if m == nil {
+		t.Fatal(`Dockerfile has no ENTRYPOINT ["/path/to/meshdrain"]`)
+	}
+	return m[1]
+}
+
+func readDockerfile(t reporter) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// TestDockerfile checks what cannot be seen without a container runtime: a static build, a
+// check that it is static, a minimal final stage, a non-root user, meshdrain as entrypoint.
+func TestDockerfile(t *testing.T) {
+	df := readDockerfile(t)
+	stages := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(df, -1)
+	if len(stages) < 2 {
+		t.Fatalf("want a multi-stage build, found %d FROM lines", len(stages))
+	}
+	if final := stages[len(stages)-1][1]; final != "scratch" && !strings.HasPrefix(final, "gcr.io/distroless/static") {
+		t.Errorf("final stage is %s, want scratch or distroless/static", final)
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "scripts/check-binary.sh"} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %s", want)
+		}
+	}
+	users := regexp.MustCompile(`(?m)^USER\s+(\S+)`).FindAllStringSubmatch(df, -1)
+	if len(users) == 0 {
+		t.Fatal("Dockerfile sets no USER")
+	}
+	if u := users[len(users)-1][1]; u == "root" || u == "0" || strings.HasPrefix(u, "0:") {
+		t.Errorf("final USER %s is root", u)
+	}
+	if ep := imageEntrypoint(t); filepath.Base(ep) != "meshdrain" {
+		t.Errorf("ENTRYPOINT %s is not meshdrain", ep)
+	}
+}
+
+// TestPlanPatchDecodes checks that `meshdrain plan -o yaml`, written by hand, is a valid
+// Deployment patch that holds the same invariants as the examples.
+func TestPlanPatchDecodes(t *testing.T) {
+	for _, sc := range plan.Sidecars {
+		t.Run(string(sc), func(t *testing.T) {
+			p := mustRecommend(t, userScenario(sc))
+			var buf bytes.Buffer
+			opts := plan.PatchOptions{Container: "app", Image: "ghcr.io/meshdrain/meshdrain:latest", Dir: "/meshdrain"}
+			if err := plan.WriteYAML(&buf, p, opts); err != nil {
+				t.Fatal(err)
+			}
+			doc := "apiVersion: apps/v1\nkind: Deployment\n" + buf.String()
+			ds := decodeDeployments(t, "plan -o yaml", []byte(doc))
+			checkPodTemplate(t, "istio-"+string(sc), ds[0].Spec.Template)
+		})
+	}
+}
+
+func mustRecommend(t reporter, in plan.Input) plan.Plan {
+	t.Helper()
+	p, err := plan.Recommend(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustDuration(t reporter, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("duration %q: %v", s, err)
+	}
+	return d
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefixArg(args []string, prefix string) bool {
+	for _, a := range args {
+		if strings.HasPrefix(a, prefix) {
+			return true
+		}
+	}
+	return false
+}

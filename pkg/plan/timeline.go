@@ -1,0 +1,67 @@
+package plan
+
+import "fmt"
+
+// timeline lays out who does what from t0, for p's sidecar kind. It is derived from the same
+// numbers as the recommendation, so the text cannot disagree with the arithmetic.
+func timeline(p Plan) []Step {
+	in := p.Input
+	steps := []Step{{
+		Who: "kubelet",
+		What: "pod deleted. Endpoint removal starts, asynchronously (EndpointSlice → istiod → every client sidecar). " +
+			"At the same moment the kubelet runs the app container's preStop (meshdrain) and " + sidecarT0(in.Sidecar),
+	}}
+	switch in.Sidecar {
+	case Classic:
+		steps = append(steps, Step{Who: "pilot-agent", What: fmt.Sprintf(
+			"POSTs /drain_listeners?inboundonly&graceful: Envoy keeps accepting for drainDuration (%s) but answers with Connection: close / GOAWAY; "+
+				"then waits terminationDrainDuration (%s) before killing Envoy", fmtD(in.DrainDuration), fmtD(p.TerminationDrainDuration))})
+	case ExitOnZero:
+		steps = append(steps, Step{Who: "pilot-agent", What: fmt.Sprintf(
+			"POSTs /drain_listeners?inboundonly&graceful (Envoy keeps accepting for drainDuration %s, with Connection: close); "+
+				"then sleeps MINIMUM_DRAIN_DURATION (%s) before it starts counting Envoy's open connections", fmtD(in.DrainDuration), fmtD(p.MinimumDrainDuration))})
+	case Native:
+		steps = append(steps, Step{Who: "istio-proxy", What: fmt.Sprintf(
+			"its preStop POSTs pilot-agent /drain (graceful, skip_exit): Envoy keeps accepting for drainDuration (%s) with Connection: close, "+
+				"and the kubelet will not stop it before the app container has exited", fmtD(in.DrainDuration))})
+	}
+	steps = append(steps,
+		Step{Who: "meshdrain", What: fmt.Sprintf(
+			"drains the inbound listeners (graceful, harmless if already drained), then reads the inbound request counters every %s", fmtD(in.Poll))},
+		Step{Until: in.EDSLag, Who: "clients", What: fmt.Sprintf(
+			"each client sidecar learns of the removal at its own time (most within 1-3s, the slowest by %s); until then it keeps sending "+
+				"new requests here, which Envoy forwards to the app, still serving", fmtD(in.EDSLag))},
+		Step{At: p.LastRequestDone, Who: "app", What: fmt.Sprintf(
+			"answers the last client requests (arrived by %s, each ≤ p99 %s)", fmtD(in.EDSLag), fmtD(in.P99))},
+		Step{At: p.ExpectedFinish, Worst: p.Deadline, Who: "meshdrain", What: fmt.Sprintf(
+			"waits for the clients: no new inbound request for %s and none active → the preStop returns "+
+				"(%s + %s + one poll %s); bounded by --deadline %s, where it returns anyway and says so",
+			fmtD(in.Quiet), fmtD(in.EDSLag), fmtD(max(in.Quiet, in.P99)), fmtD(in.Poll), fmtD(p.Deadline))},
+		Step{At: p.ExpectedFinish, Worst: p.Deadline, Who: "kubelet", What: "sends SIGTERM to the app as soon as its preStop returns"},
+		Step{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "app", What: fmt.Sprintf(
+			"waits for its own in-flight requests (≤ p99 %s) and exits; bounded by --app-drain %s (e.g. Spring Boot server.shutdown=graceful, "+
+				"spring.lifecycle.timeout-per-shutdown-phase=%s)", fmtD(in.P99), fmtD(p.AppDrain), fmtD(p.AppDrain))},
+	)
+	switch in.Sidecar {
+	case Classic:
+		steps = append(steps, Step{At: p.TerminationDrainDuration, Who: "pilot-agent", What: fmt.Sprintf(
+			"terminationDrainDuration %s is over: kills Envoy, %s after the app's latest exit, so no request is in flight through it",
+			fmtD(p.TerminationDrainDuration), fmtD(p.TerminationDrainDuration-p.AppExitWorst))})
+	case ExitOnZero:
+		steps = append(steps, Step{At: max(p.MinimumDrainDuration, p.AppExitExpected), Worst: p.GracePeriod, Who: "pilot-agent", What: fmt.Sprintf(
+			"from %s on checks downstream_cx_active every 1s and stops Envoy when it is 0 (after the app has exited and its connections closed); "+
+				"it has no deadline of its own: idle keep-alive and outbound connections can hold it until the grace period", fmtD(p.MinimumDrainDuration))})
+	case Native:
+		steps = append(steps, Step{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "kubelet", What: "the app has exited: sends SIGTERM to the istio-proxy sidecar, which exits at once"})
+	}
+	steps = append(steps, Step{At: p.GracePeriod, Who: "kubelet", What: fmt.Sprintf(
+		"terminationGracePeriodSeconds %d is over: SIGKILL to whatever is left (nothing, if the bounds above hold)", int(p.GracePeriod.Seconds()))})
+	return steps
+}
+
+func sidecarT0(s Sidecar) string {
+	if s == Native {
+		return "the istio-proxy sidecar's preStop; the sidecar itself gets SIGTERM only after the app has exited"
+	}
+	return "sends SIGTERM to istio-proxy: the containers of a classic pod stop in no particular order"
+}
