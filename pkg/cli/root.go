@@ -116,6 +116,7 @@ have stopped sending, never later than a deadline derived from terminationGraceP
 		newInstallCommand(s),
 		newPlanCommand(s),
 		newCompletionCommand(s),
+		newEmulateCommand(s),
 	)
 	return root
 }

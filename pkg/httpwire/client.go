@@ -24,6 +24,9 @@ type Client struct {
 	// NoStaleRetry turns off the one retry on a stale reused connection, for callers that
 	// model retries themselves.
 	NoStaleRetry bool
+	// Dial, when set, makes the connections (e.g. to count them, or to reach a fixed
+	// address whatever the request names).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 
 	mu   sync.Mutex
 	idle map[string][]*clientConn
@@ -43,6 +46,9 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 		conn, reused, err := c.conn(req.Context(), addr)
 		if err != nil {
 			return nil, err
+		}
+		if hook, ok := req.Context().Value(gotConnKey{}).(func(reused bool)); ok {
+			hook(reused)
 		}
 		resp, err := c.roundTrip(conn, req)
 		if err == nil {
@@ -134,8 +140,12 @@ func (c *Client) conn(ctx context.Context, addr string) (*clientConn, bool, erro
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	d := net.Dialer{Timeout: timeout}
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	dial := c.Dial
+	if dial == nil {
+		d := net.Dialer{Timeout: timeout}
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	raw, err := dial(ctx, addr)
 	if err != nil {
 		return nil, false, err
 	}
@@ -193,4 +203,13 @@ func idempotent(req *http.Request) bool {
 func staleConnError(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+type gotConnKey struct{}
+
+// WithGotConn returns a context under which Do calls hook once it holds a connection for
+// the request (reused tells whether it came from the pool), before anything is sent: the
+// moment Envoy counts an upstream request as attached to a connection.
+func WithGotConn(ctx context.Context, hook func(reused bool)) context.Context {
+	return context.WithValue(ctx, gotConnKey{}, hook)
 }

@@ -190,3 +190,54 @@ func TestAbortHandlerPanicDropsTheConnection(t *testing.T) {
 		t.Error("want an error when the handler aborts")
 	}
 }
+
+func TestClientGoingAwayCancelsTheHandlerContext(t *testing.T) {
+	cancelled := make(chan bool, 1)
+	started := make(chan struct{}, 1)
+	_, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			cancelled <- true
+		case <-time.After(2 * time.Second):
+			cancelled <- false
+		}
+	}))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-started
+	conn.Close()
+	if !<-cancelled {
+		t.Error("handler context not cancelled when the client left")
+	}
+}
+
+func TestPipelinedRequestSurvivesTheReadAhead(t *testing.T) {
+	_, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // the second request arrives meanwhile
+		io.WriteString(w, r.URL.Path)
+	}))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /one HTTP/1.1\r\nHost: x\r\n\r\nGET /two HTTP/1.1\r\nHost: x\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	all, _ := io.ReadAll(io.LimitReader(conn, 1<<20))
+	if !strings.Contains(string(all), "/one") || !strings.Contains(string(all), "/two") {
+		t.Errorf("responses: %q", all)
+	}
+}
+
+func TestKeepAlivesDisabledClosesAfterResponse(t *testing.T) {
+	srv, url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
+	srv.SetKeepAlivesEnabled(false)
+	resp, _ := get(t, &Client{}, url)
+	if !resp.Close {
+		t.Error("response does not close its connection")
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,8 @@ type Server struct {
 	// StateIdle, StateHijacked, StateClosed), as in net/http.
 	ConnState func(net.Conn, http.ConnState)
 
+	noKeepAlive atomic.Bool
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*serverConn]struct{}
@@ -51,6 +54,13 @@ type serverConn struct {
 	active   bool
 	hijacked bool
 }
+
+// SetKeepAlivesEnabled(false) makes every later response close its connection, as an app
+// does when it starts shutting down.
+func (s *Server) SetKeepAlivesEnabled(v bool) { s.noKeepAlive.Store(!v) }
+
+// maxBody bounds a request body, which is read whole before the handler runs.
+const maxBody = 16 << 20
 
 func (s *Server) init() {
 	if s.listeners == nil {
@@ -160,13 +170,22 @@ func (s *Server) serveConn(c *serverConn) {
 			}
 			return
 		}
+		// The body is read whole first, so that while the handler runs the connection can be
+		// watched for the client going away (its context is then cancelled, as in net/http).
+		body, err := io.ReadAll(io.LimitReader(req.Body, maxBody))
+		if err != nil {
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
 		_ = c.SetReadDeadline(time.Time{})
 		req.RemoteAddr = c.RemoteAddr().String()
 		ctx, cancel := context.WithCancel(context.Background())
 		ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.LocalAddr())
 		req = req.WithContext(ctx)
 		w := &responseWriter{conn: c, br: br, header: http.Header{}, req: req}
+		watch := watchPeer(c, br, cancel)
 		aborted := s.callHandler(w, req)
+		peerGone := !w.hijacked && watch.stop()
 		cancel()
 		if w.hijacked {
 			c.mu.Lock()
@@ -175,12 +194,10 @@ func (s *Server) serveConn(c *serverConn) {
 			s.setState(c, http.StateHijacked)
 			return
 		}
-		if aborted {
+		if aborted || peerGone {
 			return
 		}
-		// Read what the handler left of the body, so the next request starts at its start.
-		_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20))
-		keepAlive := !req.Close && !s.isClosing()
+		keepAlive := !req.Close && !s.isClosing() && !s.noKeepAlive.Load()
 		if err := w.finish(keepAlive); err != nil || !w.keepAlive {
 			return
 		}
@@ -189,6 +206,39 @@ func (s *Server) serveConn(c *serverConn) {
 		c.mu.Unlock()
 		s.setState(c, http.StateIdle)
 	}
+}
+
+// peerWatch reads ahead on an active connection so that a client that closes it is noticed
+// while its request is being handled.
+type peerWatch struct {
+	conn net.Conn
+	done chan struct{}
+	gone atomic.Bool
+}
+
+func watchPeer(c net.Conn, br *bufio.Reader, cancel context.CancelFunc) *peerWatch {
+	w := &peerWatch{conn: c, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		// Peek consumes nothing: a pipelined next request stays buffered for the loop.
+		if _, err := br.Peek(1); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return // stopped by stop()
+			}
+			w.gone.Store(true)
+			cancel()
+		}
+	}()
+	return w
+}
+
+// stop ends the read-ahead and reports whether the client went away.
+func (w *peerWatch) stop() bool {
+	_ = w.conn.SetReadDeadline(time.Unix(1, 0))
+	<-w.done
+	_ = w.conn.SetReadDeadline(time.Time{})
+	return w.gone.Load()
 }
 
 // callHandler runs the handler; a panic with http.ErrAbortHandler aborts the connection
@@ -260,9 +310,7 @@ func (s *Server) closeAll(reset bool) error {
 	}
 	for c := range s.conns {
 		if reset {
-			if tcp, ok := c.Conn.(*net.TCPConn); ok {
-				_ = tcp.SetLinger(0)
-			}
+			setLingerZero(c.Conn)
 		}
 		c.Close()
 	}
@@ -345,4 +393,20 @@ func (w *responseWriter) finish(keepAlive bool) error {
 		return err
 	}
 	return bw.Flush()
+}
+
+// setLingerZero makes Close send a TCP reset, looking through wrappers that expose the
+// underlying connection with NetConn (as crypto/tls does).
+func setLingerZero(c net.Conn) {
+	for i := 0; i < 4; i++ {
+		if l, ok := c.(interface{ SetLinger(int) error }); ok {
+			_ = l.SetLinger(0)
+			return
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		c = u.NetConn()
+	}
 }

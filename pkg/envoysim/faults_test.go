@@ -1,0 +1,106 @@
+package envoysim
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFaultAdminRefuseAndClear(t *testing.T) {
+	s := startSidecar(t, Config{}, "")
+	if err := s.Faults().AdminRefuse(); err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse(t, strings.TrimPrefix(s.AdminURL(), "http://"))
+	if err := s.Faults().Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := adminDo(t, s, "GET", "/ready"); code != 200 {
+		t.Errorf("/ready after clear = %d", code)
+	}
+}
+
+func TestFaultAdminHangAndSlow(t *testing.T) {
+	s := startSidecar(t, Config{}, "")
+	_ = s.Faults().AdminHang()
+	client := &http.Client{Timeout: 50 * time.Millisecond}
+	if _, err := client.Get(s.AdminURL() + "/ready"); err == nil {
+		t.Error("a hanging admin answered")
+	}
+	_ = s.Faults().AdminSlow(30 * time.Millisecond)
+	start := time.Now()
+	if code, body := adminDo(t, s, "GET", "/ready"); code != 200 || body != "LIVE\n" {
+		t.Errorf("slow /ready = %d %q", code, body)
+	}
+	if time.Since(start) < 30*time.Millisecond {
+		t.Error("slow admin answered early")
+	}
+}
+
+func TestFaultAdminErrorGarbageTruncate(t *testing.T) {
+	s := startSidecar(t, Config{}, "")
+	_ = s.Faults().AdminError()
+	if code, _ := adminDo(t, s, "GET", "/stats"); code != 500 {
+		t.Errorf("error fault = %d", code)
+	}
+	_ = s.Faults().AdminGarbage()
+	if code, body := adminDo(t, s, "GET", "/stats/prometheus"); code != 200 || !strings.Contains(body, "garbage") {
+		t.Errorf("garbage fault = %d %q", code, body)
+	}
+	_ = s.Faults().AdminTruncate()
+	resp, err := http.Get(s.AdminURL() + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("truncated body read: %v, want unexpected EOF", err)
+	}
+}
+
+func TestFaultResetCounters(t *testing.T) {
+	s := startSidecar(t, Config{Profile: ProfileEnvoy}, appAddr(startApp(t, nil)))
+	resp, err := http.Get("http://" + s.InboundAddr(8080) + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v := statValue(t, s, "http.ingress_http.downstream_rq_total"); v != 1 {
+		t.Fatalf("downstream_rq_total = %d", v)
+	}
+	s.Faults().ResetCounters()
+	if v := statValue(t, s, "http.ingress_http.downstream_rq_total"); v != 0 {
+		t.Errorf("downstream_rq_total after reset = %d", v)
+	}
+	if v := statValue(t, s, "server.live"); v != 1 {
+		t.Errorf("gauges must survive a counter reset: server.live = %d", v)
+	}
+}
+
+func TestFaultDieMidDrain(t *testing.T) {
+	s := startSidecar(t, Config{}, appAddr(startApp(t, nil)))
+	s.Faults().DieMidDrain(20 * time.Millisecond)
+	stillRunning(t, s, 30*time.Millisecond)
+	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful")
+	waitDone(t, s, time.Second)
+	if s.ExitReason() != "crashed mid-drain" {
+		t.Errorf("exit reason %q", s.ExitReason())
+	}
+	mustRefuse(t, strings.TrimPrefix(s.AdminURL(), "http://"))
+}
+
+// TestFaultAdminHangDelaysPilotAgentDrain: pilot-agent's own drain call goes through the
+// admin API, so a sick admin affects it as it would in a pod.
+func TestFaultAdminRefuseBreaksPilotAgentDrain(t *testing.T) {
+	s := startSidecar(t, Config{TerminationDrainDuration: 30 * time.Millisecond}, appAddr(startApp(t, nil)))
+	_ = s.Faults().AdminRefuse()
+	s.Terminate()
+	waitDone(t, s, time.Second)
+	if s.draining() {
+		t.Error("drain happened although the admin port refused")
+	}
+}
