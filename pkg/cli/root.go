@@ -116,7 +116,10 @@ have stopped sending, never later than a deadline derived from terminationGraceP
 		newInstallCommand(s),
 		newPlanCommand(s),
 		newCompletionCommand(s),
+		newSimulateCommand(s),
 		newEmulateCommand(s),
+		newStatusCommand(s),
+		newCheckCommand(s),
 	)
 	return root
 }

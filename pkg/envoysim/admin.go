@@ -208,7 +208,7 @@ func (a *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a.write(w, resp)
 	if resp.after != nil {
-		resp.after()
+		httpwire.AfterResponse(w, resp.after)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
@@ -49,11 +50,15 @@ func TestFilteredPollIsSmallInALargeMesh(t *testing.T) {
 	if unfiltered < 100*filtered {
 		t.Errorf("unfiltered %d bytes is not much larger than filtered %d: the mesh is not large", unfiltered, filtered)
 	}
-	client, err := envoyadmin.New(s.AdminURL(), envoyadmin.Options{})
+	// Filtering walks every stat on the emulated main thread: slow under the race detector,
+	// so this test (about bytes, not latency) gives the request time.
+	client, err := envoyadmin.New(s.AdminURL(), envoyadmin.Options{RequestTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := client.Inbound(context.Background(), inbound.Selector{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	snap, err := client.Inbound(ctx, inbound.Selector{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,14 +128,21 @@ func (b *pooledBody) Close() error {
 }
 
 func (c *Client) conn(ctx context.Context, addr string) (*clientConn, bool, error) {
-	c.mu.Lock()
-	if list := c.idle[addr]; len(list) > 0 {
+	for {
+		c.mu.Lock()
+		list := c.idle[addr]
+		if len(list) == 0 {
+			c.mu.Unlock()
+			break
+		}
 		conn := list[len(list)-1]
 		c.idle[addr] = list[:len(list)-1]
 		c.mu.Unlock()
-		return conn, true, nil
+		if alive(conn) {
+			return conn, true, nil
+		}
+		conn.Close()
 	}
-	c.mu.Unlock()
 	timeout := c.DialTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -150,6 +157,40 @@ func (c *Client) conn(ctx context.Context, addr string) (*clientConn, bool, erro
 		return nil, false, err
 	}
 	return &clientConn{Conn: raw, br: bufio.NewReader(raw), addr: addr}, false, nil
+}
+
+// alive reports whether an idle connection is still open: a peer that closed it has left an
+// EOF (or a reset) to read. Envoy's and Go's pools notice such closes on idle connections
+// as they happen; checking at reuse gives the same result without a reader per connection.
+func alive(conn *clientConn) bool {
+	if conn.br.Buffered() > 0 {
+		return false // nothing may arrive on an idle HTTP/1.1 connection
+	}
+	raw := conn.Conn
+	for i := 0; i < 4; i++ {
+		if u, ok := raw.(interface{ NetConn() net.Conn }); ok {
+			raw = u.NetConn()
+		}
+	}
+	sc, ok := raw.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// A non-blocking peek: a deadline in the past would not even look at the socket.
+	open := true
+	var buf [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		// Nothing to read is the only healthy answer: EOF (0 bytes), a reset, or bytes
+		// nobody asked for all mean the connection is done.
+		_, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		open = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+		return true
+	})
+	return open
 }
 
 func (c *Client) put(conn *clientConn) {

@@ -241,3 +241,23 @@ func TestKeepAlivesDisabledClosesAfterResponse(t *testing.T) {
 		t.Error("response does not close its connection")
 	}
 }
+
+func TestIdleConnectionClosedByServerIsNotReused(t *testing.T) {
+	srv := &Server{IdleTimeout: 20 * time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	defer srv.Close()
+	// NoStaleRetry and a POST: a dead pooled connection would surface as an error.
+	c := &Client{NoStaleRetry: true}
+	url := "http://" + ln.Addr().String()
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest(http.MethodPost, url, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		time.Sleep(60 * time.Millisecond) // the server closes the idle connection
+	}
+}

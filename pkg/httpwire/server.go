@@ -55,9 +55,17 @@ type serverConn struct {
 	hijacked bool
 }
 
-// SetKeepAlivesEnabled(false) makes every later response close its connection, as an app
-// does when it starts shutting down.
-func (s *Server) SetKeepAlivesEnabled(v bool) { s.noKeepAlive.Store(!v) }
+// SetKeepAlivesEnabled(false) closes the idle connections and makes every later response
+// close its connection, as net/http's does and as an app does when it starts shutting down.
+func (s *Server) SetKeepAlivesEnabled(v bool) {
+	s.noKeepAlive.Store(!v)
+	if !v {
+		s.mu.Lock()
+		s.init()
+		s.mu.Unlock()
+		s.closeIdle()
+	}
+}
 
 // maxBody bounds a request body, which is read whole before the handler runs.
 const maxBody = 16 << 20
@@ -198,7 +206,11 @@ func (s *Server) serveConn(c *serverConn) {
 			return
 		}
 		keepAlive := !req.Close && !s.isClosing() && !s.noKeepAlive.Load()
-		if err := w.finish(keepAlive); err != nil || !w.keepAlive {
+		err = w.finish(keepAlive)
+		for _, fn := range w.after {
+			fn()
+		}
+		if err != nil || !w.keepAlive {
 			return
 		}
 		c.mu.Lock()
@@ -332,6 +344,18 @@ type responseWriter struct {
 	hijacked    bool
 	keepAlive   bool
 	wroteHeader bool
+	after       []func()
+}
+
+// AfterResponse runs fn once the response being written on w has been sent (or has failed),
+// e.g. to exit a server only after it has answered the request that asked it to. Outside an
+// httpwire handler fn runs at once.
+func AfterResponse(w http.ResponseWriter, fn func()) {
+	if rw, ok := w.(*responseWriter); ok {
+		rw.after = append(rw.after, fn)
+		return
+	}
+	fn()
 }
 
 func (w *responseWriter) Header() http.Header { return w.header }

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshdrain/meshdrain/pkg/status"
+)
+
+type checkOptions struct {
+	sidecar                  sidecarFlags
+	output                   string
+	minSignal                string
+	gracePeriod              time.Duration
+	appDrain                 time.Duration
+	terminationDrainDuration time.Duration
+}
+
+func newCheckCommand(s streams) *cobra.Command {
+	o := checkOptions{
+		sidecar:   defaultSidecarFlags(),
+		output:    status.OutputText,
+		minSignal: string(status.MinRequests),
+		appDrain:  defaultPrestopOptions().appDrain,
+	}
+	cmd := &cobra.Command{
+		Use:   "check [flags]",
+		Short: "Smoke-check a pod for CI or readiness: exit 0 only if prestop will find a request-level signal",
+		Long: `check verifies that meshdrain prestop can do its job in this pod:
+
+  - the Envoy admin API answers (--admin),
+  - the server is LIVE,
+  - a request-level inbound signal (HTTP or inbound-cluster request counters) exists for every
+    --port given, or for at least one inbound port; --min-signal completions or connections
+    also accepts istio_requests_total or connection counts,
+  - with --grace-period: prestop's deadline (grace - app-drain - 1s) leaves time, and with
+    --termination-drain-duration the classic sidecar outlives the app (the sidecar cannot tell
+    its own terminationDrainDuration: pass the value of the pod's proxy config).
+
+Each problem is printed with its fix (e.g. the exact sidecar.istio.io/statsInclusionPrefixes
+annotation). Exit codes: 0 passed; 1 a problem was found; 2 bad flags.
+Every flag can also be set as MESHDRAIN_<FLAG>, so a pod configured for prestop through its
+environment is checked with the same settings.`,
+		Example: `  # In CI, after deploying (fails with the annotation to add when Istio hides the stats):
+  kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080
+
+  # Also verify the termination timing of a classic Istio sidecar:
+  meshdrain check --grace-period 30s --app-drain 5s --termination-drain-duration 30s
+
+  # Accept istio_requests_total when request-level stats cannot be enabled, as JSON:
+  meshdrain check --min-signal completions -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd, os.LookupEnv); err != nil {
+				return err
+			}
+			return runCheck(cmd, s, o)
+		},
+	}
+	f := cmd.Flags()
+	o.sidecar.bind(f)
+	f.StringVarP(&o.output, "output", "o", o.output, "text or json")
+	f.StringVar(&o.minSignal, "min-signal", o.minSignal, "weakest signal accepted: requests, completions or connections")
+	f.DurationVar(&o.gracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds: enables the timing checks")
+	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM (as prestop's --app-drain)")
+	f.DurationVar(&o.terminationDrainDuration, "termination-drain-duration", 0, "the pod's proxy config terminationDrainDuration (classic sidecars), to verify it outlives the app")
+	return cmd
+}
+
+func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
+	output, err := status.ParseOutput(o.output)
+	if err != nil {
+		return usageError("-o: %v", err)
+	}
+	minSignal, err := status.ParseMinSignal(o.minSignal)
+	if err != nil {
+		return usageError("--min-signal: %v", err)
+	}
+	if o.gracePeriod < 0 || o.appDrain < 0 || o.terminationDrainDuration < 0 {
+		return usageError("--grace-period, --app-drain and --termination-drain-duration must not be negative")
+	}
+	if o.terminationDrainDuration > 0 && o.gracePeriod == 0 {
+		return usageError("--termination-drain-duration is judged against the app's latest exit: give --grace-period too")
+	}
+	client, sel, err := o.sidecar.client()
+	if err != nil {
+		return err
+	}
+	res, err := status.Check(cmd.Context(), client, s.out, status.CheckOptions{
+		AdminURL:                 client.URL(),
+		Selector:                 sel,
+		MinSignal:                minSignal,
+		GracePeriod:              o.gracePeriod,
+		AppDrain:                 o.appDrain,
+		TerminationDrainDuration: o.terminationDrainDuration,
+		Output:                   output,
+		Timeout:                  o.sidecar.connectTimeout,
+	})
+	if err != nil {
+		return &ExitError{Code: ExitFailure, Err: err}
+	}
+	if !res.OK {
+		// The problems and their fixes are already on stdout.
+		return &ExitError{Code: ExitFailure}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/inbound"
+)
+
+func TestCheckCommandExitCodes(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  envoysim.Config
+		args []string
+		code int
+		want string
+	}{
+		{"istio", envoysim.Config{Profile: envoysim.ProfileIstio}, []string{"--port", "8080"}, ExitOK, "check passed"},
+		{"istio-legacy", envoysim.Config{Profile: envoysim.ProfileIstioLegacy}, nil, ExitOK, "check passed"},
+		{"envoy named", envoysim.Config{Profile: envoysim.ProfileEnvoy}, []string{"--cluster", "service_a"}, ExitOK, "cluster-requests"},
+		{"envoy unnamed", envoysim.Config{Profile: envoysim.ProfileEnvoy}, nil, ExitFailure, "--cluster NAME"},
+		{"istio-default", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, []string{"--port", "8080"}, ExitFailure, "fix: " + inbound.MissingStatsHint},
+		{"istio-default relaxed", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, []string{"--min-signal", "completions"}, ExitOK, "WARN"},
+		{"short terminationDrainDuration", envoysim.Config{}, []string{"--grace-period", "30s", "--app-drain", "5s", "--termination-drain-duration", "5s"},
+			ExitFailure, `proxy.istio.io/config: '{"terminationDrainDuration": "30s"}'`},
+		{"grace period unverifiable", envoysim.Config{}, []string{"--grace-period", "30s"}, ExitOK, "cannot be read from the sidecar"},
+		{"draining", envoysim.Config{}, nil, ExitFailure, "server state DRAINING"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sim := startSim(t, c.cfg, 2)
+			if c.name == "draining" {
+				if code, _ := adminPost(t, sim.AdminURL()+"/healthcheck/fail"); code != 200 {
+					t.Fatalf("healthcheck/fail: %d", code)
+				}
+			}
+			code, out, errOut := runMain(t, append([]string{"check", "--admin", sim.AdminURL()}, c.args...)...)
+			if code != c.code || !strings.Contains(out, c.want) {
+				t.Errorf("exit %d (want %d), output lacks %q:\n%s%s", code, c.code, c.want, out, errOut)
+			}
+		})
+	}
+}
+
+func TestCheckCommandJSON(t *testing.T) {
+	sim := startSim(t, envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, 0)
+	code, out, _ := runMain(t, "check", "--admin", sim.AdminURL(), "-o", "json")
+	if code != ExitFailure {
+		t.Errorf("exit %d, want 1", code)
+	}
+	var doc struct {
+		OK     bool `json:"ok"`
+		Checks []struct {
+			Name, Status, Message, Fix string
+		} `json:"checks"`
+		Status struct {
+			Signal string `json:"signal"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if doc.OK || doc.Status.Signal != "none" {
+		t.Errorf("got %+v", doc)
+	}
+	found := false
+	for _, c := range doc.Checks {
+		if c.Status == "fail" && strings.Contains(c.Fix, "sidecar.istio.io/statsInclusionPrefixes") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no failed check with the annotation fix: %s", out)
+	}
+}
+
+func TestCheckCommandUnreachable(t *testing.T) {
+	url := closedAdminURL(t)
+	code, out, _ := runMain(t, "check", "--admin", url)
+	if code != ExitFailure || !strings.Contains(out, "admin API at "+url+" not reachable: is this a pod with an Envoy sidecar? is the admin port 15000?") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestCheckCommandUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"check", "--min-signal", "bytes"},
+		{"check", "-o", "yaml"},
+		{"check", "--termination-drain-duration", "5s"},
+		{"check", "--grace-period", "-1s"},
+		{"check", "--connect-timeout", "0s"},
+	} {
+		if code, _, errOut := runMain(t, args...); code != ExitUsage || errOut == "" {
+			t.Errorf("%v: exit %d (stderr %q), want %d with a message", args, code, errOut, ExitUsage)
+		}
+	}
+}
+
+func adminPost(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}

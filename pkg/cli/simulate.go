@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshdrain/meshdrain/pkg/podsim"
+)
+
+type simulateOptions struct {
+	strategies       []string
+	sidecars         []string
+	terminationDrain time.Duration
+	drainDuration    time.Duration
+	minDrainDuration time.Duration
+	qps              float64
+	clients          int
+	threads          int
+	p99              time.Duration
+	appShutdown      string
+	edsLag           string
+	retries          int
+	routeTimeout     time.Duration
+	gracePeriod      time.Duration
+	warmup           time.Duration
+	appDrain         time.Duration
+	quiet            time.Duration
+	poll             time.Duration
+	timeScale        float64
+	seed             uint64
+	meshdrainBin     string
+	output           string
+	maxFailures      int
+}
+
+func defaultSimulateOptions() simulateOptions {
+	sc := podsim.UserScenario()
+	var strategies []string
+	for _, s := range podsim.DefaultStrategies() {
+		strategies = append(strategies, s.String())
+	}
+	return simulateOptions{
+		strategies:       strategies,
+		sidecars:         []string{"istio-default", "recommended"},
+		terminationDrain: 5 * time.Second,
+		drainDuration:    45 * time.Second,
+		minDrainDuration: 5 * time.Second,
+		qps:              sc.QPS,
+		clients:          sc.Clients,
+		threads:          sc.Threads,
+		p99:              sc.P99,
+		appShutdown:      string(sc.AppShutdown),
+		edsLag:           sc.EDSLag.String(),
+		retries:          sc.Retries,
+		routeTimeout:     sc.RouteTimeout,
+		gracePeriod:      sc.GracePeriod,
+		warmup:           sc.Warmup,
+		appDrain:         sc.AppDrain,
+		quiet:            sc.Quiet,
+		poll:             sc.Poll,
+		timeScale:        sc.TimeScale,
+		seed:             sc.Seed,
+		output:           "table",
+		maxFailures:      -1,
+	}
+}
+
+func newSimulateCommand(s streams) *cobra.Command {
+	o := defaultSimulateOptions()
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Replay a pod's termination on this machine and compare preStop strategies",
+		Long: `simulate deletes a simulated pod while its clients are sending, and measures what each preStop
+strategy does to their requests. Everything is real and on loopback: an app with a bounded
+worker pool, its Envoy sidecar (an emulator with pilot-agent's termination modes), client
+sidecars that keep sending until their own endpoint-propagation (EDS) lag has passed and
+retry like Istio (connect-failure and 503 on another replica, not a request cut in flight),
+and a kubelet that runs the preStop, sends SIGTERM and SIGKILLs at the grace period. The
+meshdrain strategy runs this very binary as the preStop.
+
+With no flags it replays the user's rollout (800 QPS, P99 450ms, 200 threads, grace period
+30s, Istio 1.19 classic sidecar) for none, sleep:5s, sleep:15s and meshdrain, under Istio's
+defaults and under the configuration 'meshdrain plan' recommends. Every duration is
+multiplied by --time-scale; the same --seed replays the same requests for every strategy.
+
+--sidecar takes istio-default, recommended, or classic | exit-on-zero | native with the
+Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
+
+Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad flags.`,
+		Example: `  # The user's rollout, every strategy, Istio defaults vs the recommended sidecar:
+  meshdrain simulate
+
+  # CI smoke check: fail when meshdrain with the recommended sidecar loses a request.
+  meshdrain simulate --strategy meshdrain --sidecar recommended --time-scale 0.1 --max-failures 0
+
+  # Raw failures without Istio's retries, as JSON:
+  meshdrain simulate --retries 0 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := o.build()
+			if err != nil {
+				return err
+			}
+			return runSimulate(cmd, s, o, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain")
+	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended, classic, exit-on-zero, native")
+	f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "Istio terminationDrainDuration, for --sidecar classic")
+	f.DurationVar(&o.drainDuration, "drain-duration", o.drainDuration, "Istio drainDuration (Envoy --drain-time-s), for --sidecar classic, exit-on-zero, native")
+	f.DurationVar(&o.minDrainDuration, "min-drain-duration", o.minDrainDuration, "Istio MINIMUM_DRAIN_DURATION, for --sidecar exit-on-zero")
+	f.Float64Var(&o.qps, "qps", o.qps, "requests per second the clients send to the pod together (open loop)")
+	f.IntVar(&o.clients, "clients", o.clients, "client sidecars, each with its own connections and EDS lag")
+	f.IntVar(&o.threads, "threads", o.threads, "the app's worker pool (Tomcat maxThreads)")
+	f.DurationVar(&o.p99, "p99", o.p99, "the app's P99 latency (median P99/4.5, lognormal)")
+	f.StringVar(&o.appShutdown, "app-shutdown", o.appShutdown, "the app on SIGTERM: graceful (finish in-flight requests) or immediate")
+	f.StringVar(&o.edsLag, "eds-lag", o.edsLag, "time until each client stops sending to the pod: a duration or p50=D,p99=D (lognormal)")
+	f.IntVar(&o.retries, "retries", o.retries, "client retries (Istio default 2); 0 shows raw failures")
+	f.DurationVar(&o.routeTimeout, "route-timeout", o.routeTimeout, "client route timeout (0: none, Istio's default)")
+	f.DurationVar(&o.gracePeriod, "grace-period", o.gracePeriod, "terminationGracePeriodSeconds")
+	f.DurationVar(&o.warmup, "warmup", o.warmup, "steady traffic before the pod is deleted")
+	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "meshdrain --app-drain")
+	f.DurationVar(&o.quiet, "quiet", o.quiet, "meshdrain --quiet")
+	f.DurationVar(&o.poll, "poll", o.poll, "meshdrain --poll")
+	f.Float64Var(&o.timeScale, "time-scale", o.timeScale, "multiply every duration by this (0 < scale <= 1); the real request rate is --qps / --time-scale")
+	f.Uint64Var(&o.seed, "seed", o.seed, "random seed: the same seed replays the same requests and lags")
+	f.StringVar(&o.meshdrainBin, "meshdrain-bin", "", "meshdrain binary run as the preStop (default: this executable)")
+	f.StringVarP(&o.output, "output", "o", o.output, "table or json")
+	f.IntVar(&o.maxFailures, "max-failures", o.maxFailures, "exit 1 when a run has more client failures than this (-1: never)")
+	return cmd
+}
+
+// build turns the flags into the runs to make.
+func (o simulateOptions) build() (podsim.Options, error) {
+	var opts podsim.Options
+	if o.output != "table" && o.output != "json" {
+		return opts, usageError("-o %q: want table or json", o.output)
+	}
+	lag, err := podsim.ParseDist(o.edsLag)
+	if err != nil {
+		return opts, usageError("--eds-lag: %v", err)
+	}
+	sc := podsim.Scenario{
+		QPS: o.qps, Clients: o.clients, Threads: o.threads, P99: o.p99,
+		AppShutdown: podsim.AppShutdown(o.appShutdown), EDSLag: lag, Retries: o.retries,
+		RouteTimeout: o.routeTimeout, GracePeriod: o.gracePeriod, Warmup: o.warmup, Port: 8080,
+		AppDrain: o.appDrain, Quiet: o.quiet, Poll: o.poll, TimeScale: o.timeScale, Seed: o.seed,
+		MeshdrainBinary: o.meshdrainBin,
+	}
+	if err := sc.Validate(); err != nil {
+		return opts, usageError("%v", err)
+	}
+	opts.Scenario = sc
+	for _, name := range o.strategies {
+		strat, err := podsim.ParseStrategy(name)
+		if err != nil {
+			return opts, usageError("--strategy: %v", err)
+		}
+		opts.Strategies = append(opts.Strategies, strat)
+		if strat.Kind == podsim.StrategyMeshdrain && opts.Scenario.MeshdrainBinary == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return opts, fmt.Errorf("find this executable to run as the preStop (or pass --meshdrain-bin): %w", err)
+			}
+			opts.Scenario.MeshdrainBinary = exe
+		}
+	}
+	for _, name := range o.sidecars {
+		switch strings.TrimSpace(name) {
+		case "istio-default":
+			opts.Sidecars = append(opts.Sidecars, podsim.IstioDefaultSidecar())
+		case "recommended":
+			spec, err := podsim.RecommendedSidecar(sc)
+			if err != nil {
+				return opts, usageError("--sidecar recommended: %v", err)
+			}
+			opts.Sidecars = append(opts.Sidecars, spec)
+		case string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative):
+			opts.Sidecars = append(opts.Sidecars, podsim.ModeSidecar(podsim.SidecarMode(strings.TrimSpace(name)), o.terminationDrain, o.drainDuration, o.minDrainDuration))
+		default:
+			return opts, usageError("--sidecar %q: want istio-default, recommended, classic, exit-on-zero or native", name)
+		}
+	}
+	return opts, nil
+}
+
+// runSimulate runs the simulation, prints the report, and applies --max-failures.
+func runSimulate(cmd *cobra.Command, s streams, o simulateOptions, opts podsim.Options) error {
+	opts.Progress = func(r podsim.Result) {
+		fmt.Fprintf(s.err, "simulate: %s / %s: %d requests, %d sidecar 5xx, %d client failures, app stopped at %.2fs, pod gone at %.2fs\n",
+			r.Strategy, r.Sidecar, r.Requests, r.Sidecar5xx, r.ClientFailures, r.AppStopS, r.PodGoneS)
+	}
+	started := time.Now()
+	results, err := podsim.Run(cmd.Context(), opts)
+	if err != nil {
+		if cmd.Context().Err() != nil {
+			return &ExitError{Code: ExitSignaled, Err: fmt.Errorf("simulate interrupted: %w", err)}
+		}
+		return fmt.Errorf("simulate: %w", err)
+	}
+	report := podsim.NewReport(opts.Scenario, opts.Sidecars, results, time.Since(started))
+	if o.output == "json" {
+		err = report.WriteJSON(s.out)
+	} else {
+		err = report.WriteTable(s.out)
+	}
+	if err != nil {
+		return err
+	}
+	if o.maxFailures >= 0 {
+		var over []string
+		for _, r := range results {
+			if r.ClientFailures > o.maxFailures {
+				over = append(over, fmt.Sprintf("%s/%s lost %d", r.Strategy, r.Sidecar, r.ClientFailures))
+			}
+		}
+		if len(over) > 0 {
+			return &ExitError{Code: ExitFailure, Err: fmt.Errorf("more than %d client failures: %s", o.maxFailures, strings.Join(over, ", "))}
+		}
+	}
+	return nil
+}

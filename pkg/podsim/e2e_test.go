@@ -1,0 +1,93 @@
+package podsim_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/podsim"
+)
+
+// TestSimulateEndToEnd builds meshdrain, runs `meshdrain simulate` with it (so the preStop
+// under test is the real binary, exec'd by the simulator's kubelet) at a small time scale,
+// and checks the claims the README makes from the default table.
+func TestSimulateEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary and runs the simulator")
+	}
+	bin := filepath.Join(t.TempDir(), "meshdrain")
+	build := exec.Command("go", "build", "-o", bin, "github.com/meshdrain/meshdrain/cmd/meshdrain")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	const (
+		timeScale = 0.2
+		quiet     = time.Second
+		poll      = 200 * time.Millisecond
+		// slack covers what happens after meshdrain has decided: its process exiting and the
+		// kubelet sending SIGTERM (a few milliseconds of real time, divided by the scale).
+		slack = 0.1
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The user's scenario at half the rate (and half the clients, so each client's rate and
+	// thus the gaps the quiet window must bridge are unchanged), to stay light on a shared CI
+	// machine.
+	cmd := exec.CommandContext(ctx, bin, "simulate", "-o", "json", "--meshdrain-bin", bin,
+		"--time-scale", "0.2", "--qps", "400", "--clients", "25",
+		"--quiet", quiet.String(), "--poll", poll.String())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	started := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	t.Logf("simulate took %v:\n%s", time.Since(started).Round(time.Millisecond), stderr.String())
+
+	var report podsim.Report
+	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
+		t.Fatalf("decode %q: %v", stdout.String(), err)
+	}
+	results := map[string]podsim.Result{}
+	for _, r := range report.Results {
+		results[r.Strategy+"/"+r.Sidecar] = r
+		if len(r.Warnings) > 0 {
+			t.Logf("%s/%s timing warnings: %v", r.Strategy, r.Sidecar, r.Warnings)
+		}
+	}
+	if len(results) != 8 {
+		t.Fatalf("%d results, want 4 strategies × 2 sidecars", len(results))
+	}
+
+	md, ok := results["meshdrain/recommended"]
+	if !ok {
+		t.Fatal("no meshdrain/recommended result")
+	}
+	if md.Sidecar5xx != 0 || md.ClientFailures != 0 {
+		t.Errorf("meshdrain with the recommended sidecar: %d sidecar 5xx, %d client failures; want 0 and 0", md.Sidecar5xx, md.ClientFailures)
+	}
+	if md.Meshdrain == nil || md.Meshdrain.Reason != "quiet" {
+		t.Errorf("meshdrain's final event = %+v, want reason quiet", md.Meshdrain)
+	}
+	bound := md.LastClientLagS + quiet.Seconds() + 2*poll.Seconds() + slack
+	if md.AppStopS > bound {
+		t.Errorf("meshdrain told the app to stop at %.2fs, later than last EDS lag %.2fs + quiet + 2 polls (%.2fs)", md.AppStopS, md.LastClientLagS, bound)
+	}
+	if md.AppStopS < md.LastClientLagS {
+		t.Errorf("meshdrain told the app to stop at %.2fs, before the last client stopped at %.2fs", md.AppStopS, md.LastClientLagS)
+	}
+	if s15 := results["sleep:15s/recommended"]; s15.AppStopS <= md.AppStopS {
+		t.Errorf("sleep:15s stopped the app at %.2fs, not later than meshdrain's %.2fs", s15.AppStopS, md.AppStopS)
+	}
+	for _, name := range []string{"none/istio-default", "sleep:5s/istio-default", "sleep:15s/istio-default", "meshdrain/istio-default",
+		"none/recommended", "sleep:5s/recommended", "sleep:15s/recommended", "meshdrain/recommended"} {
+		r := results[name]
+		t.Logf("%-24s requests %d, sidecar 5xx %d, client failures %d %v, app stop %.2fs, pod gone %.2fs",
+			name, r.Requests, r.Sidecar5xx, r.ClientFailures, r.FailuresByKind, r.AppStopS, r.PodGoneS)
+	}
+}

@@ -1,0 +1,303 @@
+// Package podsim replays one pod's termination on one machine: an app with a bounded worker
+// pool, its Envoy sidecar (the envoysim emulator), client sidecars that keep sending until
+// their own endpoint-propagation lag has passed and that retry like Istio, and a kubelet that
+// runs the app's preStop, signals each container and SIGKILLs what is left at the grace
+// period. Everything talks real HTTP on loopback, and the preStop "meshdrain" is the real
+// binary, so that what a strategy does to traffic is measured rather than argued.
+//
+// It exists because the failure it shows (requests refused or cut while clients still send
+// to a terminating pod) only appears from the interleaving of independent clocks: the
+// clients' lags, the app's preStop, pilot-agent's termination timer and the kubelet's grace
+// period. A model that runs them for real, at a reduced time scale, is the cheapest honest
+// way to compare preStop strategies before touching production, and a CI smoke check.
+package podsim
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/plan"
+)
+
+// Scenario is the pod and its world. Every duration is in pod time, as the operator states
+// it; Run multiplies them by TimeScale.
+type Scenario struct {
+	// QPS is the rate the clients together send to the pod (open loop: arrivals do not wait
+	// for earlier responses, as independent callers do not).
+	QPS float64
+	// Clients is the number of client sidecars; each has its own keep-alive pool and its own
+	// endpoint-propagation lag.
+	Clients int
+	// Threads is the app's worker pool (Tomcat maxThreads).
+	Threads int
+	// P99 is the app's 99th-percentile latency.
+	P99 time.Duration
+	// AppShutdown is what the app does on SIGTERM.
+	AppShutdown AppShutdown
+	// EDSLag is the distribution of the time from t0 until one client stops sending to the pod.
+	EDSLag Dist
+	// Retries is the client's retry budget (Istio default 2); 0 shows raw failures.
+	Retries int
+	// RouteTimeout is the client's route timeout; 0 means none, Istio's default.
+	RouteTimeout time.Duration
+	// GracePeriod is terminationGracePeriodSeconds.
+	GracePeriod time.Duration
+	// Warmup is the steady-state traffic before t0, so connections and the worker pool are
+	// in use when the pod is deleted.
+	Warmup time.Duration
+	// Port is the app's target port, as the sidecar's stat names carry it.
+	Port int
+
+	// AppDrain, Quiet and Poll are meshdrain's --app-drain, --quiet and --poll.
+	AppDrain, Quiet, Poll time.Duration
+
+	// TimeScale multiplies every duration above (and the sidecar's); 1 is real time.
+	TimeScale float64
+	// Seed fixes the clients' arrivals, latencies and lags. The same draws are used for
+	// every strategy, so differences between rows come from the strategy alone.
+	Seed uint64
+	// MeshdrainBinary is the meshdrain executable run as the "meshdrain" preStop.
+	MeshdrainBinary string
+}
+
+// UserScenario is the reference scenario of domain.md §5 (the user's report): 800 QPS,
+// P99 450ms, 200 Tomcat threads, graceful Spring Boot shutdown, grace period 30s. The EDS
+// lag (median 1.5s, P99 12s) is not in the report; it is chosen so that the report's pattern
+// is plausible: most clients stop within 1-3s, about one in ten after 5s, a rare one after 15s.
+func UserScenario() Scenario {
+	return Scenario{
+		QPS:         800,
+		Clients:     50,
+		Threads:     200,
+		P99:         450 * time.Millisecond,
+		AppShutdown: AppGraceful,
+		EDSLag:      Dist{Median: 1500 * time.Millisecond, P99: 12 * time.Second},
+		Retries:     2,
+		GracePeriod: 30 * time.Second,
+		Warmup:      2 * time.Second,
+		Port:        8080,
+		AppDrain:    5 * time.Second,
+		Quiet:       time.Second,
+		Poll:        200 * time.Millisecond,
+		TimeScale:   0.25,
+		Seed:        1,
+	}
+}
+
+// Validate reports every impossible setting at once.
+func (sc Scenario) Validate() error {
+	var errs []error
+	if sc.QPS <= 0 {
+		errs = append(errs, errors.New("qps must be > 0"))
+	}
+	if sc.Clients <= 0 {
+		errs = append(errs, errors.New("clients must be > 0"))
+	}
+	if sc.Threads <= 0 {
+		errs = append(errs, errors.New("threads must be > 0"))
+	}
+	if sc.P99 <= 0 {
+		errs = append(errs, errors.New("p99 must be > 0"))
+	}
+	if sc.AppShutdown != AppGraceful && sc.AppShutdown != AppImmediate {
+		errs = append(errs, fmt.Errorf("app shutdown %q is not graceful or immediate", sc.AppShutdown))
+	}
+	if sc.Retries < 0 {
+		errs = append(errs, errors.New("retries must not be negative"))
+	}
+	if sc.GracePeriod <= 0 {
+		errs = append(errs, errors.New("grace period must be > 0"))
+	}
+	if sc.TimeScale <= 0 || sc.TimeScale > 1 {
+		errs = append(errs, fmt.Errorf("time scale %g must be in (0, 1]", sc.TimeScale))
+	}
+	if sc.Port <= 0 || sc.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port %d out of range", sc.Port))
+	}
+	if sc.Warmup < 0 || sc.RouteTimeout < 0 || sc.AppDrain < 0 || sc.Quiet <= 0 || sc.Poll <= 0 {
+		errs = append(errs, errors.New("warmup, route timeout and app drain must not be negative; quiet and poll must be > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// scale turns a pod-time duration into the real duration the run waits.
+func (sc Scenario) scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * sc.TimeScale)
+}
+
+// AppShutdown is the app's reaction to SIGTERM.
+type AppShutdown string
+
+const (
+	// AppGraceful is Spring Boot's server.shutdown=graceful: stop accepting, finish the
+	// requests in hand, exit.
+	AppGraceful AppShutdown = "graceful"
+	// AppImmediate closes every connection at once, cutting requests in flight.
+	AppImmediate AppShutdown = "immediate"
+)
+
+// StrategyKind is the app container's preStop.
+type StrategyKind string
+
+const (
+	// StrategyNone is no preStop: SIGTERM at t0.
+	StrategyNone StrategyKind = "none"
+	// StrategySleep is "preStop: sleep N".
+	StrategySleep StrategyKind = "sleep"
+	// StrategyMeshdrain is "preStop: meshdrain prestop ...".
+	StrategyMeshdrain StrategyKind = "meshdrain"
+)
+
+// Strategy is one preStop under test.
+type Strategy struct {
+	Kind  StrategyKind
+	Sleep time.Duration // StrategySleep only
+}
+
+// String is the name used in the output: none, sleep:5s, meshdrain.
+func (s Strategy) String() string {
+	if s.Kind == StrategySleep {
+		return "sleep:" + fmtD(s.Sleep)
+	}
+	return string(s.Kind)
+}
+
+// ParseStrategy reads none, sleep:<duration> or meshdrain.
+func ParseStrategy(s string) (Strategy, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == string(StrategyNone):
+		return Strategy{Kind: StrategyNone}, nil
+	case s == string(StrategyMeshdrain):
+		return Strategy{Kind: StrategyMeshdrain}, nil
+	case strings.HasPrefix(s, "sleep:"):
+		d, err := time.ParseDuration(strings.TrimPrefix(s, "sleep:"))
+		if err != nil || d < 0 {
+			return Strategy{}, fmt.Errorf("strategy %q: want sleep:<duration>, e.g. sleep:5s", s)
+		}
+		return Strategy{Kind: StrategySleep, Sleep: d}, nil
+	}
+	return Strategy{}, fmt.Errorf("strategy %q is not none, sleep:<duration> or meshdrain", s)
+}
+
+// DefaultStrategies are the user's attempts (none, sleep 5, sleep 15) and meshdrain.
+func DefaultStrategies() []Strategy {
+	return []Strategy{
+		{Kind: StrategyNone},
+		{Kind: StrategySleep, Sleep: 5 * time.Second},
+		{Kind: StrategySleep, Sleep: 15 * time.Second},
+		{Kind: StrategyMeshdrain},
+	}
+}
+
+// SidecarMode is how pilot-agent ends the sidecar (domain.md §1).
+type SidecarMode string
+
+const (
+	// SidecarClassic: drain at t0, SIGKILL Envoy terminationDrainDuration later.
+	SidecarClassic SidecarMode = "classic"
+	// SidecarExitOnZero: EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true.
+	SidecarExitOnZero SidecarMode = "exit-on-zero"
+	// SidecarNative: native sidecar, exits once the app container has exited.
+	SidecarNative SidecarMode = "native"
+)
+
+// SidecarSpec is one sidecar configuration under test, with the meshdrain flags that go
+// with it when they differ from meshdrain's defaults.
+type SidecarSpec struct {
+	// Name is the label in the output: istio-default, recommended, or the mode.
+	Name string
+	Mode SidecarMode
+	// TerminationDrainDuration, DrainDuration and MinDrainDuration are Istio's
+	// proxyConfig.terminationDrainDuration, drainDuration and MINIMUM_DRAIN_DURATION.
+	TerminationDrainDuration, DrainDuration, MinDrainDuration time.Duration
+	// GracePeriod overrides the scenario's when the configuration needs a longer one.
+	GracePeriod time.Duration
+	// MeshdrainDeadline and MeshdrainAppDrain are meshdrain's --deadline and --app-drain
+	// for this configuration; zero leaves meshdrain's derivation from the grace period.
+	MeshdrainDeadline, MeshdrainAppDrain time.Duration
+	// Note explains where the numbers come from, for the output.
+	Note string
+}
+
+// IstioDefaultSidecar is the user's sidecar today: Istio 1.19 classic injection with
+// terminationDrainDuration 5s and drainDuration 45s.
+func IstioDefaultSidecar() SidecarSpec {
+	return SidecarSpec{
+		Name:                     "istio-default",
+		Mode:                     SidecarClassic,
+		TerminationDrainDuration: 5 * time.Second,
+		DrainDuration:            45 * time.Second,
+		MinDrainDuration:         5 * time.Second,
+		Note:                     "classic sidecar, terminationDrainDuration 5s, drainDuration 45s (Istio defaults)",
+	}
+}
+
+// RecommendedSidecar is the configuration meshdrain recommends for sc, taken from
+// `meshdrain plan` (plan.Recommend) so that simulate replays exactly what plan tells the
+// user to set: a classic sidecar whose terminationDrainDuration outlives meshdrain's
+// deadline plus the app's drain, with meshdrain's deadline from the plan. The EDS lag given
+// to the plan is the lag distribution's P99, the "worst expected" lag an operator would
+// quote. The scenario's grace period is kept unless the plan needs more.
+func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
+	p, err := plan.Recommend(plan.Input{
+		P99:                sc.P99,
+		EDSLag:             sc.EDSLag.P99,
+		Quiet:              sc.Quiet,
+		Poll:               sc.Poll,
+		AppDrain:           sc.AppDrain,
+		Sidecar:            plan.Classic,
+		CurrentGracePeriod: sc.GracePeriod,
+		DrainDuration:      45 * time.Second,
+	})
+	if err != nil {
+		return SidecarSpec{}, fmt.Errorf("recommended sidecar: %w", err)
+	}
+	spec := SidecarSpec{
+		Name:                     "recommended",
+		Mode:                     SidecarClassic,
+		TerminationDrainDuration: p.TerminationDrainDuration,
+		DrainDuration:            max(45*time.Second, p.AppExitWorst),
+		MinDrainDuration:         5 * time.Second,
+		MeshdrainDeadline:        p.Deadline,
+		MeshdrainAppDrain:        p.AppDrain,
+	}
+	grace := fmt.Sprintf("grace period kept at %s (the plan needs %s)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
+	if p.GracePeriod > sc.GracePeriod {
+		spec.GracePeriod = p.GracePeriod
+		grace = fmt.Sprintf("grace period raised from %s to %s (the plan needs it)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
+	}
+	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s; %s. From meshdrain plan with eds-lag %s",
+		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), grace, fmtD(sc.EDSLag.P99))
+	return spec, nil
+}
+
+// ModeSidecar is a sidecar in the given mode with Istio's knobs as the user sets them.
+func ModeSidecar(mode SidecarMode, terminationDrain, drain, minDrain time.Duration) SidecarSpec {
+	spec := SidecarSpec{
+		Name:                     string(mode),
+		Mode:                     mode,
+		TerminationDrainDuration: terminationDrain,
+		DrainDuration:            drain,
+		MinDrainDuration:         minDrain,
+	}
+	switch mode {
+	case SidecarClassic:
+		spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s, drainDuration %s", fmtD(terminationDrain), fmtD(drain))
+	case SidecarExitOnZero:
+		spec.Note = fmt.Sprintf("EXIT_ON_ZERO_ACTIVE_CONNECTIONS, MINIMUM_DRAIN_DURATION %s, drainDuration %s", fmtD(minDrain), fmtD(drain))
+	case SidecarNative:
+		spec.Note = fmt.Sprintf("native sidecar (exits after the app), drainDuration %s", fmtD(drain))
+	}
+	return spec
+}
+
+// grace is the grace period that applies under spec.
+func (sc Scenario) grace(spec SidecarSpec) time.Duration {
+	if spec.GracePeriod > 0 {
+		return spec.GracePeriod
+	}
+	return sc.GracePeriod
+}

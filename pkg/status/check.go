@@ -1,0 +1,360 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/plan"
+)
+
+// MinSignal is the weakest inbound signal a check accepts. The default, requests, is what
+// lets prestop end on the deterministic rule; the weaker ones are for pods that knowingly
+// accept a lagging or connection-level wait.
+type MinSignal string
+
+// Accepted --min-signal values.
+const (
+	MinRequests    MinSignal = "requests"    // http-requests or cluster-requests
+	MinCompletions MinSignal = "completions" // ... or completed-requests (istio_requests_total)
+	MinConnections MinSignal = "connections" // ... or virtualInbound connections
+)
+
+// ParseMinSignal validates a --min-signal value.
+func ParseMinSignal(s string) (MinSignal, error) {
+	switch m := MinSignal(s); m {
+	case MinRequests, MinCompletions, MinConnections:
+		return m, nil
+	}
+	return "", fmt.Errorf("min signal %q: want requests, completions or connections", s)
+}
+
+// accepts reports whether sig is at least m.
+func (m MinSignal) accepts(sig inbound.Signal) bool {
+	if sig == inbound.SignalNone {
+		return false
+	}
+	limit := inbound.SignalClusterRequests
+	switch m {
+	case MinCompletions:
+		limit = inbound.SignalCompletedRequests
+	case MinConnections:
+		limit = inbound.SignalConnections
+	}
+	return sig.Rank() <= limit.Rank()
+}
+
+// CheckOptions configure one check.
+type CheckOptions struct {
+	AdminURL  string
+	Selector  inbound.Selector
+	MinSignal MinSignal // default MinRequests
+	// GracePeriod is the pod's terminationGracePeriodSeconds (0: not given, the timing
+	// checks are skipped). AppDrain is prestop's --app-drain; together they give prestop's
+	// deadline, grace - app-drain - 1s.
+	GracePeriod, AppDrain time.Duration
+	// TerminationDrainDuration is pilot-agent's setting from the pod's proxy config (0: not
+	// given). No admin endpoint shows it, so it can only be verified when the operator says it.
+	TerminationDrainDuration time.Duration
+	Output                   string
+	Timeout                  time.Duration // bounds the admin calls; default 2s
+	Clock                    clock.Clock
+}
+
+// Check outcomes.
+const (
+	Pass = "ok"
+	Fail = "fail"
+	Warn = "warn"
+)
+
+// Item is one rule's outcome; a failed one says how to fix it.
+type Item struct {
+	Name    string `json:"name"`
+	Status  string `json:"status"`
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// CheckResult is the whole check: OK when no item failed.
+type CheckResult struct {
+	OK        bool      `json:"ok"`
+	Admin     string    `json:"admin"`
+	MinSignal MinSignal `json:"min_signal"`
+	Checks    []Item    `json:"checks"`
+	// Status is the sample the rules judged; nil when the admin API could not be read.
+	Status *Report `json:"status"`
+}
+
+// Problems returns the failed items.
+func (c CheckResult) Problems() []Item {
+	var out []Item
+	for _, it := range c.Checks {
+		if it.Status == Fail {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// Check runs every rule against the sidecar, writes the outcome to out and returns it. The
+// error is only for options or a failed write: a sidecar that fails the rules is a result.
+func Check(ctx context.Context, admin Admin, out io.Writer, o CheckOptions) (CheckResult, error) {
+	if o.Output == "" {
+		o.Output = OutputText
+	}
+	if _, err := ParseOutput(o.Output); err != nil {
+		return CheckResult{}, err
+	}
+	if o.MinSignal == "" {
+		o.MinSignal = MinRequests
+	}
+	if _, err := ParseMinSignal(string(o.MinSignal)); err != nil {
+		return CheckResult{}, err
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	res := Evaluate(ctx, admin, o)
+	var err error
+	if o.Output == OutputJSON {
+		err = WriteJSON(out, res)
+	} else {
+		err = WriteCheckText(out, res)
+	}
+	return res, err
+}
+
+// Evaluate runs the rules without printing.
+func Evaluate(ctx context.Context, admin Admin, o CheckOptions) CheckResult {
+	if o.MinSignal == "" {
+		o.MinSignal = MinRequests
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	res := CheckResult{Admin: o.AdminURL, MinSignal: o.MinSignal}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	sampleCtx, cancel := context.WithTimeout(ctx, timeout)
+	r, err := Gather(sampleCtx, admin, o.AdminURL, o.Selector, o.Clock.Now())
+	cancel()
+	var unreachable *UnreachableError
+	switch {
+	case errors.As(err, &unreachable):
+		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Fail,
+			Message: fmt.Sprintf("admin API at %s not reachable: is this a pod with an Envoy sidecar? is the admin port 15000?", o.AdminURL),
+			Fix: fmt.Sprintf("run the check in the pod (kubectl exec POD -c APP -- meshdrain check) or pass --admin http://127.0.0.1:PORT; cause: %v",
+				unreachable.Err)})
+	case err != nil:
+		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Fail,
+			Message: fmt.Sprintf("admin API at %s answered, but its inbound stats could not be read: %v", o.AdminURL, err),
+			Fix:     "check that --admin points at Envoy's admin listener (GET /stats/prometheus must answer)"})
+	default:
+		res.Status = &r
+		version := ""
+		if r.EnvoyVersion != "" {
+			version = " (" + r.EnvoyVersion + ")"
+		}
+		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Pass, Message: fmt.Sprintf("admin API at %s answers%s", o.AdminURL, version)})
+		res.Checks = append(res.Checks, serverStateItem(r))
+		res.Checks = append(res.Checks, signalItems(r, o.MinSignal)...)
+	}
+	res.Checks = append(res.Checks, timingItems(res.Status, o)...)
+	res.OK = len(res.Problems()) == 0
+	return res
+}
+
+func serverStateItem(r Report) Item {
+	it := Item{Name: "server-state", Message: "server state " + r.ServerState}
+	switch r.ServerState {
+	case StateLive:
+		it.Status = Pass
+	case StateDraining:
+		it.Status, it.Fix = Fail, "the sidecar is draining (POST /healthcheck/fail, or the pod is terminating): check a running pod, or POST /healthcheck/ok"
+	case StatePreInitializing, StateInitializing:
+		it.Status, it.Fix = Fail, "the sidecar is still starting: run the check once the pod is Ready"
+	default:
+		it.Status, it.Fix = Fail, "neither /server_info nor the server.state gauge gave a state: is --admin an Envoy admin API?"
+	}
+	return it
+}
+
+// effectiveSignal is the best signal prestop could use for one endpoint: its own
+// request-level stats, else the sidecar-wide completions or connections.
+func effectiveSignal(r Report, p Port) inbound.Signal {
+	if p.Signal != inbound.SignalNone {
+		return p.Signal
+	}
+	if r.CompletedRequestsTotal != nil {
+		return inbound.SignalCompletedRequests
+	}
+	if (r.Listener != nil && r.Listener.ConnectionsActive != nil) || p.ConnectionsActive != nil {
+		return inbound.SignalConnections
+	}
+	return inbound.SignalNone
+}
+
+// fix is how to get request-level stats on this sidecar: the exact setting to change, the
+// explanation being in the item's message.
+func fix(r Report) string {
+	for _, h := range hints(r) {
+		// A wrong --port or a wrong cluster / prefix name is fixed on meshdrain's side.
+		if strings.Contains(h, "check --port") || strings.Contains(h, "under this name") {
+			return h
+		}
+	}
+	if !r.generic && r.Mesh == MeshIstio {
+		return inbound.MissingStatsHint
+	}
+	return hintPlainEnvoy
+}
+
+// signalNote explains what a weaker signal costs prestop.
+func signalNote(sig inbound.Signal) string {
+	switch sig {
+	case inbound.SignalCompletedRequests:
+		return " (istio_requests_total counts a request when it completes, so it lags arrivals by the request latency)"
+	case inbound.SignalConnections:
+		return " (connection counts do not move when a new request arrives on an open keep-alive connection)"
+	}
+	return ""
+}
+
+// signalItems require a signal of at least min for every named port (or cluster / HTTP
+// prefix), or for at least one inbound port when none is named.
+func signalItems(r Report, min MinSignal) []Item {
+	named := r.generic || len(r.portsAsked) > 0
+	if named {
+		var items []Item
+		for _, p := range r.Inbound {
+			label := p.Name
+			if p.Port != nil {
+				label = fmt.Sprintf("port %d", *p.Port)
+			}
+			items = append(items, signalItem(r, label, effectiveSignal(r, p), min))
+		}
+		return items
+	}
+	// Any one port with a request-level signal is enough: take the best endpoint, or the
+	// sidecar-wide signal when no endpoint was found at all.
+	best := r.Signal
+	if len(r.Inbound) > 0 {
+		best = inbound.SignalNone
+		for _, p := range r.Inbound {
+			if sig := effectiveSignal(r, p); sig.Rank() < best.Rank() {
+				best = sig
+			}
+		}
+	}
+	var on []string
+	for _, p := range r.Inbound {
+		if best != inbound.SignalNone && effectiveSignal(r, p) == best {
+			on = append(on, portText(p.Port))
+			if p.Port == nil {
+				on[len(on)-1] = p.Name
+			}
+		}
+	}
+	label := "inbound"
+	if len(on) > 0 {
+		label = "inbound port(s) " + strings.Join(on, ", ")
+	}
+	return []Item{signalItem(r, label, best, min)}
+}
+
+func signalItem(r Report, label string, sig inbound.Signal, min MinSignal) Item {
+	it := Item{Name: "signal"}
+	switch {
+	case min.accepts(sig) && sig.Rank() <= inbound.SignalClusterRequests.Rank():
+		it.Status, it.Message = Pass, fmt.Sprintf("%s: request-level signal %s", label, sig)
+	case min.accepts(sig):
+		it.Status = Warn
+		it.Message = fmt.Sprintf("%s: signal %s accepted by --min-signal %s, but prestop's wait is weaker with it%s", label, sig, min, signalNote(sig))
+		it.Fix = fix(r)
+	case sig == inbound.SignalNone:
+		it.Status, it.Message, it.Fix = Fail, fmt.Sprintf("%s: no inbound signal at all (prestop would fall back to a fixed wait)", label), fix(r)
+	default:
+		it.Status = Fail
+		it.Message = fmt.Sprintf("%s: best signal is %s, below --min-signal %s%s", label, sig, min, signalNote(sig))
+		it.Fix = fix(r)
+	}
+	return it
+}
+
+// timingItems check the pod's termination timing when the grace period is given: prestop's
+// deadline must leave time, and a classic sidecar must outlive the app (domain.md §1).
+func timingItems(r *Report, o CheckOptions) []Item {
+	if o.GracePeriod <= 0 {
+		return nil
+	}
+	deadline := o.GracePeriod - o.AppDrain - time.Second
+	if deadline <= 0 {
+		return []Item{{Name: "deadline", Status: Fail,
+			Message: fmt.Sprintf("grace period %s leaves prestop no time after app drain %s and 1s of margin", o.GracePeriod, o.AppDrain),
+			Fix:     "raise terminationGracePeriodSeconds (meshdrain plan computes it) or lower --app-drain"}}
+	}
+	items := []Item{{Name: "deadline", Status: Pass,
+		Message: fmt.Sprintf("prestop deadline %s (grace %s - app-drain %s - 1s)", deadline, o.GracePeriod, o.AppDrain)}}
+	appExit := deadline + o.AppDrain
+	needed := ceilSecond(appExit + plan.KillMargin)
+	setting := fmt.Sprintf(`set the pod annotation proxy.istio.io/config: '{"terminationDrainDuration": "%ds"}' (needs a pod restart), `+
+		`or use native sidecars or EXIT_ON_ZERO_ACTIVE_CONNECTIONS`, int(needed/time.Second))
+	switch {
+	case o.TerminationDrainDuration > 0 && o.TerminationDrainDuration < needed:
+		items = append(items, Item{Name: "termination-drain-duration", Status: Fail,
+			Message: fmt.Sprintf("terminationDrainDuration %s is shorter than the app's latest exit at t0+%s (prestop deadline %s + app drain %s) plus %s: "+
+				"pilot-agent kills Envoy under the app and requests still in flight are cut", o.TerminationDrainDuration, appExit, deadline, o.AppDrain, plan.KillMargin),
+			Fix: setting})
+	case o.TerminationDrainDuration > 0:
+		items = append(items, Item{Name: "termination-drain-duration", Status: Pass,
+			Message: fmt.Sprintf("terminationDrainDuration %s outlives the app's latest exit at t0+%s", o.TerminationDrainDuration, appExit)})
+	case r != nil && r.Mesh == MeshIstio:
+		items = append(items, Item{Name: "termination-drain-duration", Status: Warn,
+			Message: fmt.Sprintf("terminationDrainDuration cannot be read from the sidecar (it is pilot-agent's, not Envoy's); with Istio's default %s "+
+				"a classic sidecar is killed at t0+%s while the app may run until t0+%s: pass --termination-drain-duration to verify",
+				plan.IstioTerminationDrainDuration, plan.IstioTerminationDrainDuration, appExit),
+			Fix: setting})
+	}
+	if r != nil && r.DrainTime != "" {
+		if drainTime, err := time.ParseDuration(r.DrainTime); err == nil && drainTime < appExit {
+			items = append(items, Item{Name: "drain-time", Status: Warn,
+				Message: fmt.Sprintf("Envoy drain_time %s (Istio drainDuration) ends before the app's latest exit at t0+%s: after the graceful drain "+
+					"at t0 the inbound listeners stop accepting at t0+%s while late clients may still send", drainTime, appExit, drainTime),
+				Fix: fmt.Sprintf(`set proxy.istio.io/config: '{"drainDuration": "%ds"}'`, int(ceilSecond(appExit)/time.Second))})
+		}
+	}
+	return items
+}
+
+func ceilSecond(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
+}
+
+// WriteCheckText writes one line per rule, each failure followed by its fix, and a verdict.
+func WriteCheckText(w io.Writer, res CheckResult) error {
+	var b strings.Builder
+	for _, it := range res.Checks {
+		fmt.Fprintf(&b, "%-5s %s\n", strings.ToUpper(it.Status), it.Message)
+		if it.Fix != "" {
+			fmt.Fprintf(&b, "      fix: %s\n", it.Fix)
+		}
+	}
+	if problems := len(res.Problems()); problems > 0 {
+		fmt.Fprintf(&b, "\ncheck failed: %d problem(s)\n", problems)
+	} else {
+		b.WriteString("\ncheck passed\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

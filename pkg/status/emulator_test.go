@@ -1,0 +1,272 @@
+package status
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
+	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/inbound"
+)
+
+// emulated is a running emulated sidecar with an app behind each inbound port.
+type emulated struct {
+	sim    *envoysim.Sidecar
+	client *envoyadmin.Client
+}
+
+func startEmulated(t *testing.T, cfg envoysim.Config, ports ...int) emulated {
+	t.Helper()
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	t.Cleanup(app.Close)
+	if len(ports) == 0 {
+		ports = []int{8080}
+	}
+	for _, p := range ports {
+		cfg.Inbound = append(cfg.Inbound, envoysim.InboundPort{Port: p, AppAddr: strings.TrimPrefix(app.URL, "http://")})
+	}
+	// Nothing here terminates the sidecar; long drains keep any stray timer harmless.
+	cfg.DrainTime, cfg.TerminationDrainDuration = time.Hour, time.Hour
+	sim, err := envoysim.Start(cfg)
+	if err != nil {
+		t.Fatalf("envoysim.Start: %v", err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	client, err := envoyadmin.New(sim.AdminURL(), envoyadmin.Options{RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return emulated{sim: sim, client: client}
+}
+
+// send makes n requests through the sidecar's inbound port.
+func (e emulated) send(t *testing.T, port, n int) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	for i := 0; i < n; i++ {
+		resp, err := client.Get("http://" + e.sim.InboundAddr(port) + "/")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+}
+
+func (e emulated) statusJSON(t *testing.T, sel inbound.Selector) map[string]any {
+	t.Helper()
+	var out bytes.Buffer
+	if err := Run(context.Background(), e.client, &out, Options{AdminURL: e.sim.AdminURL(), Selector: sel, Output: OutputJSON}); err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("status -o json is not one JSON object: %v\n%s", err, out.String())
+	}
+	return doc
+}
+
+func hintsOf(doc map[string]any) string {
+	var all []string
+	for _, h := range doc["hints"].([]any) {
+		all = append(all, h.(string))
+	}
+	return strings.Join(all, "\n")
+}
+
+func TestStatusAgainstEmulatorProfiles(t *testing.T) {
+	generic := inbound.Selector{Clusters: []string{"service_a"}, HTTPPrefixes: []string{"ingress_http"}}
+	cases := []struct {
+		profile envoysim.Profile
+		sel     inbound.Selector
+		naming  string
+		port    any
+		name    string
+	}{
+		{envoysim.ProfileIstio, inbound.Selector{}, "istio", 8080.0, "inbound|8080||"},
+		{envoysim.ProfileIstioLegacy, inbound.Selector{}, "istio-legacy", 8080.0, "inbound|8080||"},
+		{envoysim.ProfileEnvoy, generic, "envoy", nil, "ingress_http / service_a"},
+	}
+	for _, c := range cases {
+		t.Run(string(c.profile), func(t *testing.T) {
+			e := startEmulated(t, envoysim.Config{Profile: c.profile})
+			e.send(t, 8080, 3)
+			doc := e.statusJSON(t, c.sel)
+			if doc["server_state"] != "LIVE" || doc["naming"] != c.naming || doc["signal"] != "http-requests" {
+				t.Errorf("state %v naming %v signal %v, want LIVE %s http-requests", doc["server_state"], doc["naming"], doc["signal"], c.naming)
+			}
+			in := firstInbound(t, doc)
+			if in["port"] != c.port || in["name"] != c.name {
+				t.Errorf("endpoint port %v name %v, want %v %q", in["port"], in["name"], c.port, c.name)
+			}
+			if in["requests_total"] != 3.0 || in["requests_active"] != 0.0 || in["requests_rate"] != nil {
+				t.Errorf("endpoint %v: want 3 requests, 0 active, no rate on a first sample", in)
+			}
+			if _, ok := in["connections_active"]; !ok {
+				t.Errorf("endpoint %v lacks connections_active", in)
+			}
+			if hints := hintsOf(doc); hints != "" {
+				t.Errorf("unexpected hints: %s", hints)
+			}
+		})
+	}
+}
+
+func TestStatusAgainstEmulatorIstioDefaultInclusion(t *testing.T) {
+	e := startEmulated(t, envoysim.Config{Profile: envoysim.ProfileIstio, Inclusion: envoysim.InclusionIstioDefault})
+	doc := e.statusJSON(t, inbound.Selector{})
+	if doc["signal"] != "none" || doc["mesh"] != "istio" {
+		t.Errorf("before any request: signal %v mesh %v, want none on istio", doc["signal"], doc["mesh"])
+	}
+	if !strings.Contains(hintsOf(doc), inbound.MissingStatsHint) {
+		t.Errorf("hints lack the annotation: %s", hintsOf(doc))
+	}
+
+	e.send(t, 8080, 2)
+	doc = e.statusJSON(t, inbound.Selector{})
+	if doc["signal"] != "completed-requests" || doc["completed_requests_total"] != 2.0 {
+		t.Errorf("after 2 requests: signal %v completed %v, want completed-requests 2", doc["signal"], doc["completed_requests_total"])
+	}
+	if !strings.Contains(hintsOf(doc), "lags arrivals") || !strings.Contains(hintsOf(doc), "statsInclusionPrefixes") {
+		t.Errorf("hints: %s", hintsOf(doc))
+	}
+}
+
+func TestStatusAgainstEmulatorPlainEnvoyNeedsNames(t *testing.T) {
+	e := startEmulated(t, envoysim.Config{Profile: envoysim.ProfileEnvoy})
+	e.send(t, 8080, 1)
+	doc := e.statusJSON(t, inbound.Selector{})
+	if doc["signal"] != "none" || doc["mesh"] != "envoy" {
+		t.Errorf("signal %v mesh %v, want none on envoy", doc["signal"], doc["mesh"])
+	}
+	if hints := hintsOf(doc); !strings.Contains(hints, "--cluster") || strings.Contains(hints, "statsInclusionPrefixes") {
+		t.Errorf("a plain Envoy needs --cluster/--http-prefix, not the Istio annotation: %s", hints)
+	}
+}
+
+func TestStatusAgainstEmulatorDraining(t *testing.T) {
+	e := startEmulated(t, envoysim.Config{})
+	resp, err := http.Post(e.sim.AdminURL()+"/healthcheck/fail", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	doc := e.statusJSON(t, inbound.Selector{})
+	if doc["server_state"] != "DRAINING" || !strings.Contains(hintsOf(doc), "DRAINING") {
+		t.Errorf("state %v hints %s, want DRAINING noted", doc["server_state"], hintsOf(doc))
+	}
+	res := Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL()})
+	if it, _ := item(res, "server-state"); res.OK || it.Status != Fail {
+		t.Errorf("check of a DRAINING server: ok %v, item %+v", res.OK, it)
+	}
+}
+
+func TestStatusAgainstEmulatorTextWatch(t *testing.T) {
+	e := startEmulated(t, envoysim.Config{})
+	e.send(t, 8080, 1)
+	var out bytes.Buffer
+	err := Run(context.Background(), e.client, &out, Options{AdminURL: e.sim.AdminURL(), Watch: true, Interval: 10 * time.Millisecond, Samples: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "rate=0.0") {
+		t.Errorf("want 2 lines, the second with a rate of 0.0:\n%s", out.String())
+	}
+}
+
+func TestCheckAgainstEmulator(t *testing.T) {
+	generic := inbound.Selector{Clusters: []string{"service_a"}, HTTPPrefixes: []string{"ingress_http"}}
+	cases := []struct {
+		name     string
+		cfg      envoysim.Config
+		sel      inbound.Selector
+		min      MinSignal
+		requests int
+		ok       bool
+		fix      string
+	}{
+		{"istio", envoysim.Config{Profile: envoysim.ProfileIstio}, inbound.Selector{Ports: []int{8080}}, "", 0, true, ""},
+		{"istio-legacy", envoysim.Config{Profile: envoysim.ProfileIstioLegacy}, inbound.Selector{Ports: []int{8080}}, "", 0, true, ""},
+		{"envoy with names", envoysim.Config{Profile: envoysim.ProfileEnvoy}, generic, "", 0, true, ""},
+		{"envoy without names", envoysim.Config{Profile: envoysim.ProfileEnvoy}, inbound.Selector{}, "", 1, false, "--cluster NAME"},
+		{"istio-default", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, inbound.Selector{}, "", 1, false, inbound.MissingStatsHint},
+		{"istio-default port", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, inbound.Selector{Ports: []int{8080}}, "", 1, false, inbound.MissingStatsHint},
+		{"istio-default completions", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, inbound.Selector{}, MinCompletions, 1, true, ""},
+		{"istio-default connections idle", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, inbound.Selector{}, MinConnections, 0, false, inbound.MissingStatsHint},
+		{"istio-default with annotation", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault,
+			InclusionPrefixes: []string{"cluster.inbound|", "http.inbound_", "listener.0.0.0.0_15006"}}, inbound.Selector{}, "", 0, true, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := startEmulated(t, c.cfg)
+			e.send(t, 8080, c.requests)
+			var out bytes.Buffer
+			res, err := Check(context.Background(), e.client, &out, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: c.sel, MinSignal: c.min})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.OK != c.ok {
+				t.Errorf("ok = %v, want %v:\n%s", res.OK, c.ok, out.String())
+			}
+			if c.fix != "" && !strings.Contains(out.String(), "fix: "+c.fix) && !strings.Contains(out.String(), c.fix) {
+				t.Errorf("output lacks the fix %q:\n%s", c.fix, out.String())
+			}
+			verdict := "check passed"
+			if !c.ok {
+				verdict = "check failed"
+			}
+			if !strings.Contains(out.String(), verdict) {
+				t.Errorf("output lacks %q:\n%s", verdict, out.String())
+			}
+		})
+	}
+}
+
+func TestCheckAgainstEmulatorPorts(t *testing.T) {
+	e := startEmulated(t, envoysim.Config{}, 8080, 9090)
+	res := Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 9090}}})
+	if !res.OK || len(res.Checks) != 4 {
+		t.Errorf("two good ports: want ok with admin, state and one signal item per port, got %+v", res.Checks)
+	}
+	res = Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 7070}}})
+	it := res.Problems()
+	if res.OK || len(it) != 1 || !strings.Contains(it[0].Message, "port 7070") || !strings.Contains(it[0].Fix, "[8080]") {
+		t.Errorf("a wrong --port must fail alone, naming the ports that have stats: %+v", res.Checks)
+	}
+}
+
+func TestCheckAgainstEmulatorUnreachable(t *testing.T) {
+	e := startEmulated(t, envoysim.Config{})
+	if err := e.sim.Faults().AdminRefuse(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res, err := Check(context.Background(), e.client, &out, CheckOptions{AdminURL: e.sim.AdminURL(), Output: OutputJSON, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || res.Status != nil {
+		t.Errorf("refused admin: ok %v status %v", res.OK, res.Status)
+	}
+	var doc struct {
+		OK     bool   `json:"ok"`
+		Checks []Item `json:"checks"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("check -o json: %v\n%s", err, out.String())
+	}
+	if doc.OK || len(doc.Checks) != 1 || !strings.Contains(doc.Checks[0].Message, "not reachable: is this a pod with an Envoy sidecar? is the admin port 15000?") {
+		t.Errorf("json: %s", out.String())
+	}
+}

@@ -1,0 +1,127 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Output formats of status and check.
+const (
+	OutputText = "text"
+	OutputJSON = "json"
+)
+
+// ParseOutput validates an -o value.
+func ParseOutput(s string) (string, error) {
+	switch s {
+	case OutputText, OutputJSON:
+		return s, nil
+	}
+	return "", fmt.Errorf("output %q: want text or json", s)
+}
+
+// WriteText writes the report for a person: a header, one row per inbound endpoint, hints.
+// Unknown values print as "-", never as 0, so a missing stat is not mistaken for silence.
+func WriteText(w io.Writer, r Report) error {
+	var b strings.Builder
+	version := ""
+	if r.EnvoyVersion != "" {
+		version = " (" + r.EnvoyVersion + ")"
+	}
+	fmt.Fprintf(&b, "admin:   %s%s\n", r.Admin, version)
+	server := r.ServerState
+	if r.DrainTime != "" || r.DrainStrategy != "" {
+		server += fmt.Sprintf("  (envoy drain_time %s, drain_strategy %s)", orDash(r.DrainTime), orDash(r.DrainStrategy))
+	}
+	fmt.Fprintf(&b, "server:  %s\n", server)
+	fmt.Fprintf(&b, "naming:  %s (mesh: %s)\n", r.Naming, r.Mesh)
+	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tACTIVE\tCONNECTIONS")
+	if len(r.Inbound) == 0 {
+		fmt.Fprintln(tw, "-\t(no inbound endpoint found)\t-\t-\t-\t-\t-")
+	}
+	for _, p := range r.Inbound {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal,
+			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Listener != nil {
+		fmt.Fprintf(&b, "\nlistener %s: %s connections active, %s accepted\n", r.Listener.Address,
+			num(r.Listener.ConnectionsActive), num(r.Listener.ConnectionsTotal))
+	}
+	if r.CompletedRequestsTotal != nil {
+		fmt.Fprintf(&b, "completed requests (istio_requests_total, reporter=destination): %s\n", num(r.CompletedRequestsTotal))
+	}
+	for _, h := range r.Hints {
+		fmt.Fprintf(&b, "\nhint: %s\n", h)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteLine writes the report as one line, for --watch when stdout is not a terminal (a log
+// file, a pipe): one sample per line, greppable, without escape sequences.
+func WriteLine(w io.Writer, r Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s state=%s signal=%s", r.SampledAt.UTC().Format(time.RFC3339), r.ServerState, r.Signal)
+	for _, p := range r.Inbound {
+		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s", portText(p.Port), p.Name,
+			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
+	}
+	if r.Listener != nil {
+		fmt.Fprintf(&b, " | listener=%s connections=%s", r.Listener.Address, num(r.Listener.ConnectionsActive))
+	}
+	if r.CompletedRequestsTotal != nil {
+		fmt.Fprintf(&b, " | completed=%s", num(r.CompletedRequestsTotal))
+	}
+	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON writes v as one JSON object on one line, so --watch -o json is JSON Lines.
+func WriteJSON(w io.Writer, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+func portText(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p)
+}
+
+func num(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', -1, 64)
+}
+
+func rate(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 1, 64)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
