@@ -101,6 +101,14 @@ func NewRootCommand(s streams) *cobra.Command {
 (Istio first) by a measurement: it watches the sidecar's inbound request counters through
 Envoy's admin API, drains the inbound listeners, and lets the app stop as soon as the clients
 have stopped sending, never later than a deadline derived from terminationGracePeriodSeconds.`,
+		Example: `  # See the difference on this machine: none / sleep 5s / sleep 15s / meshdrain
+  meshdrain simulate
+
+  # As the app container's preStop hook (logs to kubectl logs):
+  meshdrain prestop --grace-period=30s --app-drain=5s --log-file=/proc/1/fd/1
+
+  # What should the grace period and the sidecar's drain settings be?
+  meshdrain plan --p99 450ms --eds-lag 8s --sidecar classic`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
