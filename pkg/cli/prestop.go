@@ -242,7 +242,9 @@ func runPrestop(ctx context.Context, s streams, o prestopOptions) error {
 		logger.Warn("deadline + app drain exceed the grace period: the app may be SIGKILLed mid-request",
 			zap.Duration("deadline", cfg.Deadline), zap.Duration("app_drain", o.appDrain), zap.Duration("grace_period", o.gracePeriod))
 	}
-	client, err := envoyadmin.New(o.admin, envoyadmin.Options{RequestTimeout: min(o.connectTimeout, time.Second)})
+	// Each admin request may take up to --connect-timeout: filtering still walks every stat
+	// of a large sidecar on Envoy's main thread.
+	client, err := envoyadmin.New(o.admin, envoyadmin.Options{RequestTimeout: o.connectTimeout})
 	if err != nil {
 		return usageError("--admin: %v", err)
 	}

@@ -107,6 +107,10 @@ type Result struct {
 	ActiveAtEnd *float64
 	// LastArrival is when the arrival counter last moved, relative to the start.
 	LastArrival time.Duration
+	// LongestGap is the longest time the counter stood still between two movements during
+	// the watch. Traffic whose gaps approach the quiet window can look quiet while clients
+	// still route here: the final event then warns to raise --quiet or set --min-wait.
+	LongestGap  time.Duration
 	Polls       int
 	AdminErrors int
 	DrainCalled bool
@@ -352,6 +356,9 @@ func (c *coordinator) observe(now time.Time, r inbound.Reading) {
 }
 
 func (c *coordinator) moved(now time.Time) {
+	if gap := now.Sub(c.lastChange); gap > c.result.LongestGap {
+		c.result.LongestGap = gap
+	}
 	c.lastChange = now
 	c.result.LastArrival = now.Sub(c.start)
 }
@@ -457,6 +464,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		optionalField("requests_after_drain", c.result.RequestsAfterDrain),
 		optionalField("active_at_end", c.result.ActiveAtEnd),
 		zap.Int64("last_arrival_ms", c.result.LastArrival.Milliseconds()),
+		zap.Int64("longest_gap_ms", c.result.LongestGap.Milliseconds()),
 		zap.Int("polls", c.result.Polls),
 		zap.Int("admin_errors", c.result.AdminErrors),
 		zap.Bool("drain_called", c.result.DrainCalled),
@@ -465,6 +473,12 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 	}
 	if c.result.ActionErr != nil {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
+	}
+	// A gap of one poll is only the sampling: the counter moved at every sample.
+	if reason == ReasonQuiet && c.result.LongestGap*2 > c.cfg.Quiet && c.result.LongestGap > c.cfg.Poll*3/2 {
+		c.log.Warn("inbound traffic is sparse for this quiet window: a pause between requests could pass for the clients having left; raise --quiet above the longest gap, or set --min-wait to the expected endpoint propagation time",
+			zap.Int64("longest_gap_ms", c.result.LongestGap.Milliseconds()),
+			zap.Int64("quiet_ms", c.cfg.Quiet.Milliseconds()))
 	}
 	switch reason {
 	case ReasonDeadline, ReasonNoSignal:

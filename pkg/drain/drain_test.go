@@ -471,3 +471,25 @@ func TestLoopWaitsOnTheClock(t *testing.T) {
 	}
 	t.Fatal("not done after 200 polls")
 }
+
+func TestSparseTrafficIsReported(t *testing.T) {
+	cfg := baseConfig()
+	// One request every 800ms until 4s: each gap is under the 1s quiet window, but close.
+	script := func(at time.Duration) (inbound.Snapshot, error) {
+		if at > 4*time.Second {
+			at = 4 * time.Second
+		}
+		return httpSnap(float64(at/(800*time.Millisecond)), 0), nil
+	}
+	res, _, _, logs := run(t, cfg, script)
+	if res.Reason != ReasonQuiet || res.LongestGap < 600*time.Millisecond || res.LongestGap > time.Second {
+		t.Fatalf("reason %s longest gap %v", res.Reason, res.LongestGap)
+	}
+	if logs.FilterMessageSnippet("sparse").Len() != 1 {
+		t.Error("sparse traffic not warned about")
+	}
+	res, _, _, logs = run(t, cfg, steadyTraffic(3*time.Second, 0))
+	if res.LongestGap > 2*cfg.Poll || logs.FilterMessageSnippet("sparse").Len() != 0 {
+		t.Errorf("steady traffic: longest gap %v, warned %d times", res.LongestGap, logs.FilterMessageSnippet("sparse").Len())
+	}
+}
