@@ -157,7 +157,7 @@ func (o *prestopOptions) validate() (drain.Config, error) {
 	}
 	deadline := o.deadline
 	if !o.deadlineSet {
-		deadline = o.gracePeriod - o.appDrain - time.Second
+		deadline = drain.DefaultDeadline(o.gracePeriod, o.appDrain)
 		if deadline <= 0 {
 			return cfg, usageError("--grace-period %v leaves no time to wait after --app-drain %v and 1s of margin; raise the grace period or set --deadline", o.gracePeriod, o.appDrain)
 		}

@@ -115,6 +115,7 @@ type Result struct {
 	AdminErrors int
 	DrainCalled bool
 	ActionsRun  bool
+	ActionsTook time.Duration
 	ActionErr   error
 }
 
@@ -442,6 +443,9 @@ func (c *coordinator) enter(p Phase) {
 func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 	c.enter(PhaseDone)
 	c.result.Reason = reason
+	// Elapsed is when the decision was made; the actions' own time is reported apart.
+	c.result.Elapsed = c.clock.Now().Sub(c.start)
+	actionsStart := c.clock.Now()
 	if reason != ReasonInterrupted && !c.cfg.DryRun && len(c.cfg.Actions) > 0 {
 		// The actions get their own time: the wait's context may be over.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.cfg.ActionTimeout)
@@ -455,7 +459,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		}
 		cancel()
 	}
-	c.result.Elapsed = c.clock.Now().Sub(c.start)
+	c.result.ActionsTook = c.clock.Now().Sub(actionsStart)
 	fields := []zap.Field{
 		zap.String("reason", string(reason)),
 		zap.Int64("elapsed_ms", c.result.Elapsed.Milliseconds()),
@@ -469,6 +473,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		zap.Int("admin_errors", c.result.AdminErrors),
 		zap.Bool("drain_called", c.result.DrainCalled),
 		zap.Bool("actions_run", c.result.ActionsRun),
+		zap.Int64("actions_ms", c.result.ActionsTook.Milliseconds()),
 		zap.Int("exit_code", reason.ExitCode()),
 	}
 	if c.result.ActionErr != nil {
@@ -514,4 +519,16 @@ func optionalField(key string, v *float64) zap.Field {
 		return zap.Reflect(key, nil)
 	}
 	return zap.Float64(key, *v)
+}
+
+// KillMargin is the time kept between the app's latest possible exit and the kubelet's
+// SIGKILL at the end of the grace period.
+const KillMargin = time.Second
+
+// DefaultDeadline is prestop's deadline when none is given: the grace period less the app's
+// own drain and KillMargin, so that an app told to stop at the deadline still finishes its
+// in-flight work before the kubelet's SIGKILL. Zero or less means the grace period is too
+// short for that.
+func DefaultDeadline(gracePeriod, appDrain time.Duration) time.Duration {
+	return gracePeriod - appDrain - KillMargin
 }

@@ -493,3 +493,73 @@ func TestSparseTrafficIsReported(t *testing.T) {
 		t.Errorf("steady traffic: longest gap %v, warned %d times", res.LongestGap, logs.FilterMessageSnippet("sparse").Len())
 	}
 }
+
+// The signal changing under the watch (stats appearing or vanishing) is movement: the
+// quiet window restarts even when the totals happen to be equal.
+func TestSignalChangeRestartsTheQuietWindow(t *testing.T) {
+	cfg := baseConfig()
+	port := 8080
+	// Requests until 1s (1500 in all); at 1.5s the HTTP stats vanish and the cluster's, at
+	// the same total, are the signal.
+	script := func(at time.Duration) (inbound.Snapshot, error) {
+		e := inbound.Endpoint{Port: &port, ClusterRequestsTotal: f(1500), ClusterRequestsActive: f(0)}
+		if at < 1500*time.Millisecond {
+			e.HTTPRequestsTotal, e.HTTPRequestsActive = f(500+float64(min(at, time.Second)/time.Millisecond)), f(0)
+		}
+		return inbound.Snapshot{Naming: inbound.NamingIstio, Endpoints: []inbound.Endpoint{e}}, nil
+	}
+	res, _, _, _ := run(t, cfg, script)
+	if res.Reason != ReasonQuiet || res.Signal != inbound.SignalClusterRequests {
+		t.Fatalf("reason %s signal %s", res.Reason, res.Signal)
+	}
+	within(t, "elapsed", res.Elapsed, 1500*time.Millisecond+cfg.Quiet, 1500*time.Millisecond+cfg.Quiet+2*cfg.Poll)
+
+	// Same signal (connections), but its counter vanishes from 1s to 1.4s: movement too.
+	script = func(at time.Duration) (inbound.Snapshot, error) {
+		l := &inbound.Listener{Address: "0.0.0.0_15006", ConnectionsActive: f(0)}
+		if at < time.Second || at >= 1400*time.Millisecond {
+			l.ConnectionsTotal = f(float64(min(at, 800*time.Millisecond) / time.Millisecond))
+		}
+		return inbound.Snapshot{Naming: inbound.NamingIstio, Listener: l}, nil
+	}
+	res, _, _, _ = run(t, cfg, script)
+	if res.Reason != ReasonQuiet || res.Signal != inbound.SignalConnections {
+		t.Fatalf("reason %s signal %s", res.Reason, res.Signal)
+	}
+	within(t, "elapsed after a vanishing counter", res.Elapsed, 1400*time.Millisecond+cfg.Quiet, 1400*time.Millisecond+cfg.Quiet+2*cfg.Poll)
+}
+
+func TestRefusedWhileAskingForCompletionsIsSidecarGone(t *testing.T) {
+	cfg := baseConfig()
+	calls := 0
+	res, _, _, _ := run(t, cfg, func(time.Duration) (inbound.Snapshot, error) {
+		calls++
+		if calls == 1 {
+			return inbound.Snapshot{Naming: inbound.NamingIstio}, nil
+		}
+		return inbound.Snapshot{}, refused
+	})
+	if res.Reason != ReasonSidecarGone {
+		t.Errorf("reason = %s, want sidecar-gone", res.Reason)
+	}
+}
+
+type slowAction struct {
+	clock *clock.Fake
+	took  time.Duration
+}
+
+func (a slowAction) Run(context.Context) error { a.clock.Advance(a.took); return nil }
+func (a slowAction) String() string            { return "slow" }
+
+func TestElapsedIsTheDecisionNotTheActions(t *testing.T) {
+	fake := clock.NewAutoFake(t0)
+	cfg := baseConfig()
+	cfg.Clock = fake
+	cfg.Actions = []Action{slowAction{clock: fake, took: 3 * time.Second}}
+	res := Run(context.Background(), cfg, &scriptedSidecar{clock: fake, script: steadyTraffic(2*time.Second, 0)})
+	within(t, "elapsed", res.Elapsed, 2*time.Second+cfg.Quiet, 2*time.Second+cfg.Quiet+2*cfg.Poll)
+	if res.ActionsTook != 3*time.Second {
+		t.Errorf("actions took %v, want 3s", res.ActionsTook)
+	}
+}

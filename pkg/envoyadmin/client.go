@@ -225,9 +225,10 @@ func (c *Client) retry(ctx context.Context, method, path, rawQuery string, read 
 		return err
 	}
 	err := backoff.RetryNotifyWithTimer(operation, backoff.WithContext(policy, ctx), nil, &backoffTimer{clock: c.opts.Clock})
-	if err != nil && ctx.Err() != nil && lastErr != nil && !errors.Is(lastErr, ctx.Err()) {
-		// Report what went wrong last, not only that time ran out.
-		return fmt.Errorf("%w: last attempt: %v", ctx.Err(), lastErr)
+	if err != nil && ctx.Err() != nil && lastErr != nil && lastErr != ctx.Err() {
+		// Keep what went wrong last in the chain, not only that time ran out: a dial that
+		// timed out (a blackholed admin address) must still read as unreachable.
+		return fmt.Errorf("%w: last attempt: %w", ctx.Err(), lastErr)
 	}
 	return err
 }

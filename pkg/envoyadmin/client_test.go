@@ -11,9 +11,11 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/httpwire"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
 )
 
@@ -129,7 +131,9 @@ func TestRefusedIsReportedAtOnce(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	start := time.Now()
-	_, err = newClient(t, "http://"+addr).Inbound(context.Background(), inbound.Selector{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = newClient(t, "http://"+addr).Inbound(ctx, inbound.Selector{})
 	if !IsRefused(err) || !IsUnreachable(err) {
 		t.Fatalf("err = %v, want refused", err)
 	}
@@ -179,5 +183,39 @@ func TestNewRejectsBadURLs(t *testing.T) {
 	}
 	if _, err := ParseDrainMode("soft"); err == nil {
 		t.Error("ParseDrainMode accepted soft")
+	}
+}
+
+// A blackholed admin address (a NetworkPolicy drop, a wrong pod IP) never answers the dial:
+// when the caller's time runs out the error must still say "unreachable", or prestop would
+// wait for its whole deadline instead of concluding there is no sidecar.
+func TestDialThatTimesOutIsUnreachable(t *testing.T) {
+	blackhole := &httpwire.Client{Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
+	}}
+	opts := fastOptions()
+	opts.HTTPClient = blackhole
+	c, err := New("http://127.0.0.1:15000", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Inbound(ctx, inbound.Selector{})
+	if err == nil || !IsUnreachable(err) || IsRefused(err) {
+		t.Errorf("err = %v: want unreachable, not refused", err)
+	}
+}
+
+func TestReadErrorsAreNotUnreachable(t *testing.T) {
+	for _, err := range []error{
+		&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET},
+		&StatusError{Method: "GET", URL: "/stats/prometheus", Code: 500},
+		context.DeadlineExceeded,
+	} {
+		if IsUnreachable(err) {
+			t.Errorf("IsUnreachable(%v) = true", err)
+		}
 	}
 }

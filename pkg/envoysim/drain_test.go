@@ -171,3 +171,56 @@ func TestConnectionCloseOnLocalReplyDuringDrain(t *testing.T) {
 		t.Errorf("Server = %q", resp.Header.Get("Server"))
 	}
 }
+
+// Envoy's DrainManagerImpl::startDrainSequence: a graceful call while a drain already covers
+// the direction queues its own completion for that drain's end, or runs it at once if the
+// drain time is over. So a later call without skip_exit stops listeners that the first call
+// (pilot-agent's /drain for native sidecars, with skip_exit) would have kept.
+func TestRepeatedDrainWithoutSkipExitStopsListenersAtTheFirstDrainsEnd(t *testing.T) {
+	app := startApp(t, nil)
+	mustStop := func(s *Sidecar) {
+		eventually(t, "listener stopped", func() bool {
+			c, err := dialRaw(t, s.InboundAddr(8080))
+			if err == nil {
+				_ = c.conn.Close()
+			}
+			return err != nil && isRefused(err)
+		})
+	}
+
+	// Second call during the first drain: the stop waits for the first drain's end.
+	s := startSidecar(t, Config{DrainTime: 80 * time.Millisecond}, appAddr(app))
+	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful&skip_exit")
+	if code, body := adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful"); code != 200 || body != "OK\n" {
+		t.Fatalf("repeated drain = %d %q", code, body)
+	}
+	c, err := dialRaw(t, s.InboundAddr(8080))
+	if err != nil {
+		t.Fatalf("listener stopped before the drain time: %v", err)
+	}
+	_ = c.conn.Close()
+	mustStop(s)
+
+	// Second call after the first drain's end: the listeners stop at once.
+	s = startSidecar(t, Config{DrainTime: 20 * time.Millisecond}, appAddr(app))
+	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful&skip_exit")
+	time.Sleep(40 * time.Millisecond)
+	if c, err := dialRaw(t, s.InboundAddr(8080)); err != nil {
+		t.Fatalf("skip_exit drain stopped the listener: %v", err)
+	} else {
+		_ = c.conn.Close()
+	}
+	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful")
+	mustStop(s)
+
+	// A repeated call with skip_exit keeps them.
+	s = startSidecar(t, Config{DrainTime: 20 * time.Millisecond}, appAddr(app))
+	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful&skip_exit")
+	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful&skip_exit")
+	time.Sleep(60 * time.Millisecond)
+	if c, err := dialRaw(t, s.InboundAddr(8080)); err != nil {
+		t.Errorf("two skip_exit drains stopped the listener: %v", err)
+	} else {
+		_ = c.conn.Close()
+	}
+}

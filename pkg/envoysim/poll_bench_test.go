@@ -40,10 +40,14 @@ func bodySize(tb testing.TB, u string) int {
 }
 
 func TestFilteredPollIsSmallInALargeMesh(t *testing.T) {
-	s := tenPortSidecar(t, 2000)
+	clusters := 2000
+	if raceEnabled {
+		clusters = 300 // still 100 times the filtered size; the figure in the README is from 2000
+	}
+	s := tenPortSidecar(t, clusters)
 	filtered := bodySize(t, s.AdminURL()+"/stats/prometheus?filter="+url.QueryEscape(inbound.StatsFilter(inbound.Selector{})))
 	unfiltered := bodySize(t, s.AdminURL()+"/stats/prometheus")
-	t.Logf("10 inbound ports, 2000 outbound clusters: filtered poll %d bytes, unfiltered %d bytes", filtered, unfiltered)
+	t.Logf("10 inbound ports, %d outbound clusters: filtered poll %d bytes, unfiltered %d bytes", clusters, filtered, unfiltered)
 	if filtered > 64<<10 {
 		t.Errorf("filtered poll is %d bytes, over 64 KiB", filtered)
 	}

@@ -353,9 +353,15 @@ func (s *Sidecar) drainListeners(inboundOnly, graceful, skipExit bool) (int, str
 		direction = drainInboundOnly
 	}
 	if graceful {
-		if !s.startDrainSequence(direction) {
-			// Already draining in that direction: a repeated call changes nothing, not even
-			// skip_exit.
+		started, end := s.startDrainSequence(direction)
+		if !started {
+			// Already draining in that direction: Envoy's DrainManagerImpl::startDrainSequence
+			// queues this call's completion for the end of the running drain, or runs it now
+			// if that drain time is over. So a call without skip_exit still stops the
+			// listeners then, even when the first drain had skip_exit (native sidecars).
+			if !skipExit {
+				s.afterFunc(max(time.Until(end), 0), func() { s.stopListeners("drain time over") })
+			}
 			return 200, "OK\n"
 		}
 		s.log.Info("graceful drain started", zap.Bool("inbound_only", inboundOnly), zap.Bool("skip_exit", skipExit),
@@ -369,7 +375,7 @@ func (s *Sidecar) drainListeners(inboundOnly, graceful, skipExit bool) (int, str
 		return 200, "OK\n"
 	}
 	if s.cfg.NonGracefulDrainNotifies {
-		if s.startDrainSequence(direction) {
+		if started, _ := s.startDrainSequence(direction); started {
 			s.faults.drainStarted()
 		}
 	}
@@ -379,18 +385,18 @@ func (s *Sidecar) drainListeners(inboundOnly, graceful, skipExit bool) (int, str
 	return 200, "OK\n"
 }
 
-// startDrainSequence records that a drain covering direction started; false when one already
-// covers it.
-func (s *Sidecar) startDrainSequence(direction drainDirection) bool {
+// startDrainSequence records that a drain covering direction started; false, with the end of
+// the drain time of the one that already covers it, when there is one.
+func (s *Sidecar) startDrainSequence(direction drainDirection) (bool, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for d := range s.drainStarted {
+	for d, started := range s.drainStarted {
 		if d >= direction {
-			return false
+			return false, started.Add(s.cfg.DrainTime)
 		}
 	}
 	s.drainStarted[direction] = time.Now()
-	return true
+	return true, time.Time{}
 }
 
 // drainClose is Envoy's DrainManager::drainClose for an inbound listener: whether the

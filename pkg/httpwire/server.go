@@ -180,8 +180,20 @@ func (s *Server) serveConn(c *serverConn) {
 		}
 		// The body is read whole first, so that while the handler runs the connection can be
 		// watched for the client going away (its context is then cancelled, as in net/http).
-		body, err := io.ReadAll(io.LimitReader(req.Body, maxBody))
+		body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
 		if err != nil {
+			return
+		}
+		if len(body) > maxBody {
+			// The rest of the body is still on the connection: answer and close it.
+			_, _ = io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+			// Half-close and read a little of what is left, so the answer is not lost to the
+			// reset that closing on unread data would send (net/http does the same).
+			if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+				_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				_, _ = io.Copy(io.Discard, io.LimitReader(br, 256<<10))
+			}
 			return
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
@@ -192,6 +204,7 @@ func (s *Server) serveConn(c *serverConn) {
 		req = req.WithContext(ctx)
 		w := &responseWriter{conn: c, br: br, header: http.Header{}, req: req}
 		watch := watchPeer(c, br, cancel)
+		w.watch = watch
 		aborted := s.callHandler(w, req)
 		peerGone := !w.hijacked && watch.stop()
 		cancel()
@@ -345,6 +358,7 @@ type responseWriter struct {
 	keepAlive   bool
 	wroteHeader bool
 	after       []func()
+	watch       *peerWatch
 }
 
 // AfterResponse runs fn once the response being written on w has been sent (or has failed),
@@ -379,6 +393,10 @@ func (w *responseWriter) Flush() {}
 
 // Hijack hands the connection to the handler, which then owns it.
 func (w *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.watch != nil {
+		// The read-ahead must not touch the reader the handler now owns.
+		w.watch.stop()
+	}
 	w.hijacked = true
 	return w.conn, bufio.NewReadWriter(w.br, bufio.NewWriter(w.conn)), nil
 }

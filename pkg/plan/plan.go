@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/drain"
 )
 
 // Sidecar is how the Envoy sidecar is run, which decides what keeps it alive after t0.
@@ -46,7 +48,7 @@ const (
 	// KillMargin is the time left between the last moment the app can still be draining and
 	// the next kill (SIGKILL at the grace period, or pilot-agent killing Envoy), so the two
 	// never coincide.
-	KillMargin = time.Second
+	KillMargin = drain.KillMargin
 	// minAppDrain is the least default app drain: a JVM's shutdown hooks alone take that.
 	minAppDrain = time.Second
 	// appDrainPerP99 is how many P99s the default app drain allows: the slowest requests in
@@ -170,7 +172,7 @@ func Recommend(in Input) (Plan, error) {
 	p.ExpectedFinish = in.EDSLag + settle + in.Poll
 	p.Margin = max(MinMargin, p.ExpectedFinish/4)
 	p.GracePeriod = ceilSecond(p.ExpectedFinish + p.Margin + in.AppDrain + KillMargin)
-	p.Deadline = p.GracePeriod - in.AppDrain - KillMargin
+	p.Deadline = drain.DefaultDeadline(p.GracePeriod, in.AppDrain) // what prestop derives itself
 	p.AppExitExpected = p.ExpectedFinish + in.AppDrain
 	p.AppExitWorst = p.Deadline + in.AppDrain
 	p.LastRequestDone = in.EDSLag + in.P99

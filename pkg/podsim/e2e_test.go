@@ -84,6 +84,28 @@ func TestSimulateEndToEnd(t *testing.T) {
 	if s15 := results["sleep:15s/recommended"]; s15.AppStopS <= md.AppStopS {
 		t.Errorf("sleep:15s stopped the app at %.2fs, not later than meshdrain's %.2fs", s15.AppStopS, md.AppStopS)
 	}
+	// The claims of the other rows, which the README explains.
+	if md.Requests == 0 || md.LastClientLagS < 1 {
+		t.Errorf("%d requests, last client lag %.2fs: the clients must keep sending after the deletion", md.Requests, md.LastClientLagS)
+	}
+	for name, r := range results {
+		if r.Requests != md.Requests {
+			t.Errorf("%s sent %d requests, meshdrain/recommended %d: the same seed must replay the same requests", name, r.Requests, md.Requests)
+		}
+	}
+	for _, name := range []string{"none/istio-default", "none/recommended"} {
+		if r := results[name]; r.Sidecar5xx == 0 {
+			t.Errorf("%s: no sidecar 5xx, but the app stopped while clients were still sending", name)
+		}
+	}
+	for _, name := range []string{"sleep:5s/istio-default", "sleep:15s/istio-default", "meshdrain/istio-default"} {
+		if r := results[name]; r.ClientFailures == 0 {
+			t.Errorf("%s: no client failures, but Envoy was killed at 5s with late clients' requests in flight", name)
+		}
+	}
+	if r := results["meshdrain/istio-default"]; r.Meshdrain == nil || r.Meshdrain.Reason != "sidecar-gone" {
+		t.Errorf("meshdrain/istio-default final event = %+v, want reason sidecar-gone", r.Meshdrain)
+	}
 	for _, name := range []string{"none/istio-default", "sleep:5s/istio-default", "sleep:15s/istio-default", "meshdrain/istio-default",
 		"none/recommended", "sleep:5s/recommended", "sleep:15s/recommended", "meshdrain/recommended"} {
 		r := results[name]

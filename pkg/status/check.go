@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
 	"github.com/meshdrain/meshdrain/pkg/plan"
 )
@@ -298,7 +299,7 @@ func timingItems(r *Report, o CheckOptions) []Item {
 	if o.GracePeriod <= 0 {
 		return nil
 	}
-	deadline := o.GracePeriod - o.AppDrain - time.Second
+	deadline := drain.DefaultDeadline(o.GracePeriod, o.AppDrain)
 	if deadline <= 0 {
 		return []Item{{Name: "deadline", Status: Fail,
 			Message: fmt.Sprintf("grace period %s leaves prestop no time after app drain %s and 1s of margin", o.GracePeriod, o.AppDrain),

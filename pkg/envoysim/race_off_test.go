@@ -1,0 +1,5 @@
+//go:build !race
+
+package envoysim
+
+const raceEnabled = false
