@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/meshdrain/meshdrain/pkg/httpwire"
 )
 
@@ -70,7 +72,7 @@ func startInbound(s *Sidecar, port InboundPort) (*inboundListener, error) {
 		NoStaleRetry: true,
 	}
 	l.ln = &countingListener{Listener: ln, l: l}
-	l.srv = &httpwire.Server{Handler: l}
+	l.srv = &httpwire.Server{Handler: l, OnPanic: func(r any) { s.log.Error("inbound handler panic", zap.Any("panic", r)) }}
 	go func() { l.serveErr <- l.srv.Serve(l.ln) }()
 	return l, nil
 }

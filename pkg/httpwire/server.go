@@ -11,11 +11,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,6 +35,9 @@ type Server struct {
 	// ConnState, when set, is told of each connection's new state (StateNew, StateActive,
 	// StateIdle, StateHijacked, StateClosed), as in net/http.
 	ConnState func(net.Conn, http.ConnState)
+	// OnPanic, when set, is told of a handler's panic (other than http.ErrAbortHandler); the
+	// connection is dropped either way. The package itself never writes to the terminal.
+	OnPanic func(recovered any)
 
 	noKeepAlive atomic.Bool
 
@@ -271,8 +272,8 @@ func (w *peerWatch) stop() bool {
 func (s *Server) callHandler(w *responseWriter, req *http.Request) (aborted bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			if r != http.ErrAbortHandler {
-				fmt.Fprintf(os.Stderr, "httpwire: handler panic: %v\n", r)
+			if r != http.ErrAbortHandler && s.OnPanic != nil {
+				s.OnPanic(r)
 			}
 			aborted = true
 		}
