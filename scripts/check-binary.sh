@@ -5,7 +5,11 @@ set -euo pipefail
 bin=${1:-bin/meshdrain}
 max_bytes=$((8 * 1024 * 1024))
 size=$(stat -c %s "$bin")
-if ldd "$bin" >/dev/null 2>&1; then
+# A dynamically linked ELF names its loader (PT_INTERP); ldd says so too where it exists.
+if grep -qaE '/lib(64)?/ld-(linux|musl)' "$bin"; then
+  echo "FAIL: $bin names a dynamic loader (is CGO_ENABLED=0?)"; exit 1
+fi
+if command -v ldd >/dev/null && ldd "$bin" >/dev/null 2>&1; then
   echo "FAIL: $bin is dynamically linked:"; ldd "$bin"; exit 1
 fi
 if [ "$size" -gt "$max_bytes" ]; then
