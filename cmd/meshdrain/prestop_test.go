@@ -285,3 +285,25 @@ func TestPrestopInterrupted(t *testing.T) {
 		t.Errorf("err %v\n%s", err, stderr.String())
 	}
 }
+
+func TestPrestopExecAction(t *testing.T) {
+	srv := httptest.NewServer(&traceAdmin{script: func(time.Duration) (float64, float64, bool) { return 5, 0, true }})
+	defer srv.Close()
+	marker := filepath.Join(t.TempDir(), "stopped")
+
+	// The program runs with the arguments after --, no shell involved.
+	res := runBinary(t, nil, append(fastFlags(srv.URL), "--exec", "/bin/sh", "--", "-c", "echo drained > "+marker)...)
+	if res.code != 0 {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	if got, err := os.ReadFile(marker); err != nil || string(got) != "drained\n" {
+		t.Errorf("exec action wrote %q (%v)", got, err)
+	}
+
+	// A failing action: exit 1, and the final event says so too.
+	res = runBinary(t, nil, append(fastFlags(srv.URL), "--exec", "/bin/false")...)
+	final := res.final(t)
+	if res.code != 1 || final["exit_code"] != 1.0 || final["action_error"] == nil {
+		t.Errorf("exit %d, final event %v", res.code, final)
+	}
+}

@@ -35,7 +35,8 @@ type prestopOptions struct {
 	pid              int
 	pidFile          string
 	shutdownURL      string
-	exec             []string
+	exec             string
+	execArgs         []string
 	dryRun           bool
 	logFormat        string
 	logFile          string
@@ -75,10 +76,11 @@ func newPrestopCommand(s streams) *cobra.Command {
 The last log line is {"msg":"drain finished","reason":...}. Exit codes: 0 quiet, sidecar-gone
 (Envoy was killed: it forwards nothing any more) or no-sidecar (admin port never reached);
 3 deadline; 4 no-signal (Istio emits no inbound stats by default: the log names the annotation
-to add; meshdrain then waits --fallback-wait); 130 interrupted; 2 bad flags.
+to add; meshdrain then waits --fallback-wait); 1 the wait ended but an action (--signal,
+--shutdown-url, --exec) failed; 130 interrupted; 2 bad flags.
 
 Every flag can also be set as MESHDRAIN_<FLAG> (e.g. MESHDRAIN_GRACE_PERIOD=45s); lists are
-comma-separated. An explicit flag wins.`,
+comma-separated. An explicit flag wins. --exec takes one program; its arguments follow --.`,
 		Example: `  # In the pod spec (logs go to the container's stdout, visible in kubectl logs):
   lifecycle:
     preStop:
@@ -100,10 +102,10 @@ comma-separated. An explicit flag wins.`,
 				return err
 			}
 			if len(args) > 0 {
-				if len(o.exec) == 0 {
+				if o.exec == "" {
 					return usageError("unexpected arguments %q: arguments after -- belong to --exec", args)
 				}
-				o.exec = append(o.exec, args...)
+				o.execArgs = args
 			}
 			o.deadlineSet = cmd.Flags().Changed("deadline") || envSet("MESHDRAIN_DEADLINE")
 			return runPrestop(cmd.Context(), s, o)
@@ -128,7 +130,7 @@ comma-separated. An explicit flag wins.`,
 	f.IntVar(&o.pid, "pid", 0, "process to signal (with --signal)")
 	f.StringVar(&o.pidFile, "pidfile", "", "file holding the process to signal (with --signal), read when drained")
 	f.StringVar(&o.shutdownURL, "shutdown-url", "", "when drained, POST to this URL (e.g. http://127.0.0.1:8080/actuator/shutdown)")
-	f.StringArrayVar(&o.exec, "exec", nil, "when drained, run this program (no shell); its arguments follow --")
+	f.StringVar(&o.exec, "exec", "", "when drained, run this program (no shell); its arguments follow --")
 	f.BoolVar(&o.dryRun, "dry-run", false, "watch and report only: no drain call, no action")
 	f.StringVar(&o.logFormat, "log-format", o.logFormat, "json or console")
 	f.StringVar(&o.logFile, "log-file", "", "write logs here instead of stderr; /proc/1/fd/1 makes them visible in kubectl logs")
@@ -217,8 +219,8 @@ func (o *prestopOptions) actions() ([]drain.Action, error) {
 		}
 		actions = append(actions, action)
 	}
-	if len(o.exec) > 0 {
-		actions = append(actions, drain.ExecAction{Argv: o.exec})
+	if o.exec != "" {
+		actions = append(actions, drain.ExecAction{Argv: append([]string{o.exec}, o.execArgs...)})
 	}
 	return actions, nil
 }
@@ -257,11 +259,12 @@ func runPrestop(ctx context.Context, s streams, o prestopOptions) error {
 	cfg.Clock = clock.Real{}
 	cfg.Logger = logger
 	res := drain.Run(ctx, cfg, client)
-	if code := res.Reason.ExitCode(); code != 0 {
+	switch code := res.ExitCode(); {
+	case code == 0:
+		return nil
+	case res.Reason.ExitCode() == 0:
+		return &ExitError{Code: code, Err: fmt.Errorf("drained (%s) but the action failed: %w", res.Reason, res.ActionErr)}
+	default:
 		return &ExitError{Code: code}
 	}
-	if res.ActionErr != nil {
-		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("drained (%s) but the action failed: %w", res.Reason, res.ActionErr)}
-	}
-	return nil
 }

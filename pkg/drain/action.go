@@ -72,12 +72,12 @@ func (a ShutdownURLAction) Run(ctx context.Context) error {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", a.URL, err)
+		return err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("POST %s: status %d", a.URL, resp.StatusCode)
+		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return nil
 }
@@ -103,10 +103,8 @@ type ExecAction struct {
 func (a ExecAction) Run(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, a.Argv[0], a.Argv[1:]...)
 	cmd.Stdout, cmd.Stderr = a.Stdout, a.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("exec %s: %w", strings.Join(a.Argv, " "), err)
-	}
-	return nil
+	// The caller names the action (String) in front of the error.
+	return cmd.Run()
 }
 
 func (a ExecAction) String() string { return "exec " + strings.Join(a.Argv, " ") }

@@ -119,6 +119,15 @@ type Result struct {
 	ActionErr   error
 }
 
+// ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
+// well but an action failed (the kubelet then records a FailedPreStopHook event).
+func (r Result) ExitCode() int {
+	if code := r.Reason.ExitCode(); code != 0 || r.ActionErr == nil {
+		return code
+	}
+	return 1
+}
+
 // Run coordinates one drain and returns its outcome. It returns when a reason holds; the
 // caller maps the reason to an exit code.
 func Run(ctx context.Context, cfg Config, sidecar Sidecar) Result {
@@ -265,8 +274,13 @@ func (c *coordinator) noSignal(ctx, parent context.Context) Reason {
 	if left := c.deadline.Sub(c.clock.Now()); wait > left {
 		wait = left
 	}
+	fix := inbound.MissingStatsHint
+	if len(c.cfg.Selector.Clusters) > 0 || len(c.cfg.Selector.HTTPPrefixes) > 0 {
+		fix = "check the --cluster and --http-prefix names against the sidecar's /stats"
+	}
 	c.log.Error("sidecar exposes no inbound request stats; falling back to a fixed wait",
-		zap.String("fix", inbound.MissingStatsHint),
+		zap.String("fix", fix),
+		zap.String("fix_plain_envoy", "a sidecar that is not Istio's does not mark its inbound side in stat names: name it with --cluster and/or --http-prefix"),
 		zap.Int64("fallback_wait_ms", wait.Milliseconds()))
 	if reason := c.wait(parent, wait); reason != "" && reason != ReasonDeadline {
 		return reason
@@ -474,7 +488,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		zap.Bool("drain_called", c.result.DrainCalled),
 		zap.Bool("actions_run", c.result.ActionsRun),
 		zap.Int64("actions_ms", c.result.ActionsTook.Milliseconds()),
-		zap.Int("exit_code", reason.ExitCode()),
+		zap.Int("exit_code", c.result.ExitCode()),
 	}
 	if c.result.ActionErr != nil {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))

@@ -118,7 +118,7 @@ func startAdmin(s *Sidecar) (*adminServer, error) {
 
 // serve starts an HTTP server on ln.
 func (a *adminServer) serve(ln net.Listener) {
-	srv := &httpwire.Server{Handler: a, OnPanic: func(r any) { a.s.log.Error("admin handler panic", zap.Any("panic", r)) }}
+	srv := &httpwire.Server{Handler: a, OnPanic: func(r any) { a.s.log.Error("admin handler panic", zap.String("panic", fmt.Sprint(r))) }}
 	counted := &adminListener{Listener: ln, a: a}
 	a.mu.Lock()
 	a.ln, a.srv = counted, srv

@@ -72,7 +72,8 @@ func startInbound(s *Sidecar, port InboundPort) (*inboundListener, error) {
 		NoStaleRetry: true,
 	}
 	l.ln = &countingListener{Listener: ln, l: l}
-	l.srv = &httpwire.Server{Handler: l, OnPanic: func(r any) { s.log.Error("inbound handler panic", zap.Any("panic", r)) }}
+	// zap.String, not zap.Any: Any links every field constructor, 160 KB of the binary.
+	l.srv = &httpwire.Server{Handler: l, OnPanic: func(r any) { s.log.Error("inbound handler panic", zap.String("panic", fmt.Sprint(r))) }}
 	go func() { l.serveErr <- l.srv.Serve(l.ln) }()
 	return l, nil
 }

@@ -25,9 +25,15 @@ func timeline(p Plan) []Step {
 			"its preStop POSTs pilot-agent /drain (graceful, skip_exit): Envoy keeps accepting for drainDuration (%s) with Connection: close, "+
 				"and the kubelet will not stop it before the app container has exited", fmtD(in.DrainDuration))})
 	}
+	joins := "joins the drain already running"
+	if in.Sidecar == Native {
+		// Envoy queues a repeated graceful drain's completion for the running drain's end
+		// (drain_manager_impl.cc): without skip_exit, the listeners then stop.
+		joins = fmt.Sprintf("joins the drain already running; the inbound listeners stop at its end, t0+%s, instead of with Envoy", fmtD(in.DrainDuration))
+	}
 	steps = append(steps,
 		Step{Who: "meshdrain", What: fmt.Sprintf(
-			"drains the inbound listeners (graceful, harmless if already drained), then reads the inbound request counters every %s", fmtD(in.Poll))},
+			"drains the inbound listeners (graceful; %s), then reads the inbound request counters every %s", joins, fmtD(in.Poll))},
 		Step{Until: in.EDSLag, Who: "clients", What: fmt.Sprintf(
 			"each client sidecar learns of the removal at its own time (most within 1-3s, the slowest by %s); until then it keeps sending "+
 				"new requests here, which Envoy forwards to the app, still serving", fmtD(in.EDSLag))},

@@ -159,7 +159,8 @@ func (c podClock) at(t time.Time) float64 {
 	return roundS(t.Sub(c.t0).Seconds() / c.scale)
 }
 
-func roundS(s float64) float64 { return math.Round(s*100) / 100 }
+// roundS rounds to hundredths; adding +0 turns a -0 (an event a hair before t0) into 0.
+func roundS(s float64) float64 { return math.Round(s*100)/100 + 0 }
 
 // runPod is the kubelet for one pod deletion: it starts the pod and its clients, deletes
 // the pod at t0, and applies Kubernetes' termination order until every container is gone.
