@@ -205,15 +205,7 @@ func (st *store) histogram(name string) *stat { return st.get(name, typeHistogra
 // filter does for istio_requests_total: its text name is the namespace, the metric and every
 // tag name and value joined by dots.
 func (st *store) customCounter(namespace, metric string, labels []label) *stat {
-	parts := []string{namespace, metric}
-	for _, l := range labels {
-		// An empty value leaves only the tag name in the text name, as Istio writes it.
-		parts = append(parts, l.name)
-		if l.value != "" {
-			parts = append(parts, l.value)
-		}
-	}
-	return st.get(strings.Join(parts, "."), typeCounter, &customTags{metric: metric, labels: labels})
+	return st.custom(namespace, metric, labels, typeCounter)
 }
 
 type customTags struct {
@@ -273,6 +265,10 @@ func (st *store) resetCounters() {
 
 // customGauge is customCounter for a gauge (istio_build).
 func (st *store) customGauge(namespace, metric string, labels []label) *stat {
+	return st.custom(namespace, metric, labels, typeGauge)
+}
+
+func (st *store) custom(namespace, metric string, labels []label, kind statType) *stat {
 	parts := []string{namespace, metric}
 	for _, l := range labels {
 		// An empty value leaves only the tag name in the text name, as Istio writes it.
@@ -281,5 +277,5 @@ func (st *store) customGauge(namespace, metric string, labels []label) *stat {
 			parts = append(parts, l.value)
 		}
 	}
-	return st.get(strings.Join(parts, "."), typeGauge, &customTags{metric: metric, labels: labels})
+	return st.get(strings.Join(parts, "."), kind, &customTags{metric: metric, labels: labels})
 }
