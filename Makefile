@@ -1,11 +1,15 @@
 # meshdrain's build. `make help` lists the targets.
 SHELL := /bin/bash
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# RELEASE is the version this tree releases: the image tag of examples/ and of plan's default
+# --image (examples_test checks that they agree). VERSION is what the binary reports.
+RELEASE := v0.1.0
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo $(RELEASE)-dev)
+IMAGE ?= ghcr.io/meshdrain/meshdrain:$(RELEASE)
 LDFLAGS := -s -w -X github.com/meshdrain/meshdrain/pkg/cli.Version=$(VERSION)
 BIN := bin/meshdrain
 GO ?= go
 
-.PHONY: help build test test-race lint demo clean
+.PHONY: help build test test-race lint demo clean image
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -30,6 +34,9 @@ lint: ## gofmt and go vet
 
 demo: build ## Replay the user's rollout (domain.md §5) for each preStop strategy, on this machine
 	$(BIN) simulate
+
+image: ## Print the docker build command of the release image (IMAGE=... to push elsewhere)
+	@echo docker build -t $(IMAGE) --build-arg VERSION=$(RELEASE) .
 
 clean: ## Remove build output
 	rm -rf bin
