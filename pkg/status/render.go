@@ -39,6 +39,13 @@ func WriteText(w io.Writer, r Report) error {
 		server += fmt.Sprintf("  (envoy drain_time %s, drain_strategy %s)", orDash(r.DrainTime), orDash(r.DrainStrategy))
 	}
 	fmt.Fprintf(&b, "server:  %s\n", server)
+	if lm := r.ListenerManager; lm != nil {
+		stopped := "none stopped"
+		if lm.InboundStopped() {
+			stopped = num(lm.Stopped) + " STOPPED: new inbound connections are refused"
+		}
+		fmt.Fprintf(&b, "listeners: %s active, %s\n", num(lm.Active), stopped)
+	}
 	fmt.Fprintf(&b, "naming:  %s (mesh: %s)\n", r.Naming, r.Mesh)
 	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
 
@@ -73,6 +80,9 @@ func WriteText(w io.Writer, r Report) error {
 func WriteLine(w io.Writer, r Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s state=%s signal=%s", r.SampledAt.UTC().Format(time.RFC3339), r.ServerState, r.Signal)
+	if lm := r.ListenerManager; lm != nil {
+		fmt.Fprintf(&b, " listeners_stopped=%s", num(lm.Stopped))
+	}
 	for _, p := range r.Inbound {
 		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s", portText(p.Port), p.Name,
 			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
