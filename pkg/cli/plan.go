@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meshdrain/meshdrain/pkg/output"
 	"github.com/meshdrain/meshdrain/pkg/plan"
 	"github.com/meshdrain/meshdrain/pkg/podsim"
 )
@@ -25,14 +26,14 @@ type planOptions struct {
 	patch    plan.PatchOptions
 }
 
-// Output formats shared by the commands that print data.
+// The output formats every command that prints data takes (pkg/output).
 const (
-	outputText = "text"
-	outputJSON = "json"
-	outputYAML = "yaml"
+	outputText = output.Text
+	outputJSON = output.JSON
+	outputYAML = output.YAML
 )
 
-var outputFormats = []string{outputText, outputJSON, outputYAML}
+var outputFormats = output.Formats
 
 func defaultPlanOptions() planOptions {
 	return planOptions{
@@ -142,8 +143,6 @@ the container named by --container.`,
 	f.StringVar(&opts.patch.Image, "image", opts.patch.Image, "the meshdrain image for the install init container")
 	f.StringVar(&opts.patch.Dir, "dir", opts.patch.Dir, "where the shared emptyDir is mounted")
 
-	_ = cmd.RegisterFlagCompletionFunc("sidecar", cobra.FixedCompletions(sidecarCompletions(), cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }

@@ -129,6 +129,7 @@ have stopped sending, never later than a deadline derived from terminationGraceP
 		newStatusCommand(s),
 		newCheckCommand(s),
 	)
+	registerEnumCompletions(root)
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/output"
 	"github.com/meshdrain/meshdrain/pkg/plan"
 )
 
@@ -126,8 +127,8 @@ func Check(ctx context.Context, admin Admin, out io.Writer, o CheckOptions) (Che
 	}
 	res := Evaluate(ctx, admin, o)
 	var err error
-	if o.Output == OutputJSON {
-		err = WriteJSON(out, res)
+	if o.Output == OutputJSON || o.Output == OutputYAML {
+		err = output.Write(out, o.Output, res)
 	} else {
 		err = WriteCheckText(out, res)
 	}

@@ -1,29 +1,25 @@
 package status
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/output"
 )
 
-// Output formats of status and check.
+// Output formats of status and check: every command that prints data takes the same three.
 const (
-	OutputText = "text"
-	OutputJSON = "json"
+	OutputText = output.Text
+	OutputJSON = output.JSON
+	OutputYAML = output.YAML
 )
 
 // ParseOutput validates an -o value.
-func ParseOutput(s string) (string, error) {
-	switch s {
-	case OutputText, OutputJSON:
-		return s, nil
-	}
-	return "", fmt.Errorf("output %q: want text or json", s)
-}
+func ParseOutput(s string) (string, error) { return output.Parse(s) }
 
 // WriteText writes the report for a person: a header, one row per inbound endpoint, hints.
 // Unknown values print as "-", never as 0, so a missing stat is not mistaken for silence.
@@ -99,14 +95,7 @@ func WriteLine(w io.Writer, r Report) error {
 }
 
 // WriteJSON writes v as one JSON object on one line, so --watch -o json is JSON Lines.
-func WriteJSON(w io.Writer, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(data, '\n'))
-	return err
-}
+func WriteJSON(w io.Writer, v any) error { return output.WriteJSON(w, v) }
 
 func portText(p *int) string {
 	if p == nil {
