@@ -25,7 +25,7 @@ test: lint ## Run every test (unit, integration, end-to-end), the race detector 
 test-race: ## Run the tests of the concurrent packages under the race detector
 	$(GO) test -race -count=1 ./pkg/...
 
-size: build ## Check that the binary is static and at most 8 MiB
+size: build ## Check that the binary is static and at most 12 MiB
 	@bash scripts/check-binary.sh $(BIN)
 
 lint: ## gofmt and go vet
