@@ -574,7 +574,11 @@ func (e *Edit) WritePatch(w io.Writer) error {
 			ns = " -n " + e.workload.Namespace
 		}
 	}
-	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.Input.Sidecar, fmtD(p.Input.P99), fmtD(p.LastClientLag), fmtD(p.AppDrain))
+	lag := fmtD(p.LastClientLag)
+	if p.Input.EDSLagMedian > 0 {
+		lag = fmt.Sprintf("p50=%s,p99=%s, %d clients (the last by %s)", fmtD(p.Input.EDSLagMedian), fmtD(p.Input.EDSLag), p.Input.Clients, lag)
+	}
+	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.Input.Sidecar, fmtD(p.Input.P99), lag, fmtD(p.AppDrain))
 	ew.printf("# Apply with: kubectl patch %s %s%s --type strategic --patch-file FILE\n", kind, name, ns)
 	ew.printf("# grace %s = meshdrain deadline %s + app-drain %s + %s.\n", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
 	if e.Replaced != "" {
