@@ -2,8 +2,8 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -432,7 +432,7 @@ func TestInterruptedRunsNoAction(t *testing.T) {
 
 func TestActionErrorsAreReported(t *testing.T) {
 	cfg := baseConfig()
-	cfg.Actions = []Action{SignalAction{Signal: syscall.Signal(0), PIDFile: "/nonexistent/app.pid"}}
+	cfg.Actions = []Action{failingAction{}}
 	res, _, action, logs := run(t, cfg, steadyTraffic(time.Second, 0))
 	if res.ActionErr == nil || len(action.runs) != 1 {
 		t.Fatalf("action error %v, later actions run %v", res.ActionErr, action.runs)
@@ -543,6 +543,11 @@ func TestRefusedWhileAskingForCompletionsIsSidecarGone(t *testing.T) {
 		t.Errorf("reason = %s, want sidecar-gone", res.Reason)
 	}
 }
+
+type failingAction struct{}
+
+func (failingAction) Run(context.Context) error { return errors.New("app said no") }
+func (failingAction) String() string            { return "failing" }
 
 type slowAction struct {
 	clock *clock.Fake
