@@ -105,7 +105,9 @@ func TestSignalActionChecksAtStart(t *testing.T) {
 		"pid -1":     func() (*SignalAction, error) { return NewSignalAction(ctx, syscall.SIGTERM, -1, "") },
 		"own pid":    func() (*SignalAction, error) { return NewSignalAction(ctx, syscall.SIGTERM, os.Getpid(), "") },
 		"no process": func() (*SignalAction, error) { return NewSignalAction(ctx, syscall.SIGTERM, 1<<22+7, "") },
-		"both":       func() (*SignalAction, error) { return NewSignalAction(ctx, syscall.SIGTERM, app.Process.Pid, missingPID) },
+		"both": func() (*SignalAction, error) {
+			return NewSignalAction(ctx, syscall.SIGTERM, app.Process.Pid, missingPID)
+		},
 		"no pidfile": func() (*SignalAction, error) { return NewSignalAction(ctx, syscall.SIGTERM, 0, missingPID) },
 	} {
 		if a, err := build(); err == nil {
