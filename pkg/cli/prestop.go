@@ -202,25 +202,30 @@ func (o *prestopOptions) actions() ([]drain.Action, error) {
 		if err != nil {
 			return nil, usageError("--signal: %v", err)
 		}
-		if (o.pid > 0) == (o.pidFile != "") {
+		if (o.pid != 0) == (o.pidFile != "") {
 			return nil, usageError("--signal needs exactly one of --pid or --pidfile")
 		}
-		actions = append(actions, drain.SignalAction{Signal: sig, PID: o.pid, PIDFile: o.pidFile})
+		action, err := drain.NewSignalAction(context.Background(), sig, o.pid, o.pidFile)
+		if err != nil {
+			return nil, usageError("--signal: %v", err)
+		}
+		actions = append(actions, action)
 	case o.pid != 0 || o.pidFile != "":
 		return nil, usageError("--pid and --pidfile need --signal")
 	}
-	if o.pid < 0 {
-		return nil, usageError("--pid %d: not a process id", o.pid)
-	}
 	if o.shutdownURL != "" {
-		action := drain.ShutdownURLAction{URL: o.shutdownURL}
-		if err := action.Validate(); err != nil {
+		action, err := drain.NewShutdownURLAction(o.shutdownURL, false)
+		if err != nil {
 			return nil, usageError("--shutdown-url: %v", err)
 		}
 		actions = append(actions, action)
 	}
 	if o.exec != "" {
-		actions = append(actions, drain.ExecAction{Argv: append([]string{o.exec}, o.execArgs...)})
+		action, err := drain.NewExecAction(append([]string{o.exec}, o.execArgs...))
+		if err != nil {
+			return nil, usageError("--exec: %v", err)
+		}
+		actions = append(actions, action)
 	}
 	return actions, nil
 }
