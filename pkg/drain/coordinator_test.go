@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -330,5 +331,50 @@ func TestReasonTable(t *testing.T) {
 		if !seen[r] {
 			t.Errorf("%s missing from the table", r)
 		}
+	}
+}
+
+func TestFailSafeHoldsThenExits2(t *testing.T) {
+	fake := clock.NewAutoFake(t0)
+	core, logs := observer.New(zap.DebugLevel)
+	res := FailSafe(context.Background(), FailSafeConfig{
+		Problems: []error{errors.New("--poll 1ns: below 20ms"), errors.New("MESHDRAIN_GRACEPERIOD: unknown variable")},
+		Hold:     5 * time.Second, Clock: fake, Logger: zap.New(core),
+	})
+	if res.Reason != ReasonConfigError || res.ExitCode() != 2 || res.Elapsed != 5*time.Second {
+		t.Fatalf("reason %s exit %d after %v", res.Reason, res.ExitCode(), res.Elapsed)
+	}
+	if logs.FilterMessage("configuration error").Len() != 2 {
+		t.Error("each problem must be logged")
+	}
+	all := logs.All()
+	final := all[len(all)-1]
+	if final.Message != "drain finished" || final.ContextMap()["reason"] != "config-error" || final.ContextMap()["exit_code"] != int64(2) {
+		t.Errorf("last event %s %v", final.Message, final.ContextMap())
+	}
+
+	// Interrupted: the hold ends at once, the exit code stays 2.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res = FailSafe(ctx, FailSafeConfig{Problems: []error{errors.New("x")}, Hold: time.Hour, Clock: clock.NewFake(t0)})
+	if res.ExitCode() != 2 || res.Elapsed != 0 {
+		t.Errorf("interrupted hold: exit %d after %v", res.ExitCode(), res.Elapsed)
+	}
+}
+
+// An unusable log file does not stop the drain, but the exit code says it (2 over 0 and 1).
+func TestDegradedDrainExits2(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Degraded = errors.New("open --log-file /proc/1/fd/1: permission denied")
+	res, _, _, logs := run(t, cfg, steadyTraffic(time.Second, 0))
+	if res.Reason != ReasonQuiet || res.ExitCode() != 2 {
+		t.Errorf("reason %s exit %d", res.Reason, res.ExitCode())
+	}
+	if final := logs.FilterMessage("drain finished").All()[0]; final.ContextMap()["config_error"] == nil || final.ContextMap()["exit_code"] != int64(2) {
+		t.Errorf("final event %v", final.ContextMap())
+	}
+	cfg.Deadline = 2 * time.Second
+	if res, _, _, _ := run(t, cfg, steadyTraffic(time.Hour, 0)); res.ExitCode() != 3 {
+		t.Errorf("deadline while degraded: exit %d, want the deadline's 3", res.ExitCode())
 	}
 }

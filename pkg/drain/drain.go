@@ -105,6 +105,10 @@ type Config struct {
 	ProgressInterval time.Duration
 	// Settings are reported in the "drain started" event with where each came from.
 	Settings []Setting
+	// Degraded is a start problem that did not stop the drain (an unusable --log-file): it
+	// is in the final event, and the exit code is ExitConfigError where it would be 0 or 1,
+	// so that the kubelet records a FailedPreStopHook event carrying it.
+	Degraded error
 }
 
 // DefaultActionMargin is kept between the actions' end and the grace period's: the kubelet
@@ -139,15 +143,22 @@ type Result struct {
 	// unless it did.
 	RecentArrivals *float64
 	RecentWindow   time.Duration
+	// Degraded is Config.Degraded.
+	Degraded error
 }
 
 // ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
-// well but an action failed (the kubelet then records a FailedPreStopHook event).
+// well but an action failed (the kubelet then records a FailedPreStopHook event), or 2 over
+// either when the drain ran degraded (Config.Degraded).
 func (r Result) ExitCode() int {
-	if code := r.Reason.ExitCode(); code != 0 || r.ActionErr == nil {
-		return code
+	code := r.Reason.ExitCode()
+	if code == 0 && r.ActionErr != nil {
+		code = ExitActionFailed
 	}
-	return 1
+	if r.Degraded != nil && code < ExitConfigError {
+		code = ExitConfigError
+	}
+	return code
 }
 
 // Run coordinates one drain and returns its outcome. It returns when a reason holds; the
@@ -520,6 +531,7 @@ func (c *coordinator) enter(p Phase) {
 func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 	c.enter(PhaseDone)
 	c.result.Reason = reason
+	c.result.Degraded = c.cfg.Degraded
 	// Elapsed is when the decision was made; the actions' own time is reported apart.
 	c.result.Elapsed = c.clock.Now().Sub(c.start)
 	actionsStart := c.clock.Now()

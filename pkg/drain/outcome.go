@@ -22,6 +22,9 @@ const (
 // action (--signal, --shutdown-url, --exec) failed.
 const ExitActionFailed = 1
 
+// ExitConfigError is ReasonConfigError's exit code, also used when a drain ran degraded.
+const ExitConfigError = 2
+
 // ReasonInfo documents one way a drain ends. It is the single source of the exit-code
 // contract: ExitCode reads it, `prestop --help` prints it, and tests hold the README to it.
 type ReasonInfo struct {
@@ -210,6 +213,9 @@ func (c *coordinator) outcomeFields() []zap.Field {
 	if c.result.Reason == ReasonSidecarGoneBusy {
 		fields = append(fields, zap.String("fix", sidecarGoneFix))
 	}
+	if c.result.Degraded != nil {
+		fields = append(fields, zap.String("config_error", c.result.Degraded.Error()))
+	}
 	return fields
 }
 
@@ -217,7 +223,7 @@ func (c *coordinator) outcomeFields() []zap.Field {
 // is not the clients having left, INFO otherwise.
 func (c *coordinator) finalLevel() zapcore.Level {
 	switch {
-	case c.result.ActionErr != nil:
+	case c.result.ActionErr != nil, c.result.Degraded != nil:
 		return zapcore.ErrorLevel
 	case c.result.Reason == ReasonDeadline, c.result.Reason == ReasonNoSignal, c.result.Reason == ReasonSidecarGoneBusy:
 		return zapcore.WarnLevel
