@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -132,6 +133,10 @@ func newPrestopCommand(s streams) *cobra.Command {
 	return cmd
 }
 
+// prestopMemoryLimit is prestop's soft memory limit (Go runtime memory, not RSS): a drain
+// needs a few MiB; the stats cap is 2 MiB.
+const prestopMemoryLimit = 16 << 20
+
 // prestopLong is the help text; its exit-code table is printed from drain.Reasons, so the
 // help cannot disagree with the code (TestPrestopHelpMatchesTheExitCodes).
 func prestopLong() string {
@@ -199,6 +204,12 @@ func wrapRow(head, text string) string {
 // then either report it (--validate), hold the app (a start error), or drain.
 func runPrestopCommand(ctx context.Context, s streams, cmd *cobra.Command, args, environ []string) error {
 	start := time.Now()
+	// The hook shares the app container's memory limit: a soft limit makes the garbage
+	// collector work harder before the process grows, e.g. while it discards an admin answer
+	// that is over its cap. GOMEMLIMIT still wins.
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(prestopMemoryLimit)
+	}
 	// A closed stdout or stderr (the pipe of whoever started the hook went away) must not
 	// end the wait: with SIGPIPE notified, such writes fail with EPIPE instead of killing the
 	// process, and the logger ignores them.

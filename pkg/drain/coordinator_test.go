@@ -126,6 +126,17 @@ func TestFrozenUptimeIsNeverQuiet(t *testing.T) {
 		t.Fatalf("frozen uptime: reason %s, frozen answers %d", res.Reason, res.FrozenAnswers)
 	}
 
+	// Fast polls: the first quiet check comes well within a second of the anchor, and every
+	// later check within a poll of the one before; the frozen uptime must still show once a
+	// second has passed since the value was first read.
+	fast := cfg
+	fast.Quiet, fast.Poll = 300*time.Millisecond, 50*time.Millisecond
+	frozen = &uptimeSidecar{scriptedSidecar: &scriptedSidecar{script: steadyTraffic(100*time.Millisecond, 0)}, frozenFrom: 100 * time.Millisecond}
+	res, _ = runUptime(t, fast, frozen)
+	if res.Reason != ReasonDeadline || res.FrozenAnswers == 0 {
+		t.Fatalf("frozen uptime, fast polls: reason %s, frozen answers %d", res.Reason, res.FrozenAnswers)
+	}
+
 	live := &uptimeSidecar{scriptedSidecar: &scriptedSidecar{script: steadyTraffic(2*time.Second, 0)}}
 	res, _ = runUptime(t, cfg, live)
 	if res.Reason != ReasonQuiet || res.FrozenAnswers != 0 {

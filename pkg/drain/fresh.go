@@ -46,8 +46,9 @@ type freshness struct {
 	unavailable bool // /server_info answered 404: no uptime to check
 }
 
-// maxUptimeReadings bounds the readings kept; only the newest ones can serve as anchors.
-const maxUptimeReadings = 16
+// maxUptimeReadings bounds the readings kept. Only the first reading of each uptime value
+// (and the newest) is kept, so the history spans the whole drain at one reading per second.
+const maxUptimeReadings = 64
 
 // freshStats checks a successful poll's admin request counter against the previous poll's.
 func (c *coordinator) freshStats(snap inbound.Snapshot) error {
@@ -86,11 +87,23 @@ func (c *coordinator) readUptime(ctx context.Context) bool {
 		c.adminError(err)
 		return false
 	}
-	c.fresh.uptimes = append(c.fresh.uptimes, uptimeReading{sent: sent, done: c.clock.Now(), uptime: uptime})
-	if len(c.fresh.uptimes) > maxUptimeReadings {
-		c.fresh.uptimes = c.fresh.uptimes[1:]
-	}
+	c.fresh.add(uptimeReading{sent: sent, done: c.clock.Now(), uptime: uptime})
 	return true
+}
+
+// add keeps a reading. Of a run of readings with the same uptime only the first and the
+// newest are kept: the first is what proves an answer frozen a second later, and any of them
+// serves as well as an anchor.
+func (f *freshness) add(r uptimeReading) {
+	n := len(f.uptimes)
+	if n >= 2 && f.uptimes[n-1].uptime == r.uptime && f.uptimes[n-2].uptime == r.uptime {
+		f.uptimes[n-1] = r
+	} else {
+		f.uptimes = append(f.uptimes, r)
+	}
+	if len(f.uptimes) > maxUptimeReadings {
+		f.uptimes = f.uptimes[len(f.uptimes)-maxUptimeReadings:]
+	}
 }
 
 // beginFreshness takes the first uptime reading before the watch starts, so that it can
@@ -113,20 +126,17 @@ func (c *coordinator) confirmQuiet(ctx context.Context, windowStart time.Time, s
 	if _, ok := c.sidecar.(UptimeReader); !ok || c.fresh.unavailable {
 		return true
 	}
-	var prev *uptimeReading
-	if n := len(c.fresh.uptimes); n > 0 {
-		p := c.fresh.uptimes[n-1]
-		prev = &p
-	}
 	if !c.readUptime(ctx) {
 		return c.fresh.unavailable
 	}
 	now := c.fresh.uptimes[len(c.fresh.uptimes)-1]
-	// A reading sent a second or more after the previous one was answered must be larger.
-	if prev != nil && now.sent.Sub(prev.done) >= time.Second && now.uptime <= prev.uptime {
-		c.result.FrozenAnswers++
-		c.adminError(fmt.Errorf("%w: /server_info uptime stayed at %v across %v", ErrFrozen, now.uptime, now.sent.Sub(prev.done).Round(time.Millisecond)))
-		return false
+	// A reading sent a second or more after an earlier one was answered must be larger.
+	for _, earlier := range c.fresh.uptimes[:len(c.fresh.uptimes)-1] {
+		if gap := now.sent.Sub(earlier.done); gap >= time.Second && now.uptime <= earlier.uptime {
+			c.result.FrozenAnswers++
+			c.adminError(fmt.Errorf("%w: /server_info uptime %v, no more than %v read %v earlier", ErrFrozen, now.uptime, earlier.uptime, gap.Round(time.Millisecond)))
+			return false
+		}
 	}
 	for i := len(c.fresh.uptimes) - 2; i >= 0; i-- {
 		anchor := c.fresh.uptimes[i]

@@ -36,7 +36,7 @@ const DefaultURL = "http://127.0.0.1:15000"
 // series grow with the callers), so anything near maxStatsBody means the filter did not apply
 // or something else answers: an error, not a reason to grow the process.
 const (
-	maxStatsBody      = 4 << 20
+	maxStatsBody      = 2 << 20
 	maxServerInfoBody = 1 << 20
 	maxErrorBody      = 512
 )
@@ -248,10 +248,13 @@ func (c *Client) retry(ctx context.Context, method, path, rawQuery string, read 
 	policy.MaxElapsedTime = 0 // ctx is the only limit
 	policy.Clock = c.opts.Clock
 	policy.Reset()
-	var lastErr error
+	var lastErr, lastAnswered error
 	operation := func() error {
 		err := c.do(ctx, method, path, rawQuery, read)
 		lastErr = err
+		if err != nil && !IsUnreachable(err) {
+			lastAnswered = err
+		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -264,6 +267,12 @@ func (c *Client) retry(ctx context.Context, method, path, rawQuery string, read 
 		return err
 	}
 	err := backoff.RetryNotifyWithTimer(operation, backoff.WithContext(policy, ctx), nil, &backoffTimer{clock: c.opts.Clock})
+	if err != nil && ctx.Err() != nil && lastAnswered != nil && !errors.Is(lastErr, ErrRefused) {
+		// An earlier attempt reached the admin port and got a bad answer; the last one was
+		// only cut short by the deadline before it connected. The port is reachable: saying
+		// "unreachable" would make a sick admin pass for no sidecar at all.
+		lastErr = lastAnswered
+	}
 	if err != nil && ctx.Err() != nil && lastErr != nil && lastErr != ctx.Err() {
 		// Keep what went wrong last in the chain, not only that time ran out: a dial that
 		// timed out (a blackholed admin address) must still read as unreachable.

@@ -365,3 +365,36 @@ func TestReadResponse(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// An admin that answers badly, retried until the call's time runs out, is reachable even if
+// the very last attempt was cut by the deadline before it connected.
+func TestBadAnswersThenACutDialAreNotUnreachable(t *testing.T) {
+	srv := rawAdmin(t, func(conn net.Conn, _ *http.Request) {
+		io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Endless: ")
+		for {
+			if _, err := io.WriteString(conn, strings.Repeat("a", 64<<10)); err != nil {
+				return
+			}
+		}
+	})
+	opts := fastOptions()
+	var dials atomic.Int32
+	opts.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) > 2 {
+			<-ctx.Done() // the third attempt never connects before the deadline
+			return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	c, err := New(srv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Inbound(ctx, inbound.Selector{})
+	if err == nil || IsUnreachable(err) || !strings.Contains(err.Error(), "exceeded") {
+		t.Errorf("err = %v: want the bad answer, not unreachable", err)
+	}
+}
