@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Checks that the meshdrain binary is what a pod can carry: statically linked and small,
-# because it is copied into every pod by an init container.
+# because it is copied into every pod by an init container. The budget is 12 MiB: net/http's
+# client (with its HTTP/2 and TLS code, which the linker cannot drop) costs about 1.9 MB over
+# the hand-written one it replaced, and a hook that must never hang is worth it.
 set -euo pipefail
 bin=${1:-bin/meshdrain}
-max_bytes=$((8 * 1024 * 1024))
+max_bytes=$((12 * 1024 * 1024))
 size=$(stat -c %s "$bin")
 # A dynamically linked ELF names its loader (PT_INTERP); ldd says so too where it exists.
 if grep -qaE '/lib(64)?/ld-(linux|musl)' "$bin"; then
@@ -15,4 +17,4 @@ fi
 if [ "$size" -gt "$max_bytes" ]; then
   echo "FAIL: $bin is $size bytes, more than $max_bytes"; exit 1
 fi
-awk -v b="$bin" -v s="$size" 'BEGIN { printf "binary ok: %s is static, %d bytes (%.2f MiB, limit 8 MiB)\n", b, s, s/1048576 }'
+awk -v b="$bin" -v s="$size" 'BEGIN { printf "binary ok: %s is static, %d bytes (%.2f MiB, limit 12 MiB)\n", b, s, s/1048576 }'
