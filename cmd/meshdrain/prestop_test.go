@@ -355,3 +355,59 @@ func TestPrestopExecAction(t *testing.T) {
 		t.Errorf("exit %d, final event %v", res.code, final)
 	}
 }
+
+// --validate checks everything and answers at once: 0 with a summary, 2 with every problem
+// (an unknown variable included), never a wait.
+func TestPrestopValidate(t *testing.T) {
+	app := exec.Command("sleep", "30")
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Process.Kill()
+	start := time.Now()
+	cmd := exec.Command(binary, "prestop", "--validate", "--signal", "TERM", "--pid", fmt.Sprint(app.Process.Pid))
+	cmd.Env = append(withoutMeshdrainEnv(), "MESHDRAIN_QUIET=2s")
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "prestop configuration ok") || !strings.Contains(string(out), "(env MESHDRAIN_QUIET)") {
+		t.Errorf("valid configuration: %v\n%s", err, out)
+	}
+	res := runBinary(t, []string{"MESHDRAIN_GRACEPERIOD=45s"}, "prestop", "--validate", "--exec", "/nonexistent", "--admin", "http://10.0.0.1:15000",
+		"--log-file", "/nonexistent/dir/log")
+	for _, want := range []string{"MESHDRAIN_GRACEPERIOD", "--exec", "not a loopback", "--log-file"} {
+		if !strings.Contains(res.stderr, want) {
+			t.Errorf("--validate output lacks %q:\n%s", want, res.stderr)
+		}
+	}
+	if res.code != 2 || res.exited.Sub(start) > 2*time.Second {
+		t.Errorf("exit %d after %v: want 2 at once", res.code, res.exited.Sub(start))
+	}
+}
+
+// With --log-file, the log goes to the file, and the kubelet's view (stderr, which a failed
+// hook's event carries) still gets every error and the final event, nothing else.
+func TestPrestopLogFileAlsoWritesTheFinalEventToStderr(t *testing.T) {
+	srv := httptest.NewServer(&traceAdmin{script: func(time.Duration) (float64, float64, bool) { return 5, 0, true }})
+	defer srv.Close()
+	logFile := filepath.Join(t.TempDir(), "meshdrain.log")
+	res := runBinary(t, nil, append(fastFlags(srv.URL), "--log-file", logFile, "--exec", "/bin/false")...)
+	if res.code != 1 {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	final := res.final(t)
+	if final["reason"] != "quiet" || final["action_error"] == nil {
+		t.Errorf("stderr's final event %v", final)
+	}
+	for _, e := range res.events {
+		if e["level"] != "error" && e["msg"] != "drain finished" {
+			t.Errorf("stderr got %v: only errors and the final event belong there", e["msg"])
+		}
+	}
+	raw, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileEvents := parseEvents(string(raw))
+	if len(fileEvents) <= len(res.events) || fileEvents[len(fileEvents)-1]["msg"] != "drain finished" {
+		t.Errorf("the log file has %d events, stderr %d", len(fileEvents), len(res.events))
+	}
+}
