@@ -49,11 +49,12 @@ func fmFlags(admin string) []string {
 
 type faultSetup struct {
 	args, env []string
-	// atStart runs right after the process starts: timed faults are armed relative to it.
-	atStart     func()
-	hup         time.Duration // send SIGHUP this long after the start
-	closedPipes bool          // stdout and stderr are pipes whose reader is gone
-	logFile     string        // read the log events from here instead of stderr
+	// atStart runs right after the process starts: timed faults are armed relative to it;
+	// atEnd runs once it has exited.
+	atStart, atEnd func()
+	hup            time.Duration // send SIGHUP this long after the start
+	closedPipes    bool          // stdout and stderr are pipes whose reader is gone
+	logFile        string        // read the log events from here instead of stderr
 }
 
 type faultCase struct {
@@ -139,6 +140,9 @@ func runFault(s faultSetup) faultRun {
 	}
 	err := cmd.Wait()
 	r.elapsed = time.Since(start)
+	if s.atEnd != nil {
+		s.atEnd()
+	}
 	if cmd.ProcessState == nil {
 		r.err = err
 		return r
@@ -248,9 +252,17 @@ func busyAdmin(t *testing.T) *httptest.Server {
 	return srv
 }
 
-// emulated starts the Envoy emulator with one inbound port in front of an app, and a client
-// sending to it every 5 ms until stopTraffic is called or the test ends.
-func emulated(t *testing.T, cfg envoysim.Config) (sim *envoysim.Sidecar, stopTraffic func()) {
+// emulated starts the Envoy emulator with one inbound port in front of an app. Its client
+// sends a request every 5 ms from the moment the case starts (atStart) until stop is called
+// or the case ends (atEnd): traffic of the cases that are not running would load the machine
+// and distort the timing of those that are.
+type emulation struct {
+	sim  *envoysim.Sidecar
+	done chan struct{}
+	once sync.Once
+}
+
+func emulated(t *testing.T, cfg envoysim.Config) *emulation {
 	t.Helper()
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(app.Close)
@@ -261,25 +273,42 @@ func emulated(t *testing.T, cfg envoysim.Config) (sim *envoysim.Sidecar, stopTra
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
-	done := make(chan struct{})
-	var once sync.Once
-	stopTraffic = func() { once.Do(func() { close(done) }) }
-	t.Cleanup(stopTraffic)
+	e := &emulation{sim: sim, done: make(chan struct{})}
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *emulation) start() {
 	go func() {
 		client := &http.Client{Timeout: time.Second}
 		for {
 			select {
-			case <-done:
+			case <-e.done:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if resp, err := client.Get("http://" + sim.InboundAddr(8080) + "/"); err == nil {
+			if resp, err := client.Get("http://" + e.sim.InboundAddr(8080) + "/"); err == nil {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
 		}
 	}()
-	return sim, stopTraffic
+}
+
+func (e *emulation) stop() { e.once.Do(func() { close(e.done) }) }
+
+// setup is a case's setup on the emulator: traffic from the start, stopped after stopAfter
+// (never if 0), and extra arms the case's own faults.
+func (e *emulation) setup(args []string, stopAfter time.Duration, extra func()) faultSetup {
+	return faultSetup{args: args, atEnd: e.stop, atStart: func() {
+		e.start()
+		if stopAfter > 0 {
+			time.AfterFunc(stopAfter, e.stop)
+		}
+		if extra != nil {
+			extra()
+		}
+	}}
 }
 
 // after arms f to run d after the process starts.
@@ -525,16 +554,16 @@ func faultCases() []faultCase {
 			}},
 		{name: "frozen-emulator-admin-counter", item: "7", bound: fmDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {
-				sim, _ := emulated(t, envoysim.Config{Profile: envoysim.ProfileEnvoy})
-				return faultSetup{args: append(fmFlags(sim.AdminURL()), "--cluster", "service_a", "--http-prefix", "ingress_http"),
-					atStart: after(300*time.Millisecond, func() { sim.Faults().AdminFrozen() })}
+				e := emulated(t, envoysim.Config{Profile: envoysim.ProfileEnvoy})
+				return e.setup(append(fmFlags(e.sim.AdminURL()), "--cluster", "service_a", "--http-prefix", "ingress_http"), 0,
+					after(300*time.Millisecond, func() { e.sim.Faults().AdminFrozen() }))
 			},
 			check: frozenSeen},
 		{name: "frozen-emulator-uptime", item: "7", bound: fmDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {
 				// Istio's default stats plus the inbound annotation: no admin counter.
-				sim, _ := emulated(t, istioWithInboundStats)
-				return faultSetup{args: fmFlags(sim.AdminURL()), atStart: after(300*time.Millisecond, func() { sim.Faults().AdminFrozen() })}
+				e := emulated(t, istioWithInboundStats)
+				return e.setup(fmFlags(e.sim.AdminURL()), 0, after(300*time.Millisecond, func() { e.sim.Faults().AdminFrozen() }))
 			},
 			check: frozenSeen},
 		{name: "frozen-caching-proxy", item: "7", bound: fmDeadline, reason: "deadline", code: 3,
@@ -556,14 +585,13 @@ func faultCases() []faultCase {
 			check: frozenSeen},
 		{name: "emulator-live-admin-counter", item: "7 (control)", bound: fmDeadline, reason: "quiet", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				sim, stop := emulated(t, envoysim.Config{Profile: envoysim.ProfileEnvoy})
-				return faultSetup{args: append(fmFlags(sim.AdminURL()), "--cluster", "service_a", "--http-prefix", "ingress_http"),
-					atStart: after(200*time.Millisecond, stop)}
+				e := emulated(t, envoysim.Config{Profile: envoysim.ProfileEnvoy})
+				return e.setup(append(fmFlags(e.sim.AdminURL()), "--cluster", "service_a", "--http-prefix", "ingress_http"), 200*time.Millisecond, nil)
 			}},
 		{name: "emulator-live-uptime", item: "7 (control)", bound: fmDeadline, reason: "quiet", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				sim, stop := emulated(t, istioWithInboundStats)
-				return faultSetup{args: fmFlags(sim.AdminURL()), atStart: after(200*time.Millisecond, stop)}
+				e := emulated(t, istioWithInboundStats)
+				return e.setup(fmFlags(e.sim.AdminURL()), 200*time.Millisecond, nil)
 			}},
 		{name: "remote-admin-literal", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
 			setup: func(t *testing.T) faultSetup { return faultSetup{args: fmFlags("http://10.0.0.1:15000")} },
@@ -692,35 +720,32 @@ func faultCases() []faultCase {
 	} {
 		cases = append(cases, faultCase{name: "emulator-" + string(f.mode), item: "emulator", bound: fmDeadline, reason: f.reason, code: f.code,
 			setup: func(t *testing.T) faultSetup {
-				sim, _ := emulated(t, envoysim.Config{})
-				if err := sim.Faults().SetAdmin(f.mode, 0); err != nil {
+				e := emulated(t, envoysim.Config{})
+				if err := e.sim.Faults().SetAdmin(f.mode, 0); err != nil {
 					t.Fatal(err)
 				}
-				return faultSetup{args: fmFlags(sim.AdminURL())}
+				return e.setup(fmFlags(e.sim.AdminURL()), 0, nil)
 			}})
 	}
 	cases = append(cases,
 		faultCase{name: "emulator-slow-200ms", item: "emulator", bound: fmDeadline, reason: "quiet", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				sim, stop := emulated(t, envoysim.Config{})
-				sim.Faults().AdminSlow(200 * time.Millisecond)
-				return faultSetup{args: fmFlags(sim.AdminURL()), atStart: after(200*time.Millisecond, stop)}
+				e := emulated(t, envoysim.Config{})
+				e.sim.Faults().AdminSlow(200 * time.Millisecond)
+				return e.setup(fmFlags(e.sim.AdminURL()), 200*time.Millisecond, nil)
 			}},
 		faultCase{name: "emulator-dies-mid-drain", item: "emulator", bound: fmDeadline, reason: "sidecar-gone-busy", code: 5,
 			setup: func(t *testing.T) faultSetup {
-				sim, _ := emulated(t, envoysim.Config{})
-				sim.Faults().DieMidDrain(300 * time.Millisecond)
-				return faultSetup{args: fmFlags(sim.AdminURL())}
+				e := emulated(t, envoysim.Config{})
+				e.sim.Faults().DieMidDrain(300 * time.Millisecond)
+				return e.setup(fmFlags(e.sim.AdminURL()), 0, nil)
 			}},
 		faultCase{name: "emulator-counter-reset", item: "emulator", bound: fmDeadline, minEnd: time.Second, reason: "quiet", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				sim, stop := emulated(t, envoysim.Config{})
+				e := emulated(t, envoysim.Config{})
 				// Traffic stops at 0.2 s; Envoy "restarts" its counters at 0.6 s: movement, so
 				// the quiet window starts again from there.
-				return faultSetup{args: fmFlags(sim.AdminURL()), atStart: func() {
-					time.AfterFunc(200*time.Millisecond, stop)
-					time.AfterFunc(600*time.Millisecond, sim.Faults().ResetCounters)
-				}}
+				return e.setup(fmFlags(e.sim.AdminURL()), 200*time.Millisecond, after(600*time.Millisecond, e.sim.Faults().ResetCounters))
 			},
 			check: contains("went down")},
 	)
