@@ -9,7 +9,11 @@ LDFLAGS := -s -w -X github.com/meshdrain/meshdrain/pkg/cli.Version=$(VERSION)
 BIN := bin/meshdrain
 GO ?= go
 
-.PHONY: help build test test-race lint demo clean image
+FUZZTIME ?= 30s
+# Each fuzz target as package:Name. Their seeds (testdata/fuzz) run with every `go test`.
+FUZZ_TARGETS := ./pkg/inbound:FuzzParse ./pkg/inbound:FuzzStatsFilter ./pkg/envoyadmin:FuzzReadResponse ./pkg/cli:FuzzPrestopConfig
+
+.PHONY: help build test test-race lint demo clean image faults fuzz
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -31,6 +35,14 @@ size: build ## Check that the binary is static and at most 12 MiB
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+faults: ## Run prestop's fault matrix (the real binary against misbehaving admins, configs, signals) and print its table
+	@out=$$(mktemp); status=0; $(GO) test -count=1 -run 'TestFaultMatrix$$' -v ./cmd/meshdrain > $$out 2>&1 || status=$$?; \
+	grep -E '^\|' $$out; if [ $$status -ne 0 ]; then grep -E -- '--- FAIL|faults_test' $$out; fi; rm -f $$out; exit $$status
+
+fuzz: ## Fuzz the stats parser, the admin response reader and prestop's flag/variable parsing, FUZZTIME (30s) each
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+	echo "fuzz $$name in $$pkg for $(FUZZTIME)"; $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 demo: build ## Replay the user's rollout (domain.md §5) for each preStop strategy, on this machine
 	$(BIN) simulate

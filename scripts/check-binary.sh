@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checks that the meshdrain binary is what a pod can carry: statically linked and small,
-# because it is copied into every pod by an init container.
+# because it is copied into every pod by an init container. The budget is 12 MiB: net/http's
+# client (with its HTTP/2 and TLS code, which the linker cannot drop) costs about 1.9 MB over
+# the hand-written one it replaced, and a hook that must never hang is worth it.
 set -euo pipefail
 bin=${1:-bin/meshdrain}
-# The guide's limit: the binary is copied into every pod, but correctness beats bytes.
 max_bytes=$((12 * 1024 * 1024))
 size=$(stat -c %s "$bin")
 # A dynamically linked ELF names its loader (PT_INTERP); ldd says so too where it exists.

@@ -86,14 +86,25 @@ func (a *traceAdmin) lastChangeAt() time.Time {
 }
 
 type runResult struct {
-	code   int
-	exited time.Time
-	events []map[string]any
-	stderr string
+	code     int
+	exited   time.Time
+	events   []map[string]any
+	stderr   string
+	startErr error
 }
 
 func runBinary(t *testing.T, env []string, args ...string) runResult {
 	t.Helper()
+	res := runBinaryNoFatal(args, env)
+	if res.startErr != nil {
+		t.Fatal(res.startErr)
+	}
+	return res
+}
+
+// runBinaryNoFatal runs the binary and reports a failure to start in the result, so that it
+// can be called from other goroutines than the test's.
+func runBinaryNoFatal(args, env []string) runResult {
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
@@ -105,16 +116,23 @@ func runBinary(t *testing.T, env []string, args ...string) runResult {
 	case errors.As(err, &exitErr):
 		res.code = exitErr.ExitCode()
 	case err != nil:
-		t.Fatal(err)
+		res.startErr = err
 	}
-	scanner := bufio.NewScanner(strings.NewReader(res.stderr))
+	res.events = parseEvents(res.stderr)
+	return res
+}
+
+func parseEvents(stderr string) []map[string]any {
+	var events []map[string]any
+	scanner := bufio.NewScanner(strings.NewReader(stderr))
+	scanner.Buffer(make([]byte, 64*1024), 4<<20)
 	for scanner.Scan() {
 		var event map[string]any
 		if json.Unmarshal(scanner.Bytes(), &event) == nil {
-			res.events = append(res.events, event)
+			events = append(events, event)
 		}
 	}
-	return res
+	return events
 }
 
 func (r runResult) final(t *testing.T) map[string]any {
@@ -204,6 +222,8 @@ func TestPrestopNoSignalNamesTheAnnotation(t *testing.T) {
 	}
 }
 
+// Envoy killed under live traffic (the user's incident): the app is still signalled at once
+// (Envoy is gone), but the outcome is sidecar-gone-busy, exit 5, not a success.
 func TestPrestopSidecarGoneSignalsTheApp(t *testing.T) {
 	admin := &traceAdmin{script: func(since time.Duration) (float64, float64, bool) {
 		return float64(since / time.Millisecond), 0, true
@@ -218,8 +238,12 @@ func TestPrestopSidecarGoneSignalsTheApp(t *testing.T) {
 	time.AfterFunc(400*time.Millisecond, srv.Close) // pilot-agent kills Envoy
 
 	res := runBinary(t, []string{"MESHDRAIN_SIGNAL=TERM"}, append(fastFlags(srv.URL), "--pid", fmt.Sprint(app.Process.Pid))...)
-	if res.code != 0 || res.final(t)["reason"] != "sidecar-gone" {
+	if res.code != 5 || res.final(t)["reason"] != "sidecar-gone-busy" {
 		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	// The variable acted, and the log says so.
+	if !strings.Contains(res.stderr, `"signal":{"value":"TERM","from":"env MESHDRAIN_SIGNAL"}`) {
+		t.Error("the drain started event does not trace MESHDRAIN_SIGNAL")
 	}
 	select {
 	case err := <-appDone:
@@ -242,8 +266,12 @@ func TestPrestopNoSidecar(t *testing.T) {
 	}
 }
 
+// Bad flags and variables no longer end the hook at once (the app would get SIGTERM
+// immediately): each is logged, the app is held for the fallback wait, and the exit is 2
+// with a final line.
 func TestPrestopBadFlags(t *testing.T) {
-	for _, args := range [][]string{
+	const hold = 300 * time.Millisecond
+	cases := [][]string{
 		{"prestop", "--drain-mode", "soft"},
 		{"prestop", "--grace-period", "5s"},
 		{"prestop", "--signal", "TERM"},
@@ -254,14 +282,34 @@ func TestPrestopBadFlags(t *testing.T) {
 		{"prestop", "--log-format", "xml"},
 		{"prestop", "--nope"},
 		{"prestop", "extra"},
-	} {
-		res := runBinary(t, nil, args...)
-		lines := strings.Split(strings.TrimSpace(res.stderr), "\n")
-		if res.code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "meshdrain: ") {
-			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line", args, res.code, res.stderr)
+	}
+	results := make([]runResult, len(cases))
+	took := make([]time.Duration, len(cases))
+	var wg sync.WaitGroup
+	for i, args := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			results[i] = runBinaryNoFatal(args, []string{"MESHDRAIN_FALLBACK_WAIT=" + hold.String()})
+			took[i] = results[i].exited.Sub(start)
+		}()
+	}
+	wg.Wait()
+	for i, args := range cases {
+		res := results[i]
+		final := res.final(t)
+		if res.code != 2 || final["reason"] != "config-error" || final["exit_code"] != 2.0 {
+			t.Errorf("%v: exit %d, final %v", args, res.code, final)
+		}
+		if took[i] < hold || took[i] > hold+time.Second {
+			t.Errorf("%v: took %v, want the %v hold", args, took[i], hold)
+		}
+		if errs, _ := final["errors"].([]any); len(errs) == 0 {
+			t.Errorf("%v: final line names no error", args)
 		}
 	}
-	if res := runBinary(t, []string{"MESHDRAIN_POLL=fast"}, "prestop"); res.code != 2 {
+	if res := runBinary(t, []string{"MESHDRAIN_POLL=fast", "MESHDRAIN_FALLBACK_WAIT=0s"}, "prestop"); res.code != 2 || res.final(t)["reason"] != "config-error" {
 		t.Errorf("bad env value: exit %d", res.code)
 	}
 }
@@ -305,5 +353,61 @@ func TestPrestopExecAction(t *testing.T) {
 	final := res.final(t)
 	if res.code != 1 || final["exit_code"] != 1.0 || final["action_error"] == nil {
 		t.Errorf("exit %d, final event %v", res.code, final)
+	}
+}
+
+// --validate checks everything and answers at once: 0 with a summary, 2 with every problem
+// (an unknown variable included), never a wait.
+func TestPrestopValidate(t *testing.T) {
+	app := exec.Command("sleep", "30")
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Process.Kill()
+	start := time.Now()
+	cmd := exec.Command(binary, "prestop", "--validate", "--signal", "TERM", "--pid", fmt.Sprint(app.Process.Pid))
+	cmd.Env = append(withoutMeshdrainEnv(), "MESHDRAIN_QUIET=2s")
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "prestop configuration ok") || !strings.Contains(string(out), "(env MESHDRAIN_QUIET)") {
+		t.Errorf("valid configuration: %v\n%s", err, out)
+	}
+	res := runBinary(t, []string{"MESHDRAIN_GRACEPERIOD=45s"}, "prestop", "--validate", "--exec", "/nonexistent", "--admin", "http://10.0.0.1:15000",
+		"--log-file", "/nonexistent/dir/log")
+	for _, want := range []string{"MESHDRAIN_GRACEPERIOD", "--exec", "not a loopback", "--log-file"} {
+		if !strings.Contains(res.stderr, want) {
+			t.Errorf("--validate output lacks %q:\n%s", want, res.stderr)
+		}
+	}
+	if res.code != 2 || res.exited.Sub(start) > 2*time.Second {
+		t.Errorf("exit %d after %v: want 2 at once", res.code, res.exited.Sub(start))
+	}
+}
+
+// With --log-file, the log goes to the file, and the kubelet's view (stderr, which a failed
+// hook's event carries) still gets every error and the final event, nothing else.
+func TestPrestopLogFileAlsoWritesTheFinalEventToStderr(t *testing.T) {
+	srv := httptest.NewServer(&traceAdmin{script: func(time.Duration) (float64, float64, bool) { return 5, 0, true }})
+	defer srv.Close()
+	logFile := filepath.Join(t.TempDir(), "meshdrain.log")
+	res := runBinary(t, nil, append(fastFlags(srv.URL), "--log-file", logFile, "--exec", "/bin/false")...)
+	if res.code != 1 {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	final := res.final(t)
+	if final["reason"] != "quiet" || final["action_error"] == nil {
+		t.Errorf("stderr's final event %v", final)
+	}
+	for _, e := range res.events {
+		if e["level"] != "error" && e["msg"] != "drain finished" {
+			t.Errorf("stderr got %v: only errors and the final event belong there", e["msg"])
+		}
+	}
+	raw, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileEvents := parseEvents(string(raw))
+	if len(fileEvents) <= len(res.events) || fileEvents[len(fileEvents)-1]["msg"] != "drain finished" {
+		t.Errorf("the log file has %d events, stderr %d", len(fileEvents), len(res.events))
 	}
 }

@@ -4,20 +4,26 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
-	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 type prestopOptions struct {
 	admin            string
+	allowRemote      bool
 	ports            []int
 	clusters         []string
 	httpPrefixes     []string
@@ -41,6 +47,8 @@ type prestopOptions struct {
 	logFormat        string
 	logFile          string
 	verbose          bool
+	validate         bool
+	help             bool
 	deadlineSet      bool
 }
 
@@ -59,34 +67,51 @@ func defaultPrestopOptions() prestopOptions {
 	}
 }
 
+// prestopFlags registers prestop's flags on fs. The command parses its own flag set (see
+// newPrestopCommand), so the same registration serves the help text and the parsing.
+func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
+	f.StringVar(&o.admin, "admin", o.admin, "Envoy admin API: http://127.0.0.1:15000, http://[::1]:15000, http://localhost:15000 or unix:/path/admin.sock")
+	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --admin and --shutdown-url name a host other than the pod's loopback")
+	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found)")
+	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
+	f.StringSliceVar(&o.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix to watch, e.g. public_listener (repeatable)")
+	f.DurationVar(&o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds")
+	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM to finish its in-flight work")
+	f.DurationVar(&o.deadline, "deadline", 0, "give up waiting after this long (default grace-period - app-drain - 1s)")
+	f.DurationVar(&o.quiet, "quiet", o.quiet, "how long the inbound request counter must stand still (at least two polls, less than the deadline)")
+	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever happens (at most the deadline)")
+	f.DurationVar(&o.poll, "poll", o.poll, "interval between two stats requests (at least 20ms)")
+	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "give up on an unreachable admin API after this long (also bounds each admin call)")
+	f.DurationVar(&o.latencyAllowance, "latency-allowance", o.latencyAllowance, "added to --quiet when only completed-request stats exist (they lag arrivals by the latency)")
+	f.DurationVar(&o.fallbackWait, "fallback-wait", o.fallbackWait, "fixed wait when the sidecar exposes no inbound stats or the configuration is wrong (capped by the grace period)")
+	f.StringVar(&o.drainMode, "drain-mode", o.drainMode, "graceful (POST /drain_listeners?inboundonly&graceful), immediate (?inboundonly) or none")
+	f.StringVar(&o.signal, "signal", "", "when drained, send this signal (TERM, SIGTERM or 15; never KILL or STOP) to --pid or --pidfile")
+	f.IntVar(&o.pid, "pid", 0, "process to signal (with --signal); checked at start, and signalled only if it is still that process")
+	f.StringVar(&o.pidFile, "pidfile", "", "file holding the process to signal (with --signal): read at start, and again when drained (it must name the same process)")
+	f.StringVar(&o.shutdownURL, "shutdown-url", "", "when drained, POST to this URL on the loopback (e.g. http://127.0.0.1:8080/actuator/shutdown) or a unix socket (unix:/run/app.sock:/actuator/shutdown)")
+	f.StringVar(&o.exec, "exec", "", "when drained, run this program (no shell; in its own process group); its arguments follow --")
+	f.BoolVar(&o.dryRun, "dry-run", false, "watch and report only: no drain call, no action")
+	f.StringVar(&o.logFormat, "log-format", o.logFormat, "json or console")
+	f.StringVar(&o.logFile, "log-file", "", "write logs here instead of stderr (/proc/1/fd/1: kubectl logs); errors and the final line still go to stderr")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "also log each poll's failures at debug level")
+	f.BoolVar(&o.validate, "validate", false, "check the configuration and everything the hook needs (variables, pid file, program, log file, URLs), then exit 0 or 2 at once")
+}
+
 func newPrestopCommand(s streams) *cobra.Command {
 	o := defaultPrestopOptions()
 	cmd := &cobra.Command{
 		Use:   "prestop [flags] [-- EXEC-ARGS...]",
 		Short: "Run as the app container's preStop hook: return once clients have stopped sending",
-		Long: `prestop is meant to be the app container's preStop hook. It:
-
-  1. reads the sidecar's inbound stats from Envoy's admin API (filtered server-side),
-  2. POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect elsewhere,
-  3. waits until the inbound new-request counter has not moved for --quiet and no inbound
-     request is active: the clients' sidecars have stopped routing to this pod,
-  4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you
-     configure, always by --deadline (default: grace-period - app-drain - 1s).
-
-The last log line is {"msg":"drain finished","reason":...}. Exit codes: 0 quiet, sidecar-gone
-(Envoy was killed: it forwards nothing any more) or no-sidecar (admin port never reached);
-3 deadline; 4 no-signal (Istio emits no inbound stats by default: the log names the annotation
-to add; meshdrain then waits --fallback-wait); 1 the wait ended but an action (--signal,
---shutdown-url, --exec) failed; 130 interrupted; 2 bad flags.
-
-Every flag can also be set as MESHDRAIN_<FLAG> (e.g. MESHDRAIN_GRACE_PERIOD=45s); lists are
-comma-separated. An explicit flag wins. --exec takes one program; its arguments follow --.`,
+		Long:  prestopLong(),
 		Example: `  # In the pod spec (logs go to the container's stdout, visible in kubectl logs):
   lifecycle:
     preStop:
       exec:
         command: ["/meshdrain/meshdrain", "prestop", "--grace-period=30s", "--app-drain=5s",
                   "--log-file=/proc/1/fd/1"]
+
+  # Check a hook's configuration inside the pod, without draining anything:
+  kubectl exec deploy/web -c web -- /meshdrain/meshdrain prestop --validate --grace-period=30s --signal TERM --pid 1
 
   # Watch a live sidecar by hand without draining it or touching the app:
   meshdrain prestop --dry-run --log-format console --port 8080
@@ -97,158 +122,137 @@ comma-separated. An explicit flag wins. --exec takes one program; its arguments 
 
   # Run a command when drained (no shell involved):
   meshdrain prestop --exec /app/bin/stop -- --graceful`,
+		// prestop parses its own flags: a bad flag must go through the same fail-safe path as
+		// every other start error (log, hold the app, exit 2), not end the hook at once.
+		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := bindEnv(cmd, os.LookupEnv); err != nil {
-				return err
-			}
-			if len(args) > 0 {
-				if o.exec == "" {
-					return usageError("unexpected arguments %q: arguments after -- belong to --exec", args)
-				}
-				o.execArgs = args
-			}
-			o.deadlineSet = cmd.Flags().Changed("deadline") || envSet("MESHDRAIN_DEADLINE")
-			return runPrestop(cmd.Context(), s, o)
+			return runPrestopCommand(cmd.Context(), s, cmd, args, os.Environ())
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.admin, "admin", o.admin, "Envoy admin API base URL")
-	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found)")
-	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
-	f.StringSliceVar(&o.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix to watch, e.g. public_listener (repeatable)")
-	f.DurationVar(&o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds")
-	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM to finish its in-flight work")
-	f.DurationVar(&o.deadline, "deadline", 0, "give up waiting after this long (default grace-period - app-drain - 1s)")
-	f.DurationVar(&o.quiet, "quiet", o.quiet, "how long the inbound request counter must stand still")
-	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever the counters say")
-	f.DurationVar(&o.poll, "poll", o.poll, "interval between two stats requests")
-	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "give up on an unreachable admin API after this long (also bounds each admin call)")
-	f.DurationVar(&o.latencyAllowance, "latency-allowance", o.latencyAllowance, "added to --quiet when only completed-request stats exist (they lag arrivals by the latency)")
-	f.DurationVar(&o.fallbackWait, "fallback-wait", o.fallbackWait, "fixed wait when the sidecar exposes no inbound stats (capped by the deadline)")
-	f.StringVar(&o.drainMode, "drain-mode", o.drainMode, "graceful (POST /drain_listeners?inboundonly&graceful), immediate (?inboundonly) or none")
-	f.StringVar(&o.signal, "signal", "", "when drained, send this signal (TERM, SIGTERM or 15) to --pid or --pidfile")
-	f.IntVar(&o.pid, "pid", 0, "process to signal (with --signal)")
-	f.StringVar(&o.pidFile, "pidfile", "", "file holding the process to signal (with --signal), read when drained")
-	f.StringVar(&o.shutdownURL, "shutdown-url", "", "when drained, POST to this URL (e.g. http://127.0.0.1:8080/actuator/shutdown)")
-	f.StringVar(&o.exec, "exec", "", "when drained, run this program (no shell); its arguments follow --")
-	f.BoolVar(&o.dryRun, "dry-run", false, "watch and report only: no drain call, no action")
-	f.StringVar(&o.logFormat, "log-format", o.logFormat, "json or console")
-	f.StringVar(&o.logFile, "log-file", "", "write logs here instead of stderr; /proc/1/fd/1 makes them visible in kubectl logs")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "also log each poll's failures at debug level")
+	prestopFlags(cmd.Flags(), &o)
 	return cmd
 }
 
-func envSet(name string) bool { _, ok := os.LookupEnv(name); return ok }
+// prestopMemoryLimit is prestop's soft memory limit (Go runtime memory, not RSS): a drain
+// needs a few MiB; the stats cap is 2 MiB.
+const prestopMemoryLimit = 16 << 20
 
-// validate checks flag combinations and derives the deadline.
-func (o *prestopOptions) validate() (drain.Config, error) {
-	var cfg drain.Config
-	mode, err := envoyadmin.ParseDrainMode(o.drainMode)
-	if err != nil {
-		return cfg, usageError("--drain-mode: %v", err)
-	}
-	for name, d := range map[string]time.Duration{"--grace-period": o.gracePeriod, "--quiet": o.quiet, "--poll": o.poll, "--connect-timeout": o.connectTimeout} {
-		if d <= 0 {
-			return cfg, usageError("%s must be positive, got %v", name, d)
+// prestopLong is the help text; its exit-code table is printed from drain.Reasons, so the
+// help cannot disagree with the code (TestPrestopHelpMatchesTheExitCodes).
+func prestopLong() string {
+	var b strings.Builder
+	b.WriteString(`prestop is meant to be the app container's preStop hook. It:
+
+  1. reads the sidecar's inbound stats from Envoy's admin API (filtered server-side),
+  2. POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect elsewhere,
+  3. waits until the inbound new-request counter has not moved for --quiet and no inbound
+     request is active: the clients' sidecars have stopped routing to this pod,
+  4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you
+     configure, always by --deadline (default: grace-period - app-drain - 1s); the actions'
+     own timeout is cut so that they end before the grace period.
+
+It fails safe: any start error (a bad flag or MESHDRAIN_* value, a --pidfile, --pid or --exec
+that does not check out, a remote --admin) is logged, the app is held for --fallback-wait
+(capped by the grace period; --min-wait if longer), and the exit code is 2. An unusable
+--log-file does not stop the drain: it logs to stderr and exits 2 at the end. --admin and
+--shutdown-url must be the pod's loopback (127.0.0.0/8, [::1], localhost) or a unix socket
+unless --allow-remote is given; credentials in URLs are never logged.
+
+The last log line is {"msg":"drain finished","reason":...}. Exit codes:
+
+`)
+	actionRow := wrapRow(fmt.Sprintf("  %-4d %-18s ", drain.ExitActionFailed, actionFailedRow), actionFailedWhen)
+	for _, r := range drain.Reasons() {
+		if r.Code > drain.ExitActionFailed && actionRow != "" {
+			b.WriteString(actionRow)
+			actionRow = ""
 		}
+		b.WriteString(wrapRow(fmt.Sprintf("  %-4d %-18s ", r.Code, r.Reason), r.When))
 	}
-	for name, d := range map[string]time.Duration{"--app-drain": o.appDrain, "--min-wait": o.minWait, "--latency-allowance": o.latencyAllowance, "--fallback-wait": o.fallbackWait} {
-		if d < 0 {
-			return cfg, usageError("%s must not be negative, got %v", name, d)
-		}
-	}
-	deadline := o.deadline
-	if !o.deadlineSet {
-		deadline = drain.DefaultDeadline(o.gracePeriod, o.appDrain)
-		if deadline <= 0 {
-			return cfg, usageError("--grace-period %v leaves no time to wait after --app-drain %v and 1s of margin; raise the grace period or set --deadline", o.gracePeriod, o.appDrain)
-		}
-	} else if deadline <= 0 || deadline > o.gracePeriod {
-		return cfg, usageError("--deadline %v must be positive and within --grace-period %v", deadline, o.gracePeriod)
-	}
-	for _, p := range o.ports {
-		if p < 1 || p > 65535 {
-			return cfg, usageError("--port %d: not a port number", p)
-		}
-	}
-	if len(o.ports) > 0 && (len(o.clusters) > 0 || len(o.httpPrefixes) > 0) {
-		return cfg, usageError("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
-	}
-	actions, err := o.actions()
-	if err != nil {
-		return cfg, err
-	}
-	return drain.Config{
-		Selector:         inbound.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes},
-		DrainMode:        mode,
-		Deadline:         deadline,
-		Quiet:            o.quiet,
-		LatencyAllowance: o.latencyAllowance,
-		MinWait:          o.minWait,
-		Poll:             o.poll,
-		ConnectTimeout:   o.connectTimeout,
-		FallbackWait:     o.fallbackWait,
-		DryRun:           o.dryRun,
-		Actions:          actions,
-		ActionTimeout:    max(o.appDrain, 2*time.Second),
-	}, nil
+	b.WriteString(`
+Every flag can also be set as MESHDRAIN_<FLAG> (e.g. MESHDRAIN_GRACE_PERIOD=45s); lists are
+comma-separated; an explicit flag wins; the "drain started" event says where each setting
+came from, and an unknown MESHDRAIN_* variable is a warning (an error with --validate).
+--exec takes one program; its arguments follow --.`)
+	return b.String()
 }
 
-func (o *prestopOptions) actions() ([]drain.Action, error) {
-	var actions []drain.Action
-	switch {
-	case o.signal != "":
-		sig, err := drain.ParseSignal(o.signal)
-		if err != nil {
-			return nil, usageError("--signal: %v", err)
+// The exit-code row that is not a reason: an action failed after a wait that ended well.
+const (
+	actionFailedRow  = "(action failed)"
+	actionFailedWhen = "the wait ended with a reason of exit 0, but an action (--signal, --shutdown-url, --exec) failed: the final line has action_error"
+)
+
+// wrapRow prints a table row whose text wraps under itself.
+func wrapRow(head, text string) string {
+	const width = 95
+	indent := strings.Repeat(" ", len(head))
+	var b strings.Builder
+	line := head
+	for _, word := range strings.Fields(text) {
+		if len(line)+len(word) > width && len(line) > len(head) {
+			b.WriteString(strings.TrimRight(line, " ") + "\n")
+			line = indent
 		}
-		if (o.pid > 0) == (o.pidFile != "") {
-			return nil, usageError("--signal needs exactly one of --pid or --pidfile")
-		}
-		actions = append(actions, drain.SignalAction{Signal: sig, PID: o.pid, PIDFile: o.pidFile})
-	case o.pid != 0 || o.pidFile != "":
-		return nil, usageError("--pid and --pidfile need --signal")
+		line += word + " "
 	}
-	if o.pid < 0 {
-		return nil, usageError("--pid %d: not a process id", o.pid)
-	}
-	if o.shutdownURL != "" {
-		action := drain.ShutdownURLAction{URL: o.shutdownURL}
-		if err := action.Validate(); err != nil {
-			return nil, usageError("--shutdown-url: %v", err)
-		}
-		actions = append(actions, action)
-	}
-	if o.exec != "" {
-		actions = append(actions, drain.ExecAction{Argv: append([]string{o.exec}, o.execArgs...)})
-	}
-	return actions, nil
+	b.WriteString(strings.TrimRight(line, " ") + "\n")
+	return b.String()
 }
 
-func runPrestop(ctx context.Context, s streams, o prestopOptions) error {
-	cfg, err := o.validate()
-	if err != nil {
-		return err
+// runPrestopCommand is prestop from its raw arguments: load and check the configuration,
+// then either report it (--validate), hold the app (a start error), or drain.
+func runPrestopCommand(ctx context.Context, s streams, cmd *cobra.Command, args, environ []string) error {
+	start := time.Now()
+	// The hook shares the app container's memory limit: a soft limit makes the garbage
+	// collector work harder before the process grows, e.g. while it discards an admin answer
+	// that is over its cap. GOMEMLIMIT still wins.
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(prestopMemoryLimit)
 	}
+	// A closed stdout or stderr (the pipe of whoever started the hook went away) must not
+	// end the wait: with SIGPIPE notified, such writes fail with EPIPE instead of killing the
+	// process, and the logger ignores them.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+
+	setup := loadPrestop(ctx, args, environ)
+	if setup.opts.help {
+		cmd.SetArgs(nil)
+		return cmd.Help()
+	}
+	if setup.opts.validate {
+		return reportValidation(s, setup)
+	}
+	return runPrestop(ctx, s, setup, start)
+}
+
+func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.Time) error {
+	o := setup.opts
 	level := zapcore.InfoLevel
 	if o.verbose {
 		level = zapcore.DebugLevel
 	}
-	logger, closeLog, err := newLogger(o.logFormat, o.logFile, s.err, level)
-	if err != nil {
-		return err
-	}
+	logger, closeLog, logFileErr := newPrestopLogger(o.logFormat, o.logFile, s.err, level)
 	defer closeLog()
 	logger = logger.With(zap.String("component", "prestop"))
+	for _, w := range setup.warnings {
+		logger.Warn(w)
+	}
+	if len(setup.problems) > 0 {
+		res := drain.FailSafe(ctx, drain.FailSafeConfig{Problems: setup.problems, Hold: setup.hold, Start: start, Logger: logger})
+		return &ExitError{Code: res.ExitCode()}
+	}
+	cfg := setup.cfg
+	if logFileErr != nil {
+		logger.Error("--log-file cannot be used: logging to stderr instead; the drain goes on and exits 2 at the end",
+			zap.String("error", logFileErr.Error()))
+		cfg.Degraded = logFileErr
+	}
 	if cfg.Deadline+o.appDrain > o.gracePeriod {
 		logger.Warn("deadline + app drain exceed the grace period: the app may be SIGKILLed mid-request",
 			zap.Duration("deadline", cfg.Deadline), zap.Duration("app_drain", o.appDrain), zap.Duration("grace_period", o.gracePeriod))
-	}
-	// Each admin request may take up to --connect-timeout: filtering still walks every stat
-	// of a large sidecar on Envoy's main thread.
-	client, err := envoyadmin.New(o.admin, envoyadmin.Options{RequestTimeout: o.connectTimeout})
-	if err != nil {
-		return usageError("--admin: %v", err)
 	}
 	for i, a := range cfg.Actions {
 		if exec, ok := a.(drain.ExecAction); ok {
@@ -258,13 +262,54 @@ func runPrestop(ctx context.Context, s streams, o prestopOptions) error {
 	}
 	cfg.Clock = clock.Real{}
 	cfg.Logger = logger
-	res := drain.Run(ctx, cfg, client)
-	switch code := res.ExitCode(); {
-	case code == 0:
-		return nil
-	case res.Reason.ExitCode() == 0:
-		return &ExitError{Code: code, Err: fmt.Errorf("drained (%s) but the action failed: %w", res.Reason, res.ActionErr)}
-	default:
+	cfg.Start = start
+	res := drain.Run(ctx, cfg, setup.admin)
+	if code := res.ExitCode(); code != 0 {
+		// The final event says why; nothing more is printed after it.
 		return &ExitError{Code: code}
 	}
+	return nil
+}
+
+// reportValidation prints what --validate found and exits 0 or 2 at once.
+func reportValidation(s streams, setup *prestopSetup) error {
+	for _, w := range setup.warnings {
+		fmt.Fprintf(s.err, "meshdrain: warning: %s\n", w)
+	}
+	if len(setup.problems) > 0 {
+		for _, p := range setup.problems {
+			fmt.Fprintf(s.err, "meshdrain: %v\n", p)
+		}
+		fmt.Fprintf(s.err, "meshdrain: prestop configuration: %d problem(s); as a hook it would hold the app for %v and exit 2\n", len(setup.problems), setup.hold)
+		return &ExitError{Code: ExitUsage}
+	}
+	cfg := setup.cfg
+	fmt.Fprintf(s.out, "prestop configuration ok\n")
+	fmt.Fprintf(s.out, "  admin     %s\n", setup.admin.URL())
+	fmt.Fprintf(s.out, "  deadline  %v (grace period %v, actions end by %v)\n", cfg.Deadline, cfg.GracePeriod, cfg.GracePeriod-drain.DefaultActionMargin)
+	fmt.Fprintf(s.out, "  wait      quiet %v, poll %v, min-wait %v, fallback %v\n", cfg.Quiet, cfg.Poll, cfg.MinWait, cfg.FallbackWait)
+	actions := "none (the kubelet sends SIGTERM when prestop returns)"
+	if len(cfg.Actions) > 0 {
+		names := make([]string, len(cfg.Actions))
+		for i, a := range cfg.Actions {
+			names[i] = a.String()
+		}
+		actions = strings.Join(names, "; ")
+	}
+	fmt.Fprintf(s.out, "  actions   %s\n", actions)
+	for _, setting := range cfg.Settings {
+		if setting.Source != sourceDefault {
+			fmt.Fprintf(s.out, "  %-28s = %-20s (%s)\n", "--"+setting.Name, setting.Value, setting.Source)
+		}
+	}
+	return nil
+}
+
+// redactedValue is a flag's value as it may be logged.
+func redactedValue(name, value string) string {
+	switch name {
+	case "admin", "shutdown-url":
+		return localhttp.Redact(value)
+	}
+	return value
 }

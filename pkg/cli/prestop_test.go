@@ -1,9 +1,19 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/drain"
 )
 
 // The deadline is what ties the wait to the pod's grace period: derived by default, checked
@@ -29,20 +39,168 @@ func TestPrestopDeadlineAndActionTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := defaultPrestopOptions()
 			o.gracePeriod, o.appDrain, o.deadline, o.deadlineSet = tc.grace, tc.drain, tc.deadline, tc.deadlineSet
-			cfg, err := o.validate()
+			cfg, problems := o.check(context.Background())
 			var exitErr *ExitError
 			if tc.wantUsage {
-				if !errors.As(err, &exitErr) || exitErr.Code != ExitUsage {
-					t.Fatalf("err = %v, want a usage error", err)
+				if len(problems) == 0 || !errors.As(problems[0], &exitErr) || exitErr.Code != ExitUsage {
+					t.Fatalf("problems = %v, want a usage error", problems)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
+			if len(problems) > 0 {
+				t.Fatal(problems)
 			}
 			if cfg.Deadline != tc.wantDeadline || cfg.ActionTimeout != tc.wantActionTime {
 				t.Errorf("deadline %v action timeout %v, want %v and %v", cfg.Deadline, cfg.ActionTimeout, tc.wantDeadline, tc.wantActionTime)
 			}
 		})
+	}
+}
+
+// The exit-code contract printed by `prestop --help` is the code's: every reason with its
+// code, the action-failed row, and nothing else.
+func TestPrestopHelpMatchesTheExitCodes(t *testing.T) {
+	var out bytes.Buffer
+	if code := Main([]string{"prestop", "--help"}, strings.NewReader(""), &out, io.Discard); code != 0 {
+		t.Fatalf("prestop --help exit %d", code)
+	}
+	want := map[string]int{actionFailedRow: drain.ExitActionFailed}
+	for _, r := range drain.Reasons() {
+		want[string(r.Reason)] = r.Code
+	}
+	row := regexp.MustCompile(`^  (\d+)\s+(\S+|\(action failed\))  `)
+	got := map[string]int{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			code, _ := strconv.Atoi(m[1])
+			got[m[2]] = code
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("help rows %v\nwant      %v", got, want)
+	}
+}
+
+// The README's prestop table states the same contract.
+func TestReadmeExitCodesMatchTheCode(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|.*\\| (\\d+) \\|$")
+	got := map[string]int{}
+	for _, m := range row.FindAllStringSubmatch(string(raw), -1) {
+		code, _ := strconv.Atoi(m[2])
+		got[m[1]] = code
+	}
+	for _, r := range drain.Reasons() {
+		if code, ok := got[string(r.Reason)]; !ok || code != r.Code {
+			t.Errorf("README row for %s: exit %d (present %v), want %d", r.Reason, code, ok, r.Code)
+		}
+		delete(got, string(r.Reason))
+	}
+	if len(got) > 0 {
+		t.Errorf("README rows for reasons the code does not have: %v", got)
+	}
+}
+
+func environ(kv ...string) []string { return kv }
+
+// Every setting says where it came from; a variable is used, traced and redacted; flags win.
+func TestLoadPrestopProvenance(t *testing.T) {
+	setup := loadPrestop(context.Background(),
+		[]string{"--quiet", "2s", "--admin", "http://user:pw@127.0.0.1:15000"},
+		environ("MESHDRAIN_QUIET=3s", "MESHDRAIN_POLL=100ms", "PATH=/bin"))
+	if len(setup.problems) > 0 {
+		t.Fatal(setup.problems)
+	}
+	if setup.cfg.Quiet != 2*time.Second || setup.cfg.Poll != 100*time.Millisecond {
+		t.Errorf("quiet %v poll %v: the flag wins, the variable fills in", setup.cfg.Quiet, setup.cfg.Poll)
+	}
+	from := map[string]drain.Setting{}
+	for _, s := range setup.cfg.Settings {
+		from[s.Name] = s
+	}
+	if from["quiet"].Source != "flag" || from["poll"].Source != "env MESHDRAIN_POLL" || from["deadline"].Source != "default" {
+		t.Errorf("sources: quiet %q poll %q deadline %q", from["quiet"].Source, from["poll"].Source, from["deadline"].Source)
+	}
+	if strings.Contains(from["admin"].Value, "pw") {
+		t.Errorf("admin setting logged with its password: %s", from["admin"].Value)
+	}
+	if _, ok := from["help"]; ok {
+		t.Error("help listed as a setting")
+	}
+}
+
+func TestUnknownVariables(t *testing.T) {
+	env := environ("MESHDRAIN_GRACEPERIOD=45s", "MESHDRAIN_VALIDATE=true")
+	setup := loadPrestop(context.Background(), nil, env)
+	if len(setup.problems) != 0 || len(setup.warnings) != 2 || !strings.Contains(setup.warnings[0], "MESHDRAIN_GRACEPERIOD") {
+		t.Errorf("prestop: problems %v warnings %v: unknown variables are warnings", setup.problems, setup.warnings)
+	}
+	if setup.opts.validate {
+		t.Error("MESHDRAIN_VALIDATE turned the hook into a check")
+	}
+	_, problems := CheckPrestopConfig(context.Background(), nil, env)
+	if len(problems) != 2 {
+		t.Errorf("--validate: problems %v: unknown variables are errors", problems)
+	}
+}
+
+// Every start error goes to the same fail-safe path, and the hold comes from whatever parsed.
+func TestStartErrorsAreCollected(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+		hold time.Duration
+	}{
+		{[]string{"--nope", "--fallback-wait", "2s"}, nil, "unknown flag", 2 * time.Second},
+		{[]string{"--poll", "fast"}, environ("MESHDRAIN_MIN_WAIT=7s"), "invalid argument", 7 * time.Second},
+		{nil, environ("MESHDRAIN_POLL=fast"), "MESHDRAIN_POLL", 5 * time.Second},
+		{[]string{"--poll", "1ns"}, nil, "below 20ms", 5 * time.Second},
+		{[]string{"--quiet", "300ms", "--poll", "200ms"}, nil, "two polls", 5 * time.Second},
+		{[]string{"--quiet", "40s"}, nil, "not shorter than the deadline", 5 * time.Second},
+		{[]string{"--min-wait", "60s"}, nil, "beyond the deadline", 29 * time.Second},
+		{[]string{"--admin", "http://10.0.0.1:15000", "--grace-period", "4s"}, nil, "not a loopback", 3 * time.Second},
+		{[]string{"--shutdown-url", "http://metadata.google.internal/"}, nil, "not a loopback", 5 * time.Second},
+		{[]string{"--signal", "STOP", "--pid", "1"}, nil, "SIGSTOP refused", 5 * time.Second},
+		{[]string{"--signal", "TERM", "--pid", "0"}, nil, "exactly one", 5 * time.Second},
+		{[]string{"--signal", "TERM", "--pid", "-5"}, nil, "not a process id", 5 * time.Second},
+		{[]string{"--signal", "TERM", "--pid", strconv.Itoa(os.Getpid())}, nil, "meshdrain itself", 5 * time.Second},
+		{[]string{"--signal", "TERM", "--pidfile", "/nonexistent/app.pid"}, nil, "no such file", 5 * time.Second},
+		{[]string{"--signal", "TERM", "--pidfile", "/dev/zero"}, nil, "not a regular file", 5 * time.Second},
+		{[]string{"--exec", "/nonexistent/stop"}, nil, "--exec", 5 * time.Second},
+		{[]string{"--http-prefix", "a b"}, nil, "space", 5 * time.Second},
+		{[]string{"extra"}, nil, "unexpected arguments", 5 * time.Second},
+		{[]string{"--log-format", "xml", "--deadline", "3s"}, nil, "--log-format", 3 * time.Second},
+	} {
+		setup := loadPrestop(context.Background(), tc.args, tc.env)
+		if len(setup.problems) == 0 || !strings.Contains(fmt.Sprint(setup.problems), tc.want) {
+			t.Errorf("%v %v: problems %v, want %q", tc.args, tc.env, setup.problems, tc.want)
+		}
+		if setup.hold != tc.hold {
+			t.Errorf("%v %v: hold %v, want %v", tc.args, tc.env, setup.hold, tc.hold)
+		}
+	}
+}
+
+func TestSalvageHold(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 5 * time.Second},
+		{[]string{"--fallback-wait=1s", "--min-wait", "3s"}, 3 * time.Second},
+		{[]string{"--fallback-wait", "10s", "--grace-period", "4s"}, 3 * time.Second},
+		{[]string{"--fallback-wait", "10s", "--deadline", "2s"}, 2 * time.Second},
+		{[]string{"--fallback-wait", "x", "--grace-period", "nope"}, 5 * time.Second},
+		{[]string{"--grace-period", "500ms"}, 0},
+		{[]string{"--exec", "stop", "--", "--fallback-wait", "1h"}, 5 * time.Second},
+	} {
+		if got := salvageHold(tc.args, none); got != tc.want {
+			t.Errorf("%v: hold %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }

@@ -58,7 +58,8 @@ type streams struct {
 // Main runs meshdrain with args and returns the process exit code. It is the only place that
 // decides an exit code; main only calls os.Exit with it.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a hook run from a terminal that goes away must still say why it ended.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
 	root := NewRootCommand(streams{in: stdin, out: stdout, err: stderr})
@@ -137,28 +138,57 @@ have stopped sending, never later than a deadline derived from terminationGraceP
 // because a preStop hook is often easier to configure through the pod's env than its command.
 // An explicit flag wins over the environment.
 func bindEnv(cmd *cobra.Command, lookup func(string) (string, bool)) error {
-	var firstErr error
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if firstErr != nil || f.Changed {
+	if _, errs := applyEnv(cmd.Flags(), lookup, nil); len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// Where a flag's value came from, as reported in prestop's "drain started" event.
+const (
+	sourceFlag    = "flag"
+	sourceDefault = "default"
+)
+
+// envName is the variable that sets a flag: MESHDRAIN_GRACE_PERIOD for --grace-period.
+func envName(flag string) string {
+	return "MESHDRAIN_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag of fs not given on the command line from its MESHDRAIN_ variable,
+// skipping the flags in skip, and reports where each value came from: "flag", "env NAME" or
+// "default". It returns every bad value, not only the first.
+func applyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool), skip map[string]bool) (map[string]string, []error) {
+	sources := map[string]string{}
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			sources[f.Name] = sourceFlag
 			return
 		}
-		name := "MESHDRAIN_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		sources[f.Name] = sourceDefault
+		if skip[f.Name] {
+			return
+		}
+		name := envName(f.Name)
 		value, ok := lookup(name)
 		if !ok {
 			return
 		}
+		var err error
 		// Repeatable flags take a comma-separated list from the environment.
 		if sv, isSlice := f.Value.(pflag.SliceValue); isSlice {
-			if err := sv.Replace(splitList(value)); err != nil {
-				firstErr = usageError("invalid %s=%q: %v", name, value, err)
-			}
+			err = sv.Replace(splitList(value))
+		} else {
+			err = f.Value.Set(value)
+		}
+		if err != nil {
+			errs = append(errs, usageError("invalid %s=%q: %v", name, value, err))
 			return
 		}
-		if err := f.Value.Set(value); err != nil {
-			firstErr = usageError("invalid %s=%q: %v", name, value, err)
-		}
+		sources[f.Name] = "env " + name
 	})
-	return firstErr
+	return sources, errs
 }
 
 func splitList(value string) []string {

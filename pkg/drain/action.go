@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/httpwire"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 // Action lets the app stop once the wait is over. Without one, meshdrain simply exits and
@@ -23,91 +25,191 @@ type Action interface {
 }
 
 // SignalAction signals the app's process: for apps whose preStop cannot simply return, or
-// that must be told before the kubelet's SIGTERM (e.g. a supervisor as PID 1).
+// that must be told before the kubelet's SIGTERM (e.g. a supervisor as PID 1). The process is
+// identified when the action is built, at start, and only that process is ever signalled.
 type SignalAction struct {
 	Signal  syscall.Signal
 	PID     int
 	PIDFile string
+	target  *identifiedProcess
 }
 
-// Run sends the signal, reading the PID file at that moment so a restarted app is found.
-func (a SignalAction) Run(context.Context) error {
-	pid := a.PID
-	if a.PIDFile != "" {
-		raw, err := os.ReadFile(a.PIDFile)
+// NewSignalAction checks everything a signal needs at start: a signal that lets the app
+// finish its work, exactly one of pid and pidFile, a pid that is neither 0, negative nor
+// meshdrain's own, a pid file that is a small regular file, and a live process meshdrain may
+// signal, whose identity (pid and start time) it records.
+func NewSignalAction(ctx context.Context, sig syscall.Signal, pid int, pidFile string) (*SignalAction, error) {
+	switch sig {
+	case syscall.SIGKILL:
+		return nil, fmt.Errorf("signal SIGKILL refused: it cuts the app's in-flight requests, which is what the drain was for; use TERM")
+	case syscall.SIGSTOP:
+		return nil, fmt.Errorf("signal SIGSTOP refused: it freezes the app with requests in flight and never lets it stop")
+	}
+	if (pid != 0) == (pidFile != "") {
+		return nil, fmt.Errorf("a signal needs exactly one of a pid and a pid file")
+	}
+	if pidFile != "" {
+		ctx, cancel := context.WithTimeout(ctx, PIDFileReadTimeout)
+		defer cancel()
+		read, err := ReadPIDFile(ctx, pidFile)
 		if err != nil {
-			return fmt.Errorf("read pid file: %w", err)
+			return nil, err
 		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil || pid <= 0 {
-			return fmt.Errorf("pid file %s: no valid pid in %q", a.PIDFile, strings.TrimSpace(string(raw)))
+		pid = read
+	}
+	target, err := identify(pid)
+	if err != nil {
+		if pidFile != "" {
+			return nil, fmt.Errorf("pid file %s: %w", pidFile, err)
 		}
+		return nil, err
 	}
-	if err := syscall.Kill(pid, a.Signal); err != nil {
-		return fmt.Errorf("kill -%d %d: %w", int(a.Signal), pid, err)
-	}
-	return nil
+	return &SignalAction{Signal: sig, PID: pid, PIDFile: pidFile, target: target}, nil
 }
 
-func (a SignalAction) String() string {
-	target := strconv.Itoa(a.PID)
+// Run signals the process identified at start. A pid file that now names another process, or
+// a pid that now belongs to another process, is refused: meshdrain never signals a process it
+// cannot identify.
+func (a *SignalAction) Run(ctx context.Context) error {
+	if a.target == nil {
+		return fmt.Errorf("no process identified at start")
+	}
 	if a.PIDFile != "" {
-		target = "pid in " + a.PIDFile
+		pid, err := ReadPIDFile(ctx, a.PIDFile)
+		if err != nil {
+			return err
+		}
+		if pid != a.target.pid {
+			return fmt.Errorf("pid file %s now names pid %d, not pid %d identified at start: refusing to signal either", a.PIDFile, pid, a.target.pid)
+		}
+	}
+	return a.target.signal(a.Signal)
+}
+
+func (a *SignalAction) String() string {
+	target := fmt.Sprintf("pid %d", a.PID)
+	if a.PIDFile != "" {
+		target = fmt.Sprintf("pid %d (from %s)", a.PID, a.PIDFile)
 	}
 	return fmt.Sprintf("signal %s to %s", signalName(a.Signal), target)
 }
 
+// maxShutdownBody is how much of the app's answer to a shutdown call is read; the rest is
+// not waited for (the connection is closed).
+const maxShutdownBody = 64 << 10
+
 // ShutdownURLAction POSTs to the app's own shutdown endpoint (e.g. Spring Boot's
-// /actuator/shutdown).
+// /actuator/shutdown), on the pod's loopback or a unix socket.
 type ShutdownURLAction struct {
-	URL string
+	Target      localhttp.Target
+	AllowRemote bool
 }
 
-// Run posts and checks for a 2xx answer.
+// NewShutdownURLAction parses and checks the URL at start.
+func NewShutdownURLAction(raw string, allowRemote bool) (ShutdownURLAction, error) {
+	target, err := localhttp.Parse(raw, allowRemote)
+	if err != nil {
+		return ShutdownURLAction{}, err
+	}
+	return ShutdownURLAction{Target: target, AllowRemote: allowRemote}, nil
+}
+
+// Run posts and checks for a 2xx answer, all within ctx: an app that answers slowly, or
+// with an endless body, costs no more than the action's timeout.
 func (a ShutdownURLAction) Run(ctx context.Context) error {
-	client := &httpwire.Client{MaxIdlePerHost: -1}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.URL, nil)
+	client := localhttp.NewClient(a.Target, localhttp.Options{AllowRemote: a.AllowRemote})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.Target.URL.String(), nil)
 	if err != nil {
 		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err // it repeats the URL, credentials included
+		}
 		return err
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	body, readErr := localhttp.ReadBody(resp.Body, maxShutdownBody)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("status %d", resp.StatusCode)
+		return fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body[:min(len(body), 200)])))
+	}
+	var tooLarge *localhttp.BodyTooLargeError
+	if readErr != nil && !errors.As(readErr, &tooLarge) {
+		// The app said 2xx; a body cut by the timeout still means the call was made.
+		return fmt.Errorf("status %d, then reading the answer: %w", resp.StatusCode, readErr)
 	}
 	return nil
 }
 
-func (a ShutdownURLAction) String() string { return "POST " + a.URL }
+func (a ShutdownURLAction) String() string { return "POST " + a.Target.String() }
 
-// Validate rejects a URL the action could not call.
-func (a ShutdownURLAction) Validate() error {
-	u, err := url.Parse(a.URL)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return fmt.Errorf("shutdown url %q: want http://host:port/path", a.URL)
-	}
-	return nil
-}
+// ExecWaitDelay is how long an exec action's output is still collected once its process
+// group has been killed.
+const ExecWaitDelay = 200 * time.Millisecond
 
-// ExecAction runs a command directly (no shell) and waits for it.
+// ExecAction runs a command directly (no shell) in a process group of its own, so that on
+// timeout the whole group is killed, not only the program meshdrain started (a shell's
+// children would otherwise outlive it).
 type ExecAction struct {
 	Argv           []string
 	Stdout, Stderr io.Writer
+	path           string
 }
 
-// Run executes the command.
+// NewExecAction resolves the program at start: a missing or non-executable program is found
+// now, not after the whole wait.
+func NewExecAction(argv []string) (ExecAction, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return ExecAction{}, errors.New("no program to run")
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return ExecAction{}, fmt.Errorf("program %q: %w", argv[0], stripExecError(err))
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return ExecAction{}, fmt.Errorf("program %q: %w", argv[0], err)
+	}
+	if !info.Mode().IsRegular() {
+		return ExecAction{}, fmt.Errorf("program %q: not a regular file", path)
+	}
+	return ExecAction{Argv: argv, path: path}, nil
+}
+
+// Run executes the command and waits for it, killing its whole process group when ctx ends.
 func (a ExecAction) Run(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, a.Argv[0], a.Argv[1:]...)
+	path := a.path
+	if path == "" {
+		path = a.Argv[0]
+	}
+	cmd := exec.CommandContext(ctx, path, a.Argv[1:]...)
+	cmd.Args[0] = a.Argv[0]
 	cmd.Stdout, cmd.Stderr = a.Stdout, a.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// The group's id is the leader's pid (Setpgid with Pgid 0).
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = ExecWaitDelay
+	err := cmd.Run()
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("killed with its process group: %w (%v)", ctx.Err(), err)
+	}
 	// The caller names the action (String) in front of the error.
-	return cmd.Run()
+	return err
 }
 
 func (a ExecAction) String() string { return "exec " + strings.Join(a.Argv, " ") }
+
+func stripExecError(err error) error {
+	var execErr *exec.Error
+	if errors.As(err, &execErr) {
+		return execErr.Err
+	}
+	return err
+}
 
 // ParseSignal accepts "TERM", "SIGTERM" or "15".
 func ParseSignal(s string) (syscall.Signal, error) {

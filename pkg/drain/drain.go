@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
@@ -36,25 +37,24 @@ type Reason string
 // Reasons, as they appear in the final log event.
 const (
 	ReasonQuiet       Reason = "quiet"        // the counter stood still for the quiet window, nothing active
-	ReasonSidecarGone Reason = "sidecar-gone" // the admin port started refusing: Envoy forwards nothing any more
-	ReasonNoSidecar   Reason = "no-sidecar"   // the admin port was never reached within the connect timeout
-	ReasonDeadline    Reason = "deadline"     // the deadline came first
-	ReasonNoSignal    Reason = "no-signal"    // the sidecar exposes no usable inbound stat
-	ReasonInterrupted Reason = "interrupted"  // meshdrain itself was asked to stop
+	ReasonSidecarGone Reason = "sidecar-gone" // the admin port started refusing after the clients had left
+	// ReasonSidecarGoneBusy: the admin port started refusing while requests were still
+	// arriving or in flight: Envoy was killed under live traffic.
+	ReasonSidecarGoneBusy Reason = "sidecar-gone-busy"
+	ReasonNoSidecar       Reason = "no-sidecar"  // the admin port was never reached within the connect timeout
+	ReasonDeadline        Reason = "deadline"    // the deadline came first
+	ReasonNoSignal        Reason = "no-signal"   // the sidecar exposes no usable inbound stat
+	ReasonInterrupted     Reason = "interrupted" // meshdrain itself was asked to stop
 )
 
-// ExitCode is the process exit code for a reason.
+// ExitCode is the process exit code for a reason (the table in Reasons).
 func (r Reason) ExitCode() int {
-	switch r {
-	case ReasonDeadline:
-		return 3
-	case ReasonNoSignal:
-		return 4
-	case ReasonInterrupted:
-		return 130
-	default:
-		return 0
+	for _, info := range reasonTable {
+		if info.Reason == r {
+			return info.Code
+		}
 	}
+	return 0
 }
 
 // Sidecar is what the coordinator needs from Envoy's admin API.
@@ -93,7 +93,27 @@ type Config struct {
 	ErrorLogInterval time.Duration
 	Clock            clock.Clock
 	Logger           *zap.Logger
+
+	// Start is when the hook started (default: when Run is called): the deadline and the
+	// grace period count from it, so checks made before Run are not free.
+	Start time.Time
+	// GracePeriod, when known, bounds the actions: their timeout is cut so they end
+	// ActionMargin before it.
+	GracePeriod  time.Duration
+	ActionMargin time.Duration
+	// ProgressInterval is how often a long watch logs where it stands (default 5s).
+	ProgressInterval time.Duration
+	// Settings are reported in the "drain started" event with where each came from.
+	Settings []Setting
+	// Degraded is a start problem that did not stop the drain (an unusable --log-file): it
+	// is in the final event, and the exit code is ExitConfigError where it would be 0 or 1,
+	// so that the kubelet records a FailedPreStopHook event carrying it.
+	Degraded error
 }
+
+// DefaultActionMargin is kept between the actions' end and the grace period's: the kubelet
+// started counting the grace period a little before meshdrain started.
+const DefaultActionMargin = 500 * time.Millisecond
 
 // Result is the outcome of one drain, as reported in the final log event.
 type Result struct {
@@ -117,15 +137,28 @@ type Result struct {
 	ActionsRun  bool
 	ActionsTook time.Duration
 	ActionErr   error
+	// FrozenAnswers counts admin answers that could not be fresh (counted in AdminErrors too).
+	FrozenAnswers int
+	// RecentArrivals is what arrived in the RecentWindow before the sidecar went away; nil
+	// unless it did.
+	RecentArrivals *float64
+	RecentWindow   time.Duration
+	// Degraded is Config.Degraded.
+	Degraded error
 }
 
 // ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
-// well but an action failed (the kubelet then records a FailedPreStopHook event).
+// well but an action failed (the kubelet then records a FailedPreStopHook event), or 2 over
+// either when the drain ran degraded (Config.Degraded).
 func (r Result) ExitCode() int {
-	if code := r.Reason.ExitCode(); code != 0 || r.ActionErr == nil {
-		return code
+	code := r.Reason.ExitCode()
+	if code == 0 && r.ActionErr != nil {
+		code = ExitActionFailed
 	}
-	return 1
+	if r.Degraded != nil && code < ExitConfigError {
+		code = ExitConfigError
+	}
+	return code
 }
 
 // Run coordinates one drain and returns its outcome. It returns when a reason holds; the
@@ -153,6 +186,10 @@ type coordinator struct {
 	lastChange   time.Time
 	afterDrain   float64
 	watchStarted bool
+
+	fresh      freshness
+	arrivals   arrivalLog
+	progressAt progressState
 }
 
 func newCoordinator(cfg Config, sidecar Sidecar) *coordinator {
@@ -174,6 +211,12 @@ func newCoordinator(cfg Config, sidecar Sidecar) *coordinator {
 	if cfg.ErrorLogInterval <= 0 {
 		cfg.ErrorLogInterval = 5 * time.Second
 	}
+	if cfg.ActionMargin <= 0 {
+		cfg.ActionMargin = DefaultActionMargin
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = DefaultProgressInterval
+	}
 	return &coordinator{cfg: cfg, sidecar: sidecar, log: cfg.Logger, clock: cfg.Clock}
 }
 
@@ -182,6 +225,9 @@ var errDeadline = errors.New("deadline reached")
 
 func (c *coordinator) run(parent context.Context) Result {
 	c.start = c.clock.Now()
+	if !c.cfg.Start.IsZero() && c.cfg.Start.Before(c.start) {
+		c.start = c.cfg.Start
+	}
 	c.deadline = c.start.Add(c.cfg.Deadline)
 	c.phase, c.phaseStart = PhaseConnect, c.start
 	c.result.Signal = inbound.SignalNone
@@ -191,13 +237,20 @@ func (c *coordinator) run(parent context.Context) Result {
 		zap.Int64("quiet_ms", c.cfg.Quiet.Milliseconds()),
 		zap.Int64("poll_ms", c.cfg.Poll.Milliseconds()),
 		zap.String("drain_mode", string(c.cfg.DrainMode)),
-		zap.Bool("dry_run", c.cfg.DryRun))
+		zap.Bool("dry_run", c.cfg.DryRun),
+		zap.Inline(zapcore.ObjectMarshalerFunc(func(enc zapcore.ObjectEncoder) error {
+			for _, f := range c.startFields() {
+				f.AddTo(enc)
+			}
+			return nil
+		})))
 
 	// Real time bounds the admin calls; the injected clock drives every decision.
-	ctx, cancel := context.WithTimeout(parent, c.cfg.Deadline)
+	ctx, cancel := context.WithTimeout(parent, c.deadline.Sub(c.clock.Now()))
 	defer cancel()
 
 	reason := c.loop(ctx, parent)
+	reason = c.holdMinWait(parent, reason)
 	return c.finish(parent, reason)
 }
 
@@ -209,6 +262,13 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 	}
 
 	c.enter(PhaseDiscover)
+	fix, reason := c.checkPorts(ctx, snap)
+	if reason != "" {
+		return reason
+	}
+	if fix != "" {
+		return c.noSignal(ctx, parent, fix)
+	}
 	reading := snap.Read()
 	if reading.Signal.Rank() > inbound.SignalClusterRequests.Rank() && !c.cfg.Selector.Completions {
 		// No request-level stat: completions are the next best signal, asked for only now
@@ -217,7 +277,7 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 		if wider, err := c.fetch(ctx); err == nil {
 			snap, reading = wider, wider.Read()
 		} else if envoyadmin.IsRefused(err) {
-			return ReasonSidecarGone
+			return c.sidecarGone()
 		}
 	}
 	c.result.Signal, c.result.Naming = reading.Signal, snap.Naming
@@ -228,8 +288,9 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 		zap.Stringer("arrivals", optional{reading.Arrivals}),
 		zap.Stringer("active", optional{reading.Active}))
 	if reading.Signal == inbound.SignalNone {
-		return c.noSignal(ctx, parent)
+		return c.noSignal(ctx, parent, "")
 	}
+	c.warnWeakSignal(reading.Signal)
 
 	c.enter(PhaseDrain)
 	if !c.cfg.DryRun && c.cfg.DrainMode != envoyadmin.DrainNone {
@@ -238,6 +299,7 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 		}
 	}
 
+	c.beginFreshness(ctx, snap)
 	c.enter(PhaseWatch)
 	return c.watch(ctx, parent, reading)
 }
@@ -269,14 +331,19 @@ func (c *coordinator) connect(ctx, parent context.Context) (inbound.Snapshot, Re
 	}
 }
 
-func (c *coordinator) noSignal(ctx, parent context.Context) Reason {
+// noSignal holds the app for the fallback wait when there is nothing to watch; fix, when
+// set, is what the user must change (it otherwise depends on the selection).
+func (c *coordinator) noSignal(ctx, parent context.Context, fix string) Reason {
 	wait := c.cfg.FallbackWait
 	if left := c.deadline.Sub(c.clock.Now()); wait > left {
 		wait = left
 	}
-	fix := inbound.MissingStatsHint
-	if len(c.cfg.Selector.Clusters) > 0 || len(c.cfg.Selector.HTTPPrefixes) > 0 {
+	switch {
+	case fix != "":
+	case len(c.cfg.Selector.Clusters) > 0 || len(c.cfg.Selector.HTTPPrefixes) > 0:
 		fix = "check the --cluster and --http-prefix names against the sidecar's /stats"
+	default:
+		fix = inbound.MissingStatsHint
 	}
 	c.log.Error("sidecar exposes no inbound request stats; falling back to a fixed wait",
 		zap.String("fix", fix),
@@ -300,7 +367,7 @@ func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {
 		c.result.DrainCalled = true
 		c.log.Info("inbound listeners draining", zap.String("drain_mode", string(c.cfg.DrainMode)))
 	case envoyadmin.IsRefused(err):
-		return ReasonSidecarGone
+		return c.sidecarGone()
 	default:
 		// Draining only speeds clients up; the quiet window is still measured without it.
 		c.result.AdminErrors++
@@ -315,6 +382,8 @@ func (c *coordinator) watch(ctx, parent context.Context, first inbound.Reading) 
 	c.result.LastArrival = c.lastChange.Sub(c.start)
 	c.result.RequestsAfterDrain = new(float64)
 	c.result.ActiveAtEnd = first.Active
+	c.watchStarted = true
+	c.arrivals.add(c.lastChange, first)
 	quiet := c.cfg.Quiet
 	if first.Signal == inbound.SignalCompletedRequests {
 		quiet += c.cfg.LatencyAllowance
@@ -327,9 +396,12 @@ func (c *coordinator) watch(ctx, parent context.Context, first inbound.Reading) 
 		if reason := c.stopped(parent); reason != "" {
 			return reason
 		}
+		if err == nil {
+			err = c.freshStats(snap)
+		}
 		if err != nil {
 			if envoyadmin.IsRefused(err) {
-				return ReasonSidecarGone
+				return c.sidecarGone()
 			}
 			c.adminError(err)
 			continue
@@ -338,7 +410,9 @@ func (c *coordinator) watch(ctx, parent context.Context, first inbound.Reading) 
 		reading := snap.Read()
 		c.observe(now, reading)
 		c.result.ActiveAtEnd = reading.Active
-		if c.settled(now, quiet, reading) {
+		c.arrivals.add(now, reading)
+		c.progress(now, reading)
+		if c.settled(now, quiet, reading) && c.confirmQuiet(ctx, c.lastChange, snap) {
 			return ReasonQuiet
 		}
 	}
@@ -457,21 +531,12 @@ func (c *coordinator) enter(p Phase) {
 func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 	c.enter(PhaseDone)
 	c.result.Reason = reason
+	c.result.Degraded = c.cfg.Degraded
 	// Elapsed is when the decision was made; the actions' own time is reported apart.
 	c.result.Elapsed = c.clock.Now().Sub(c.start)
 	actionsStart := c.clock.Now()
 	if reason != ReasonInterrupted && !c.cfg.DryRun && len(c.cfg.Actions) > 0 {
-		// The actions get their own time: the wait's context may be over.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.cfg.ActionTimeout)
-		c.result.ActionsRun = true
-		for _, a := range c.cfg.Actions {
-			if err := a.Run(actx); err != nil {
-				c.result.ActionErr = errors.Join(c.result.ActionErr, fmt.Errorf("%s: %w", a, err))
-			} else {
-				c.log.Info("action done", zap.Stringer("action", a))
-			}
-		}
-		cancel()
+		c.runActions(parent)
 	}
 	c.result.ActionsTook = c.clock.Now().Sub(actionsStart)
 	fields := []zap.Field{
@@ -493,17 +558,15 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 	if c.result.ActionErr != nil {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
 	}
+	fields = append(fields, c.outcomeFields()...)
 	// A gap of one poll is only the sampling: the counter moved at every sample.
 	if reason == ReasonQuiet && c.result.LongestGap*2 > c.cfg.Quiet && c.result.LongestGap > c.cfg.Poll*3/2 {
 		c.log.Warn("inbound traffic is sparse for this quiet window: a pause between requests could pass for the clients having left; raise --quiet above the longest gap, or set --min-wait to the expected endpoint propagation time",
 			zap.Int64("longest_gap_ms", c.result.LongestGap.Milliseconds()),
 			zap.Int64("quiet_ms", c.cfg.Quiet.Milliseconds()))
 	}
-	switch reason {
-	case ReasonDeadline, ReasonNoSignal:
-		c.log.Warn("drain finished", fields...)
-	default:
-		c.log.Info("drain finished", fields...)
+	if ce := c.log.Check(c.finalLevel(), "drain finished"); ce != nil {
+		ce.Write(fields...)
 	}
 	return c.result
 }

@@ -2,12 +2,14 @@ package drain
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"syscall"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
@@ -240,7 +242,10 @@ func TestDeadlineNotOvershotByAnOddPoll(t *testing.T) {
 
 var refused = fmt.Errorf("GET http://127.0.0.1:15000/stats/prometheus: %w", envoyadmin.ErrRefused)
 
-func TestSidecarGone(t *testing.T) {
+// Envoy killed under live traffic (Istio's default terminationDrainDuration): the user's own
+// incident. It is not a success: its own reason and exit code, a WARN with the arrivals and
+// the fix, and the action still runs (the app must stop now, Envoy is gone).
+func TestSidecarGoneUnderTraffic(t *testing.T) {
 	cfg := baseConfig()
 	traffic := steadyTraffic(time.Hour, 0)
 	script := func(at time.Duration) (inbound.Snapshot, error) {
@@ -249,14 +254,45 @@ func TestSidecarGone(t *testing.T) {
 		}
 		return traffic(at)
 	}
-	res, _, action, _ := run(t, cfg, script)
-	if res.Reason != ReasonSidecarGone || res.Reason.ExitCode() != 0 {
-		t.Fatalf("reason = %s", res.Reason)
+	res, _, action, logs := run(t, cfg, script)
+	if res.Reason != ReasonSidecarGoneBusy || res.ExitCode() != 5 {
+		t.Fatalf("reason = %s exit %d", res.Reason, res.ExitCode())
 	}
 	within(t, "elapsed", res.Elapsed, 5*time.Second, 5*time.Second+cfg.Poll)
 	if len(action.runs) != 1 {
 		t.Error("action not run")
 	}
+	// 800/s seen over the last 5 s before the refusal.
+	if res.RecentArrivals == nil || *res.RecentArrivals < 3500 || *res.RecentArrivals > 4100 {
+		t.Errorf("recent arrivals = %v", optional{res.RecentArrivals})
+	}
+	warn := logs.FilterMessageSnippet("went away while requests were still arriving").All()
+	if len(warn) != 1 || warn[0].Level != zapcore.WarnLevel || !strings.Contains(fmt.Sprint(warn[0].ContextMap()["fix"]), "terminationDrainDuration") {
+		t.Errorf("warning = %v", warn)
+	}
+	final := logs.FilterMessage("drain finished").All()[0]
+	if final.Level != zapcore.WarnLevel || final.ContextMap()["exit_code"] != int64(5) || final.ContextMap()["arrivals_recent"] == nil {
+		t.Errorf("final event %v %v", final.Level, final.ContextMap())
+	}
+}
+
+// Envoy going away once the clients had left loses nothing: sidecar-gone, exit 0, and
+// --min-wait still holds the app.
+func TestSidecarGoneAfterTheClientsLeft(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MinWait = 10 * time.Second
+	traffic := steadyTraffic(2*time.Second, 0)
+	script := func(at time.Duration) (inbound.Snapshot, error) {
+		if at >= 5*time.Second {
+			return inbound.Snapshot{}, refused
+		}
+		return traffic(at)
+	}
+	res, _, _, _ := run(t, cfg, script)
+	if res.Reason != ReasonSidecarGone || res.ExitCode() != 0 {
+		t.Fatalf("reason = %s", res.Reason)
+	}
+	within(t, "elapsed (min-wait)", res.Elapsed, 10*time.Second, 10*time.Second+cfg.Poll)
 }
 
 func TestNoSidecar(t *testing.T) {
@@ -432,7 +468,7 @@ func TestInterruptedRunsNoAction(t *testing.T) {
 
 func TestActionErrorsAreReported(t *testing.T) {
 	cfg := baseConfig()
-	cfg.Actions = []Action{SignalAction{Signal: syscall.Signal(0), PIDFile: "/nonexistent/app.pid"}}
+	cfg.Actions = []Action{failingAction{}}
 	res, _, action, logs := run(t, cfg, steadyTraffic(time.Second, 0))
 	if res.ActionErr == nil || len(action.runs) != 1 {
 		t.Fatalf("action error %v, later actions run %v", res.ActionErr, action.runs)
@@ -543,6 +579,11 @@ func TestRefusedWhileAskingForCompletionsIsSidecarGone(t *testing.T) {
 		t.Errorf("reason = %s, want sidecar-gone", res.Reason)
 	}
 }
+
+type failingAction struct{}
+
+func (failingAction) Run(context.Context) error { return errors.New("app said no") }
+func (failingAction) String() string            { return "failing" }
 
 type slowAction struct {
 	clock *clock.Fake

@@ -5,6 +5,7 @@
 package envoyadmin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +13,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,52 +24,60 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
-	"github.com/meshdrain/meshdrain/pkg/httpwire"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 // DefaultURL is the admin address of an Istio sidecar.
 const DefaultURL = "http://127.0.0.1:15000"
 
-// maxStatsBody bounds what one stats poll may read: a filtered response for a pod with ten
-// inbound ports is a few kilobytes, so anything near this means the filter did not apply.
-const maxStatsBody = 4 << 20
+// Caps on what one admin answer may hold. A filtered stats answer for a pod with ten inbound
+// ports is a few kilobytes, and the completions fallback of a busy service a few hundred (its
+// series grow with the callers), so anything near maxStatsBody means the filter did not apply
+// or something else answers: an error, not a reason to grow the process.
+const (
+	maxStatsBody      = 2 << 20
+	maxServerInfoBody = 1 << 20
+	maxErrorBody      = 512
+)
 
 // Options tune the client. Zero values take the defaults.
 type Options struct {
-	// RequestTimeout bounds one HTTP attempt (default 1s).
+	// RequestTimeout bounds one HTTP attempt, reading the answer included (default 1s).
 	RequestTimeout time.Duration
 	// RetryInitial and RetryMax shape the exponential backoff between attempts of one call
 	// (defaults 100ms and 1s).
 	RetryInitial, RetryMax time.Duration
-	// HTTPClient sends every request (default: an httpwire.Client, which keeps one
-	// connection alive and never consults HTTP(S)_PROXY from the pod's environment).
+	// AllowRemote lets the admin URL name a host other than the pod's loopback.
+	AllowRemote bool
+	// Dial, when set, makes the connections the loopback guard allows (tests).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// HTTPClient sends every request (default: a localhttp client keeping one connection
+	// alive, loopback only, never consulting HTTP(S)_PROXY from the pod's environment).
 	HTTPClient Doer
 	// Clock drives the backoff (default the wall clock).
 	Clock clock.Clock
 }
 
-// Doer sends one HTTP request; *http.Client and *httpwire.Client are Doers.
+// Doer sends one HTTP request; *http.Client is a Doer.
 type Doer interface {
 	Do(*http.Request) (*http.Response, error)
 }
 
 // Client is an Envoy admin API client for one base URL.
 type Client struct {
-	base *url.URL
-	http Doer
-	opts Options
+	target localhttp.Target
+	http   Doer
+	opts   Options
 }
 
-// New returns a client for baseURL, e.g. "http://127.0.0.1:15000".
+// New returns a client for baseURL: "http://127.0.0.1:15000", "http://[::1]:15000", or a unix
+// socket "unix:/path/admin.sock". Hosts other than the loopback are refused unless
+// opts.AllowRemote is set.
 func New(baseURL string, opts Options) (*Client, error) {
-	u, err := url.Parse(baseURL)
+	target, err := localhttp.Parse(baseURL, opts.AllowRemote)
 	if err != nil {
-		return nil, fmt.Errorf("admin url %q: %w", baseURL, err)
-	}
-	if u.Scheme != "http" || u.Host == "" {
-		// Envoy's admin listener speaks plain HTTP; meshdrain carries no TLS stack.
-		return nil, fmt.Errorf("admin url %q: want http://host:port", baseURL)
+		return nil, fmt.Errorf("admin url %w", err)
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = time.Second
@@ -81,13 +92,13 @@ func New(baseURL string, opts Options) (*Client, error) {
 		opts.Clock = clock.Real{}
 	}
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &httpwire.Client{DialTimeout: opts.RequestTimeout, MaxIdlePerHost: 1}
+		opts.HTTPClient = localhttp.NewClient(target, localhttp.Options{AllowRemote: opts.AllowRemote, KeepAlive: true, Dial: opts.Dial})
 	}
-	return &Client{base: u, http: opts.HTTPClient, opts: opts}, nil
+	return &Client{target: target, http: opts.HTTPClient, opts: opts}, nil
 }
 
 // URL returns the admin base URL.
-func (c *Client) URL() string { return c.base.String() }
+func (c *Client) URL() string { return c.target.String() }
 
 // ErrRefused means nothing listens on the admin port: Envoy is not running (yet, or any more).
 var ErrRefused = errors.New("admin port refused the connection")
@@ -108,10 +119,14 @@ func IsRefused(err error) bool {
 	return errors.Is(err, ErrRefused) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
+// ErrNotConnected means an attempt ended before any connection to the admin port was made:
+// net/http reports a dial cut short by the context as the context's error alone.
+var ErrNotConnected = errors.New("no connection to the admin port was made")
+
 // IsUnreachable reports whether err means no connection to the admin port could be made at
 // all (refused, or the dial itself failed), as opposed to an admin that answered badly.
 func IsUnreachable(err error) bool {
-	if IsRefused(err) {
+	if IsRefused(err) || errors.Is(err, ErrNotConnected) {
 		return true
 	}
 	var opErr *net.OpError
@@ -128,7 +143,7 @@ func (c *Client) Stats(ctx context.Context, filter string) (map[string]*dto.Metr
 	var families map[string]*dto.MetricFamily
 	err := c.retry(ctx, http.MethodGet, "/stats/prometheus", q.Encode(), func(body io.Reader) error {
 		var err error
-		families, err = inbound.ParseFamilies(io.LimitReader(body, maxStatsBody))
+		families, err = ReadStats(body)
 		return err
 	})
 	return families, err
@@ -191,15 +206,37 @@ type ServerInfo struct {
 		DrainTime     string `json:"drain_time"`
 		DrainStrategy string `json:"drain_strategy"`
 	} `json:"command_line_options"`
+	// UptimeCurrentEpoch is a protobuf JSON duration in whole seconds, e.g. "3600s".
+	UptimeCurrentEpoch string `json:"uptime_current_epoch"`
 }
 
 // ServerInfo reads /server_info.
 func (c *Client) ServerInfo(ctx context.Context) (ServerInfo, error) {
 	var info ServerInfo
 	err := c.retry(ctx, http.MethodGet, "/server_info", "", func(body io.Reader) error {
-		return json.NewDecoder(io.LimitReader(body, 1<<20)).Decode(&info)
+		return json.NewDecoder(localhttp.LimitBody(body, maxServerInfoBody)).Decode(&info)
 	})
 	return info, err
+}
+
+// Uptime reads /server_info's uptime_current_epoch. Envoy computes it from the wall clock in
+// whole seconds (source/server/admin/server_info_handler.cc), so two readings taken at least
+// a second apart differ by at least one on a live Envoy: a reading that does not advance
+// across a quiet window means the answers are frozen (a cache in front of admin, or a stuck
+// admin thread replaying one answer).
+func (c *Client) Uptime(ctx context.Context) (time.Duration, error) {
+	info, err := c.ServerInfo(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if info.UptimeCurrentEpoch == "" {
+		return 0, errors.New("GET /server_info: no uptime_current_epoch in the answer")
+	}
+	d, err := time.ParseDuration(info.UptimeCurrentEpoch)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("GET /server_info: uptime_current_epoch %q is not a duration", info.UptimeCurrentEpoch)
+	}
+	return d, nil
 }
 
 // retry runs one admin call with exponential backoff until it succeeds, fails permanently
@@ -211,20 +248,31 @@ func (c *Client) retry(ctx context.Context, method, path, rawQuery string, read 
 	policy.MaxElapsedTime = 0 // ctx is the only limit
 	policy.Clock = c.opts.Clock
 	policy.Reset()
-	var lastErr error
+	var lastErr, lastAnswered error
 	operation := func() error {
 		err := c.do(ctx, method, path, rawQuery, read)
 		lastErr = err
+		if err != nil && !IsUnreachable(err) {
+			lastAnswered = err
+		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		var status *StatusError
-		if IsRefused(err) || errors.As(err, &status) && status.Code < 500 {
+		var tooLarge *localhttp.BodyTooLargeError
+		if IsRefused(err) || errors.As(err, &status) && status.Code < 500 || errors.As(err, &tooLarge) {
+			// A body over its cap will be over it again: the next poll may try anew.
 			return backoff.Permanent(err)
 		}
 		return err
 	}
 	err := backoff.RetryNotifyWithTimer(operation, backoff.WithContext(policy, ctx), nil, &backoffTimer{clock: c.opts.Clock})
+	if err != nil && ctx.Err() != nil && lastAnswered != nil && !errors.Is(lastErr, ErrRefused) {
+		// An earlier attempt reached the admin port and got a bad answer; the last one was
+		// only cut short by the deadline before it connected. The port is reachable: saying
+		// "unreachable" would make a sick admin pass for no sidecar at all.
+		lastErr = lastAnswered
+	}
 	if err != nil && ctx.Err() != nil && lastErr != nil && lastErr != ctx.Err() {
 		// Keep what went wrong last in the chain, not only that time ran out: a dial that
 		// timed out (a blackholed admin address) must still read as unreachable.
@@ -236,31 +284,65 @@ func (c *Client) retry(ctx context.Context, method, path, rawQuery string, read 
 func (c *Client) do(ctx context.Context, method, path, rawQuery string, read func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	u := *c.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + path
-	u.RawQuery = rawQuery
+	u := c.target.Join(path, rawQuery)
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return err
 	}
 	// Errors name the endpoint, not the long filter regex in the query.
-	u.RawQuery = ""
+	endpoint := c.target.Join(path, "")
+	shown := endpoint.Redacted()
+	if c.target.Socket != "" {
+		shown = localhttp.Target{URL: endpoint, Socket: c.target.Socket}.String()
+	}
+	var connected atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	}))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%s %s: %w", method, u.Redacted(), ErrRefused)
+		// url.Error repeats the whole URL, filter included; the endpoint is enough.
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
 		}
-		return fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return fmt.Errorf("%s %s: %w: %w", method, shown, ErrRefused, err)
+		case !connected.Load():
+			return fmt.Errorf("%s %s: %w: %w", method, shown, ErrNotConnected, err)
+		}
+		return fmt.Errorf("%s %s: %w", method, shown, err)
 	}
+	// Closing an unread or half-read body closes the connection (net/http's client never
+	// drains it), so an endless answer costs no more than the context allows.
 	defer resp.Body.Close()
+	return ReadResponse(method, shown, resp, read)
+}
+
+// ReadResponse checks an admin answer and hands its body to read: a non-2xx status becomes a
+// *StatusError with the start of the body, anything read's own error. It reads only what
+// read asks for; the caller bounds the time and closes the body.
+func ReadResponse(method, endpoint string, resp *http.Response, read func(io.Reader) error) error {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return &StatusError{Method: method, URL: u.Redacted(), Code: resp.StatusCode, Body: string(body)}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return &StatusError{Method: method, URL: endpoint, Code: resp.StatusCode, Body: string(body)}
 	}
 	if err := read(resp.Body); err != nil {
-		return fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		return fmt.Errorf("%s %s: %w", method, endpoint, err)
 	}
 	return nil
+}
+
+// ReadStats is the reader of a /stats/prometheus answer: read whole through the cap first, so
+// that a too-long or cut answer is reported as such rather than as whatever the parser trips
+// on first, then parsed.
+func ReadStats(body io.Reader) (map[string]*dto.MetricFamily, error) {
+	raw, err := localhttp.ReadBody(body, maxStatsBody)
+	if err != nil {
+		return nil, err
+	}
+	return inbound.ParseFamilies(bytes.NewReader(raw))
 }
 
 // backoffTimer adapts clock.Clock to backoff/v4's Timer so retries follow the injected clock.

@@ -1,6 +1,7 @@
 package envoyadmin
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -15,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/httpwire"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 const istioBody = `# TYPE envoy_http_downstream_rq_total counter
@@ -176,7 +178,8 @@ func TestServerInfo(t *testing.T) {
 }
 
 func TestNewRejectsBadURLs(t *testing.T) {
-	for _, u := range []string{"127.0.0.1:15000", "ftp://x", "http://", "::", "https://127.0.0.1:15000"} {
+	for _, u := range []string{"127.0.0.1:15000", "ftp://x", "http://", "::", "https://127.0.0.1:15000",
+		"http://10.0.0.1:15000", "http://169.254.169.254", "http://istiod.istio-system:15014"} {
 		if _, err := New(u, Options{}); err == nil {
 			t.Errorf("New(%q) accepted", u)
 		}
@@ -190,12 +193,11 @@ func TestNewRejectsBadURLs(t *testing.T) {
 // when the caller's time runs out the error must still say "unreachable", or prestop would
 // wait for its whole deadline instead of concluding there is no sidecar.
 func TestDialThatTimesOutIsUnreachable(t *testing.T) {
-	blackhole := &httpwire.Client{Dial: func(ctx context.Context, addr string) (net.Conn, error) {
-		<-ctx.Done()
-		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
-	}}
 	opts := fastOptions()
-	opts.HTTPClient = blackhole
+	opts.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+	}
 	c, err := New("http://127.0.0.1:15000", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -217,5 +219,182 @@ func TestReadErrorsAreNotUnreachable(t *testing.T) {
 		if IsUnreachable(err) {
 			t.Errorf("IsUnreachable(%v) = true", err)
 		}
+	}
+}
+
+// rawAdmin serves each connection with serve after reading the request head: answers that no
+// well-behaved server gives.
+func rawAdmin(t *testing.T, serve func(conn net.Conn, req *http.Request)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				serve(conn, req)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+func endlessChunks(conn net.Conn, line string) {
+	io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+	chunk := fmt.Sprintf("%x\r\n%s\r\n", len(line), line)
+	for {
+		if _, err := io.WriteString(conn, chunk); err != nil {
+			return
+		}
+	}
+}
+
+// Endless answers end with the call's context (stats) or are not read at all (drain): the
+// call returns by its deadline whatever the server keeps sending.
+func TestEndlessAnswersAreBounded(t *testing.T) {
+	stats := rawAdmin(t, func(conn net.Conn, _ *http.Request) {
+		endlessChunks(conn, strings.Repeat("# an endless comment\n", 200))
+	})
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, err := newClient(t, stats).Inbound(ctx, inbound.Selector{})
+	var tooLarge *localhttp.BodyTooLargeError
+	if !errors.As(err, &tooLarge) {
+		t.Errorf("endless stats: err = %v, want the body cap", err)
+	}
+	if took := time.Since(start); took > 600*time.Millisecond {
+		t.Errorf("endless stats took %v", took)
+	}
+
+	drain := rawAdmin(t, func(conn net.Conn, _ *http.Request) { endlessChunks(conn, "OK\n") })
+	start = time.Now()
+	ctx, cancel = context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	if err := newClient(t, drain).DrainListeners(ctx, DrainGraceful); err != nil {
+		t.Errorf("drain with an endless OK body: %v", err)
+	}
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Errorf("drain call took %v: the body must not be read to its end", took)
+	}
+}
+
+func TestTooLargeStatsAreNotRetried(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		line := strings.Repeat("# filler comment line that is long enough to add up fast\n", 1024)
+		for i := 0; i < 100; i++ {
+			if _, err := io.WriteString(w, line); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	_, err := newClient(t, srv.URL).Inbound(context.Background(), inbound.Selector{})
+	if err == nil || !strings.Contains(err.Error(), "exceeds") || calls.Load() != 1 {
+		t.Errorf("err %v after %d calls, want one call and a clear size error", err, calls.Load())
+	}
+}
+
+func TestUptime(t *testing.T) {
+	answer := `{"state":"LIVE","uptime_current_epoch":"3601s","uptime_all_epochs":"3601s"}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/server_info" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, answer)
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+	if d, err := c.Uptime(context.Background()); err != nil || d != 3601*time.Second {
+		t.Errorf("uptime %v err %v", d, err)
+	}
+	answer = `{"state":"LIVE"}`
+	if _, err := c.Uptime(context.Background()); err == nil {
+		t.Error("an answer without uptime was accepted")
+	}
+}
+
+func TestUnixSocketAdmin(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Skipf("no unix sockets: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stats/prometheus" {
+			fmt.Fprint(w, istioBody)
+		}
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c := newClient(t, "unix:"+sock)
+	snap, err := c.Inbound(context.Background(), inbound.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := snap.Read(); r.Arrivals == nil || *r.Arrivals != 12 {
+		t.Errorf("reading %+v", r)
+	}
+	if c.URL() != "unix:"+sock {
+		t.Errorf("URL() = %s", c.URL())
+	}
+}
+
+func TestReadResponse(t *testing.T) {
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\n\r\nbusy!")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ReadResponse("GET", "http://127.0.0.1:15000/stats/prometheus", resp, func(io.Reader) error { t.Error("read called on a 503"); return nil })
+	var status *StatusError
+	if !errors.As(err, &status) || status.Code != 503 || status.Body != "busy!" {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// An admin that answers badly, retried until the call's time runs out, is reachable even if
+// the very last attempt was cut by the deadline before it connected.
+func TestBadAnswersThenACutDialAreNotUnreachable(t *testing.T) {
+	srv := rawAdmin(t, func(conn net.Conn, _ *http.Request) {
+		io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Endless: ")
+		for {
+			if _, err := io.WriteString(conn, strings.Repeat("a", 64<<10)); err != nil {
+				return
+			}
+		}
+	})
+	opts := fastOptions()
+	var dials atomic.Int32
+	opts.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) > 2 {
+			<-ctx.Done() // the third attempt never connects before the deadline
+			return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	c, err := New(srv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Inbound(ctx, inbound.Selector{})
+	if err == nil || IsUnreachable(err) || !strings.Contains(err.Error(), "exceeded") {
+		t.Errorf("err = %v: want the bad answer, not unreachable", err)
 	}
 }

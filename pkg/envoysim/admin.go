@@ -183,6 +183,10 @@ func (al *adminListener) Accept() (net.Conn, error) {
 // ServeHTTP applies the injected faults, then dispatches as Envoy's AdminImpl::runCallback:
 // exact path match, POST required for mutating commands, 404 with the help text otherwise.
 func (a *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if resp, ok := a.s.faults.frozenAnswer(r); ok {
+		a.writeFrozen(w, resp)
+		return
+	}
 	a.rqTotal.inc()
 	a.rqActive.inc()
 	defer a.rqActive.dec()
@@ -209,6 +213,7 @@ func (a *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.write(w, resp)
+	a.s.faults.remember(r, resp)
 	if resp.after != nil {
 		httpwire.AfterResponse(w, resp.after)
 	}

@@ -3,6 +3,7 @@ package envoysim
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,7 +23,17 @@ const (
 	FaultError    FaultMode = "500"      // answers 500 to everything
 	FaultGarbage  FaultMode = "garbage"  // answers 200 with a body that is no stats format
 	FaultTruncate FaultMode = "truncate" // announces the whole body, sends half, closes
+	// FaultFrozen replays, for each request (method, path and query), the answer the admin
+	// gave it last before the fault was set, as a cache in front of the admin port or an
+	// admin thread stuck on one answer would: counters and /server_info's uptime stand
+	// still while traffic goes on. A request never answered before is answered live once,
+	// then frozen. Frozen answers do not reach Envoy, so they do not count as admin requests.
+	FaultFrozen FaultMode = "frozen"
 )
+
+// maxFrozenAnswer bounds what the frozen fault remembers per request: a filtered poll is a
+// few kilobytes; an unfiltered dump of a big emulated Envoy is not worth keeping.
+const maxFrozenAnswer = 1 << 20
 
 // Faults injects faults into a running sidecar. Every method is safe to call at any time.
 type Faults struct {
@@ -34,6 +45,8 @@ type Faults struct {
 	release       chan struct{} // closed when the current fault is replaced
 	dieAfterDrain time.Duration
 	dieArmed      bool
+	// answers is the last answer to each request, replayed under FaultFrozen.
+	answers map[string]adminResponse
 }
 
 type faultState struct {
@@ -46,7 +59,7 @@ type faultState struct {
 // Clear) restores normal behaviour and, after FaultRefuse, listens again on the same port.
 func (f *Faults) SetAdmin(mode FaultMode, slow time.Duration) error {
 	switch mode {
-	case FaultNone, FaultRefuse, FaultHang, FaultSlow, FaultError, FaultGarbage, FaultTruncate:
+	case FaultNone, FaultRefuse, FaultHang, FaultSlow, FaultError, FaultGarbage, FaultTruncate, FaultFrozen:
 	default:
 		return fmt.Errorf("unknown admin fault %q", mode)
 	}
@@ -85,6 +98,9 @@ func (f *Faults) AdminGarbage() error { return f.SetAdmin(FaultGarbage, 0) }
 
 // AdminTruncate makes every admin answer stop halfway through its announced body.
 func (f *Faults) AdminTruncate() error { return f.SetAdmin(FaultTruncate, 0) }
+
+// AdminFrozen makes the admin API replay its last answer to each request.
+func (f *Faults) AdminFrozen() error { return f.SetAdmin(FaultFrozen, 0) }
 
 // Clear removes any admin fault.
 func (f *Faults) Clear() error { return f.SetAdmin(FaultNone, 0) }
@@ -145,4 +161,46 @@ func (f *Faults) delay(r *http.Request, fault faultState) bool {
 	case <-f.s.closing:
 		return false
 	}
+}
+
+func frozenKey(r *http.Request) string { return r.Method + " " + r.URL.RequestURI() }
+
+// remember keeps a live answer to replay under FaultFrozen: the latest one while the admin is
+// healthy, the first one for a request first seen while frozen.
+func (f *Faults) remember(r *http.Request, resp adminResponse) {
+	if len(resp.body) > maxFrozenAnswer || resp.after != nil {
+		return
+	}
+	key := frozenKey(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.answers == nil {
+		f.answers = map[string]adminResponse{}
+	}
+	if _, known := f.answers[key]; known && f.mode == FaultFrozen {
+		return
+	}
+	f.answers[key] = resp
+}
+
+// frozenAnswer returns the answer to replay for r under FaultFrozen, if there is one.
+func (f *Faults) frozenAnswer(r *http.Request) (adminResponse, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mode != FaultFrozen {
+		return adminResponse{}, false
+	}
+	resp, ok := f.answers[frozenKey(r)]
+	return resp, ok
+}
+
+// writeFrozen replays an answer as a cache in front of the admin port would: Envoy never sees
+// the request, so none of the admin stats move.
+func (a *adminServer) writeFrozen(w http.ResponseWriter, resp adminResponse) {
+	h := w.Header()
+	h.Set("Content-Type", resp.contentType)
+	h.Set("Server", "envoy")
+	h.Set("Content-Length", strconv.Itoa(len(resp.body)))
+	w.WriteHeader(resp.code)
+	_, _ = w.Write(resp.body)
 }

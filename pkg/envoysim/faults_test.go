@@ -104,3 +104,54 @@ func TestFaultAdminRefuseBreaksPilotAgentDrain(t *testing.T) {
 		t.Error("drain happened although the admin port refused")
 	}
 }
+
+// A frozen admin replays its last answers: counters, the admin's own request counter and
+// /server_info's uptime all stand still, and a request it never answered is answered once
+// and then replayed too.
+func TestFaultAdminFrozen(t *testing.T) {
+	s := startSidecar(t, Config{Profile: ProfileEnvoy}, "")
+	const stats = "/stats/prometheus?filter=http.admin.downstream_rq_total"
+	adminDo(t, s, "GET", stats)
+	_, before := adminDo(t, s, "GET", stats)
+	_, info := adminDo(t, s, "GET", "/server_info")
+	if err := s.Faults().AdminFrozen(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // across a second boundary: a live uptime would move
+	for i := 0; i < 3; i++ {
+		if _, got := adminDo(t, s, "GET", stats); got != before {
+			t.Fatalf("frozen stats changed:\n%s\nthen\n%s", before, got)
+		}
+		if _, got := adminDo(t, s, "GET", "/server_info"); got != info {
+			t.Fatalf("frozen server_info changed:\n%s\nthen\n%s", info, got)
+		}
+	}
+	_, first := adminDo(t, s, "GET", "/stats?filter=server.state")
+	if _, again := adminDo(t, s, "GET", "/stats?filter=server.state"); again != first || !strings.Contains(first, "server.state") {
+		t.Errorf("a new request under the fault: %q then %q", first, again)
+	}
+	if err := s.Faults().Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if _, after := adminDo(t, s, "GET", stats); after == before {
+		t.Error("the admin counter did not move after the fault was cleared")
+	}
+}
+
+// Envoy's uptime is a difference of whole wall-clock seconds, so it steps at second boundaries.
+func TestUptimeSecondsLikeEnvoy(t *testing.T) {
+	start := time.Unix(100, 900_000_000)
+	for _, tc := range []struct {
+		now  time.Time
+		want int64
+	}{
+		{time.Unix(100, 950_000_000), 0},
+		{time.Unix(101, 0), 1}, // 100 ms after the start, but across a second boundary
+		{time.Unix(101, 899_000_000), 1},
+		{time.Unix(102, 0), 2},
+	} {
+		if got := uptimeSeconds(tc.now, start); got != tc.want {
+			t.Errorf("uptime at %v = %d, want %d", tc.now.Sub(start), got, tc.want)
+		}
+	}
+}

@@ -454,7 +454,7 @@ func (s *Sidecar) stopListeners(why string) {
 
 // serverInfo is /server_info's document.
 func (s *Sidecar) serverInfo() map[string]any {
-	uptime := fmt.Sprintf("%ds", int(time.Since(s.start).Seconds()))
+	uptime := fmt.Sprintf("%ds", uptimeSeconds(time.Now(), s.start))
 	strategy := "Immediate"
 	if s.cfg.DrainStrategy == DrainGradual {
 		strategy = "Gradual"
@@ -479,6 +479,12 @@ func (s *Sidecar) serverInfo() map[string]any {
 		"node":                 map[string]any{"id": "sidecar~127.0.0.1~app.default~default.svc.cluster.local", "cluster": "app.default"},
 	}
 }
+
+// uptimeSeconds is /server_info's uptime as Envoy computes it: the wall clock's whole
+// seconds now minus those at start, both as time_t (source/server/admin/server_info_handler.cc:
+// to_time_t(systemTime()) - startTimeCurrentEpoch()). It steps when the wall clock crosses a
+// second boundary, not one second after the start: two readings a second apart always differ.
+func uptimeSeconds(now, start time.Time) int64 { return now.Unix() - start.Unix() }
 
 // durationJSON writes a duration as protobuf JSON does ("45s", "0.500s").
 func durationJSON(d time.Duration) string {

@@ -88,4 +88,7 @@ type Snapshot struct {
 	// ServerState is Envoy's server.state gauge (0 LIVE, 1 DRAINING, 2 PRE_INITIALIZING,
 	// 3 INITIALIZING), when present.
 	ServerState *float64
+	// AdminRequestsTotal is Envoy's own admin request counter (AdminRequestsStat), when the
+	// sidecar exposes it (Istio's default stats do not): it moves at every poll of a live admin.
+	AdminRequestsTotal *float64
 }

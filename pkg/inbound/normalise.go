@@ -85,7 +85,7 @@ func StatsFilter(sel Selector) string {
 	for _, name := range sel.HTTPPrefixes {
 		alternatives = append(alternatives, `^http\.`+regexp.QuoteMeta(name)+`;?`+httpStats)
 	}
-	alternatives = append(alternatives, `^server\.state$`)
+	alternatives = append(alternatives, `^server\.state$`, adminRequestsFilter)
 	return "(" + strings.Join(alternatives, ")|(") + ")"
 }
 
@@ -131,6 +131,7 @@ func Normalise(families map[string]*dto.MetricFamily, sel Selector) Snapshot {
 	sort.Strings(names)
 	for _, name := range names {
 		n.family(name, families[name])
+		n.adminRequests(name, families[name])
 	}
 	return n.snapshot()
 }
@@ -143,9 +144,10 @@ type normaliser struct {
 	naming   Naming
 	// namingEvidence ranks how sure the naming guess is: legacy names and envoy_ labels are
 	// conclusive, un-prefixed labels only say "Istio" (both Istio variants extract clusters).
-	namingEvidence int
-	completed      *float64
-	serverState    *float64
+	namingEvidence     int
+	completed          *float64
+	serverState        *float64
+	adminRequestsTotal *float64
 }
 
 func (n *normaliser) family(name string, fam *dto.MetricFamily) {
@@ -351,7 +353,7 @@ func (n *normaliser) note(naming Naming, evidence int) {
 }
 
 func (n *normaliser) snapshot() Snapshot {
-	s := Snapshot{Naming: n.naming, Listener: n.listener, CompletedRequestsTotal: n.completed, ServerState: n.serverState}
+	s := Snapshot{Naming: n.naming, Listener: n.listener, CompletedRequestsTotal: n.completed, ServerState: n.serverState, AdminRequestsTotal: n.adminRequestsTotal}
 	if s.Naming == NamingUnknown && n.completed != nil {
 		s.Naming = NamingIstio
 	}

@@ -204,6 +204,7 @@ func TestStatsFilterMatchesEnvoyNames(t *testing.T) {
 		"listener.[__]_15006.downstream_cx_total",
 		"listener.10.1.2.3_15006.downstream_cx_active",
 		"server.state",
+		"http.admin.downstream_rq_total", // every poll moves it: frozen answers show
 		"istiocustom.istio_requests_total.reporter.destination.source_workload.frontend",
 		"istiocustom.istio_requests_total.reporter.=.destination;.;source_workload.=.frontend;.;",
 	}
@@ -216,7 +217,8 @@ func TestStatsFilterMatchesEnvoyNames(t *testing.T) {
 		"listener.0.0.0.0_15006.worker_0.downstream_cx_active",
 		"listener.0.0.0.0_15090.downstream_cx_active",
 		"listener.admin.downstream_cx_active",
-		"http.admin.downstream_rq_total",
+		"http.admin.downstream_rq_active",
+		"http.admin.downstream_rq_total_extra",
 		"http.outbound_0.0.0.0_80.downstream_rq_total",
 		"cluster.outbound|80||reviews.default.svc.cluster.local.upstream_rq_total",
 		"cluster.inbound|8080||.upstream_rq_time",
@@ -257,4 +259,34 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// Envoy's admin request counter is read in each naming variant, and never mistaken for an
+// inbound endpoint.
+func TestAdminRequestsCounter(t *testing.T) {
+	for name, body := range map[string]string{
+		"envoy": "# TYPE envoy_http_downstream_rq_total counter\n" +
+			"envoy_http_downstream_rq_total{envoy_http_conn_manager_prefix=\"admin\"} 41\n" +
+			"envoy_http_downstream_rq_total{envoy_http_conn_manager_prefix=\"ingress_http\"} 7\n",
+		// Istio's tag regexes leave the admin prefix in the name (both bootstrap variants).
+		"istio": "# TYPE envoy_http_admin_downstream_rq_total counter\nenvoy_http_admin_downstream_rq_total{} 41\n" +
+			"# TYPE envoy_http_downstream_rq_total counter\n" +
+			"envoy_http_downstream_rq_total{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} 7\n",
+	} {
+		snap, err := Parse(strings.NewReader(body), Selector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !eqPtr(snap.AdminRequestsTotal, f(41)) {
+			t.Errorf("%s: admin requests = %v, want 41", name, snap.AdminRequestsTotal)
+		}
+		for _, e := range snap.Endpoints {
+			if e.Name == "admin" {
+				t.Errorf("%s: admin read as an inbound endpoint", name)
+			}
+		}
+	}
+	if snap, _ := Parse(strings.NewReader("# TYPE envoy_server_state gauge\nenvoy_server_state{} 0\n"), Selector{}); snap.AdminRequestsTotal != nil {
+		t.Error("an absent admin counter must stay nil")
+	}
 }

@@ -1,0 +1,894 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/envoysim"
+)
+
+// The fault matrix runs the real binary against misbehaving admin servers, shutdown
+// endpoints, bad configurations and the emulator's faults: every case of issue 8. Each case
+// must end by its bound (the deadline, the fail-safe hold, or for actions the grace period
+// less the 0.5 s action margin) + 100 ms, end with its final log line, and never use more
+// than 32 MiB of memory (peak RSS from the child's rusage). `make faults` prints the table.
+
+const (
+	fmGrace    = 3 * time.Second
+	fmDeadline = 1500 * time.Millisecond
+	fmHold     = time.Second // --fallback-wait: the fail-safe hold
+	fmSlack    = 100 * time.Millisecond
+	fmMaxRSS   = 32 << 10 // KiB
+	// fmActionsEnd is when actions must have ended: the grace period less the action margin.
+	fmActionsEnd = fmGrace - 500*time.Millisecond
+	// fmParallel cases run at once: most of a case's time is spent waiting on timers, so
+	// this does not distort the timing on two cores.
+	fmParallel = 6
+)
+
+// fmFlags are the flags of every case: a short deadline within a short grace period.
+func fmFlags(admin string) []string {
+	return []string{"prestop", "--admin", admin, "--grace-period", fmGrace.String(), "--deadline", fmDeadline.String(),
+		"--connect-timeout", "500ms", "--quiet", "400ms", "--poll", "50ms", "--fallback-wait", fmHold.String(),
+		"--latency-allowance", "200ms"}
+}
+
+type faultSetup struct {
+	args, env []string
+	// atStart runs right after the process starts: timed faults are armed relative to it;
+	// atEnd runs once it has exited.
+	atStart, atEnd func()
+	hup            time.Duration // send SIGHUP this long after the start
+	closedPipes    bool          // stdout and stderr are pipes whose reader is gone
+	logFile        string        // read the log events from here instead of stderr
+}
+
+type faultCase struct {
+	name   string
+	item   string // the issue 8 item it reproduces
+	setup  func(t *testing.T) faultSetup
+	bound  time.Duration
+	reason string
+	code   int
+	// minEnd is a floor: a hold or --min-wait that must not be cut short.
+	minEnd time.Duration
+	check  func(t *testing.T, r faultRun)
+	skip   func() string
+}
+
+type faultRun struct {
+	setup   faultSetup
+	code    int
+	elapsed time.Duration
+	// maxRSS is the peak resident memory in KiB: the larger of the kernel's high-water mark
+	// as meshdrain reports it in its final line (VmHWM) and as sampled from outside every few
+	// milliseconds. The child's rusage maxrss cannot be used: Linux carries the test
+	// process's own size into it at vfork+exec.
+	maxRSS int64
+	stderr string
+	events []map[string]any
+	err    error
+}
+
+func (r faultRun) final() map[string]any {
+	if len(r.events) == 0 {
+		return nil
+	}
+	last := r.events[len(r.events)-1]
+	if last["msg"] != "drain finished" {
+		return nil
+	}
+	return last
+}
+
+func withoutMeshdrainEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MESHDRAIN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func runFault(s faultSetup) faultRun {
+	r := faultRun{setup: s}
+	cmd := exec.Command(binary, s.args...)
+	cmd.Env = append(withoutMeshdrainEnv(), s.env...)
+	// If a case leaks a child holding the output pipe, the test must not hang on it.
+	cmd.WaitDelay = 3 * time.Second
+	var stderr bytes.Buffer
+	if s.closedPipes {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			r.err = err
+			return r
+		}
+		pr.Close()
+		defer pw.Close()
+		cmd.Stdout, cmd.Stderr = pw, pw
+	} else {
+		cmd.Stderr = &stderr
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		r.err = err
+		return r
+	}
+	if s.atStart != nil {
+		s.atStart()
+	}
+	sampled := make(chan int64, 1)
+	go func() { sampled <- sampleHWM(cmd.Process.Pid, cmd) }()
+	if s.hup > 0 {
+		timer := time.AfterFunc(s.hup, func() { _ = cmd.Process.Signal(syscall.SIGHUP) })
+		defer timer.Stop()
+	}
+	err := cmd.Wait()
+	r.elapsed = time.Since(start)
+	if s.atEnd != nil {
+		s.atEnd()
+	}
+	if cmd.ProcessState == nil {
+		r.err = err
+		return r
+	}
+	r.code = cmd.ProcessState.ExitCode()
+	r.maxRSS = <-sampled
+	r.stderr = stderr.String()
+	text := r.stderr
+	if s.logFile != "" {
+		raw, _ := os.ReadFile(s.logFile)
+		text = string(raw)
+	}
+	r.events = parseEvents(text)
+	if f := r.final(); f != nil {
+		if kib, ok := f["peak_rss_kib"].(float64); ok {
+			r.maxRSS = max(r.maxRSS, int64(kib))
+		}
+	}
+	return r
+}
+
+// sampleHWM reads the child's VmHWM every 5 ms until it exits and returns the last value.
+func sampleHWM(pid int, cmd *exec.Cmd) int64 {
+	var peak int64
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	for {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return peak
+		}
+		found := false
+		for _, line := range strings.Split(string(raw), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				peak, found = max(peak, kib), true
+			}
+		}
+		if !found { // a zombie: the address space is gone
+			return peak
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// --- servers ------------------------------------------------------------------------------
+
+// rawServer answers every connection on 127.0.0.1 with serve, after reading the request.
+func rawServer(t *testing.T, serve func(conn net.Conn, req *http.Request)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				serve(conn, req)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// writeForever writes chunk until the client goes, pausing between writes.
+func writeForever(conn net.Conn, chunk string, pause time.Duration) {
+	for {
+		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, chunk); err != nil {
+			return
+		}
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+	}
+}
+
+func chunk(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+
+// statsLines is a valid-looking stats payload block.
+var statsLines = strings.Repeat("envoy_cluster_upstream_rq_total{envoy_cluster_name=\"outbound|80||x\"} 1\n", 64)
+
+// quietAdmin serves an Istio sidecar whose inbound traffic stops after stop.
+func quietAdmin(t *testing.T, stop time.Duration) (*traceAdmin, *httptest.Server) {
+	admin := &traceAdmin{script: func(since time.Duration) (float64, float64, bool) {
+		return float64(min(since, stop) / time.Millisecond), 0, true
+	}}
+	srv := httptest.NewServer(admin)
+	t.Cleanup(srv.Close)
+	return admin, srv
+}
+
+func busyAdmin(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(&traceAdmin{script: func(since time.Duration) (float64, float64, bool) {
+		return float64(since / time.Millisecond), 0, true
+	}})
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// emulated starts the Envoy emulator with one inbound port in front of an app. Its client
+// sends a request every 5 ms from the moment the case starts (atStart) until stop is called
+// or the case ends (atEnd): traffic of the cases that are not running would load the machine
+// and distort the timing of those that are.
+type emulation struct {
+	sim  *envoysim.Sidecar
+	done chan struct{}
+	once sync.Once
+}
+
+func emulated(t *testing.T, cfg envoysim.Config) *emulation {
+	t.Helper()
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(app.Close)
+	cfg.Inbound = []envoysim.InboundPort{{Port: 8080, AppAddr: strings.TrimPrefix(app.URL, "http://")}}
+	cfg.DrainTime, cfg.TerminationDrainDuration = time.Hour, time.Hour
+	sim, err := envoysim.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	e := &emulation{sim: sim, done: make(chan struct{})}
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *emulation) start() {
+	go func() {
+		client := &http.Client{Timeout: time.Second}
+		for {
+			select {
+			case <-e.done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if resp, err := client.Get("http://" + e.sim.InboundAddr(8080) + "/"); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+}
+
+func (e *emulation) stop() { e.once.Do(func() { close(e.done) }) }
+
+// setup is a case's setup on the emulator: traffic from the start, stopped after stopAfter
+// (never if 0), and extra arms the case's own faults.
+func (e *emulation) setup(args []string, stopAfter time.Duration, extra func()) faultSetup {
+	return faultSetup{args: args, atEnd: e.stop, atStart: func() {
+		e.start()
+		if stopAfter > 0 {
+			time.AfterFunc(stopAfter, e.stop)
+		}
+		if extra != nil {
+			extra()
+		}
+	}}
+}
+
+// after arms f to run d after the process starts.
+func after(d time.Duration, f func()) func() {
+	return func() { time.AfterFunc(d, f) }
+}
+
+func startSleeper(t *testing.T) (*exec.Cmd, <-chan error) {
+	t.Helper()
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, done
+}
+
+func exited(done <-chan error) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+func contains(s string) func(t *testing.T, r faultRun) {
+	return func(t *testing.T, r faultRun) {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("stderr lacks %q", s)
+		}
+	}
+}
+
+// --- the cases ------------------------------------------------------------------------------
+
+func faultCases() []faultCase {
+	cases := []faultCase{
+		{name: "stats-chunked-never-ends", item: "1", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(rawServer(t, func(conn net.Conn, _ *http.Request) {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+					writeForever(conn, chunk("# HELP x\n"), 20*time.Millisecond)
+				}))}
+			}},
+		{name: "stats-4MB-at-256KB/s", item: "1", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(rawServer(t, func(conn net.Conn, _ *http.Request) {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 5000000\r\n\r\n")
+					writeForever(conn, strings.Repeat(statsLines, 14), 250*time.Millisecond) // 64 KB / 250 ms
+				}))}
+			}},
+		{name: "drain-call-endless-body", item: "1", bound: fmDeadline, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				_, stats := quietAdmin(t, 100*time.Millisecond)
+				return faultSetup{args: fmFlags(rawServer(t, func(conn net.Conn, req *http.Request) {
+					if req.URL.Path == "/drain_listeners" {
+						io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+						writeForever(conn, chunk("OK\n"), 0)
+						return
+					}
+					proxyTo(conn, req, stats.URL)
+				}))}
+			},
+			check: func(t *testing.T, r faultRun) {
+				if r.final()["drain_called"] != true {
+					t.Error("the drain call did not return")
+				}
+			}},
+		{name: "shutdown-url-endless-body", item: "1", bound: fmActionsEnd, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				_, admin := quietAdmin(t, 100*time.Millisecond)
+				shutdown := rawServer(t, func(conn net.Conn, _ *http.Request) {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+					writeForever(conn, chunk(strings.Repeat("bye ", 256)), 0)
+				})
+				return faultSetup{args: append(fmFlags(admin.URL), "--shutdown-url", shutdown+"/actuator/shutdown")}
+			}},
+		{name: "stats-valid-just-under-the-cap", item: "2", bound: fmDeadline, reason: "no-signal", code: 4,
+			setup: func(t *testing.T) faultSetup {
+				// The largest answer meshdrain parses (2 MiB): ~28,000 series, none of them inbound.
+				var b strings.Builder
+				b.WriteString("# TYPE envoy_cluster_upstream_rq_total counter\n")
+				for i := 0; b.Len() < 2<<20-200; i++ {
+					fmt.Fprintf(&b, "envoy_cluster_upstream_rq_total{cluster_name=\"outbound|80||s%d\"} %d\n", i, i)
+				}
+				body := b.String()
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
+				t.Cleanup(srv.Close)
+				return faultSetup{args: fmFlags(srv.URL)}
+			}},
+		{name: "stats-endless-header-value", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(rawServer(t, func(conn net.Conn, _ *http.Request) {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Endless: ")
+					writeForever(conn, strings.Repeat("a", 64<<10), 0)
+				}))}
+			}},
+		{name: "stats-endless-small-headers", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(rawServer(t, func(conn net.Conn, _ *http.Request) {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\n")
+					var b strings.Builder
+					for i := 0; i < 1000; i++ {
+						fmt.Fprintf(&b, "X-H%d: v\r\n", i)
+					}
+					writeForever(conn, b.String(), 0)
+				}))}
+			}},
+		{name: "stats-fast-2GB-body", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(rawServer(t, func(conn net.Conn, _ *http.Request) {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2147483648\r\n\r\n")
+					writeForever(conn, strings.Repeat(statsLines, 16), 0)
+				}))}
+			}},
+		{name: "stats-endless-single-line", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(rawServer(t, func(conn net.Conn, _ *http.Request) {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+					writeForever(conn, chunk(strings.Repeat("x", 32<<10)), 0)
+				}))}
+			}},
+		{name: "shutdown-url-hangs-past-grace", item: "3", bound: 2*time.Second - 500*time.Millisecond, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				hang := rawServer(t, func(conn net.Conn, _ *http.Request) { time.Sleep(10 * time.Second) })
+				// --grace-period 2s --app-drain 0s: deadline 1s; the 2 s action timeout is cut.
+				return faultSetup{args: []string{"prestop", "--admin", busyAdmin(t).URL, "--grace-period", "2s", "--app-drain", "0s",
+					"--connect-timeout", "500ms", "--quiet", "400ms", "--poll", "50ms", "--shutdown-url", hang + "/shutdown"}}
+			},
+			check: contains("action timeout cut")},
+		{name: "pidfile-fifo", item: "3", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				fifo := filepath.Join(t.TempDir(), "app.pid")
+				if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--signal", "TERM", "--pidfile", fifo)}
+			},
+			check: contains("not a regular file")},
+		{name: "pidfile-dev-zero", item: "3", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--signal", "TERM", "--pidfile", "/dev/zero")}
+			},
+			check: contains("not a regular file")},
+		{name: "exec-sh-sleep-killed-with-group", item: "3", bound: fmActionsEnd, reason: "quiet", code: 1,
+			setup: func(t *testing.T) faultSetup {
+				_, admin := quietAdmin(t, 100*time.Millisecond)
+				child := filepath.Join(t.TempDir(), "child.pid")
+				return faultSetup{args: append(fmFlags(admin.URL), "--exec", "/bin/sh", "--", "-c", "sleep 77 & echo $! > "+child+"; wait"),
+					env: []string{"FAULT_CHILD_PIDFILE=" + child}}
+			},
+			check: func(t *testing.T, r faultRun) {
+				var child string
+				for _, kv := range r.setup.env {
+					child, _ = strings.CutPrefix(kv, "FAULT_CHILD_PIDFILE=")
+				}
+				raw, err := os.ReadFile(child)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+				if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(stat), ") Z") {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Errorf("the shell's child %d outlived meshdrain", pid)
+				}
+			}},
+		{name: "log-file-cannot-be-opened", item: "4", bound: fmDeadline, reason: "quiet", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				_, admin := quietAdmin(t, 100*time.Millisecond)
+				return faultSetup{args: append(fmFlags(admin.URL), "--log-file", "/nonexistent/dir/meshdrain.log")}
+			},
+			check: func(t *testing.T, r faultRun) {
+				if r.final()["config_error"] == nil || r.final()["drain_called"] != true {
+					t.Errorf("final %v: want the full drain, with config_error", r.final())
+				}
+			}},
+		{name: "invalid-flag", item: "4", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--nope")}
+			}},
+		{name: "invalid-variable", item: "4", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(busyAdmin(t).URL), env: []string{"MESHDRAIN_DRAIN_MODE=soft"}}
+			}},
+		{name: "exec-nonexistent", item: "4", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--exec", "/nonexistent")}
+			}},
+		{name: "pidfile-missing", item: "4", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--signal", "TERM", "--pidfile", filepath.Join(t.TempDir(), "none.pid"))}
+			}},
+		{name: "pid-of-no-process", item: "4", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				gone := exec.Command("true")
+				gone.Run()
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--signal", "TERM", "--pid", strconv.Itoa(gone.Process.Pid))}
+			}},
+		{name: "quiet-beyond-deadline", item: "4", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--quiet", "40s")}
+			}},
+		{name: "min-wait-beyond-deadline", item: "4", bound: fmDeadline, minEnd: fmDeadline, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				// The hold honours --min-wait, capped by the explicit deadline.
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--min-wait", "60s")}
+			}},
+		{name: "misspelt-variable-warned", item: "4", bound: fmDeadline, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				_, admin := quietAdmin(t, 100*time.Millisecond)
+				return faultSetup{args: fmFlags(admin.URL), env: []string{"MESHDRAIN_GRACEPERIOD=45s"}}
+			},
+			check: contains("MESHDRAIN_GRACEPERIOD is not a prestop setting")},
+		{name: "min-wait-on-no-sidecar", item: "5", bound: 1200 * time.Millisecond, minEnd: 1200 * time.Millisecond, reason: "no-sidecar", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				srv := httptest.NewServer(http.NotFoundHandler())
+				srv.Close()
+				return faultSetup{args: append(fmFlags(srv.URL), "--min-wait", "1200ms")}
+			}},
+		{name: "min-wait-on-no-signal", item: "5", bound: 1300 * time.Millisecond, minEnd: 1300 * time.Millisecond, reason: "no-signal", code: 4,
+			setup: func(t *testing.T) faultSetup {
+				srv := httptest.NewServer(&traceAdmin{script: func(time.Duration) (float64, float64, bool) { return 0, 0, false }})
+				t.Cleanup(srv.Close)
+				return faultSetup{args: append(fmFlags(srv.URL), "--min-wait", "1300ms")}
+			}},
+		{name: "sidecar-killed-under-traffic", item: "6", bound: fmDeadline, reason: "sidecar-gone-busy", code: 5,
+			setup: func(t *testing.T) faultSetup {
+				srv := busyAdmin(t)
+				return faultSetup{args: fmFlags(srv.URL), atStart: after(400*time.Millisecond, srv.Close)}
+			},
+			check: func(t *testing.T, r faultRun) {
+				if !strings.Contains(r.stderr, "terminationDrainDuration") || !strings.Contains(r.stderr, `"level":"warn","ts"`) {
+					t.Error("no WARN naming the fix")
+				}
+			}},
+		{name: "sidecar-gone-after-traffic", item: "6", bound: 1200 * time.Millisecond, minEnd: 1200 * time.Millisecond, reason: "sidecar-gone", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				_, srv := quietAdmin(t, 50*time.Millisecond)
+				return faultSetup{args: append(fmFlags(srv.URL), "--min-wait", "1200ms"), atStart: after(800*time.Millisecond, srv.Close)}
+			}},
+		{name: "frozen-emulator-admin-counter", item: "7", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				e := emulated(t, envoysim.Config{Profile: envoysim.ProfileEnvoy})
+				return e.setup(append(fmFlags(e.sim.AdminURL()), "--cluster", "service_a", "--http-prefix", "ingress_http"), 0,
+					after(300*time.Millisecond, func() { e.sim.Faults().AdminFrozen() }))
+			},
+			check: frozenSeen},
+		{name: "frozen-emulator-uptime", item: "7", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				// Istio's default stats plus the inbound annotation: no admin counter.
+				e := emulated(t, istioWithInboundStats)
+				return e.setup(fmFlags(e.sim.AdminURL()), 0, after(300*time.Millisecond, func() { e.sim.Faults().AdminFrozen() }))
+			},
+			check: frozenSeen},
+		{name: "frozen-caching-proxy", item: "7", bound: fmDeadline, reason: "deadline", code: 3,
+			setup: func(t *testing.T) faultSetup {
+				// A cache in front of admin: the same stats and the same /server_info forever.
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/server_info" {
+						io.WriteString(w, `{"state":"LIVE","uptime_current_epoch":"3600s"}`)
+						return
+					}
+					io.WriteString(w, "# TYPE envoy_http_downstream_rq_total counter\n"+
+						"envoy_http_downstream_rq_total{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} 500\n"+
+						"# TYPE envoy_http_downstream_rq_active gauge\n"+
+						"envoy_http_downstream_rq_active{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} 0\n")
+				}))
+				t.Cleanup(srv.Close)
+				return faultSetup{args: fmFlags(srv.URL)}
+			},
+			check: frozenSeen},
+		{name: "emulator-live-admin-counter", item: "7 (control)", bound: fmDeadline, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				e := emulated(t, envoysim.Config{Profile: envoysim.ProfileEnvoy})
+				return e.setup(append(fmFlags(e.sim.AdminURL()), "--cluster", "service_a", "--http-prefix", "ingress_http"), 200*time.Millisecond, nil)
+			}},
+		{name: "emulator-live-uptime", item: "7 (control)", bound: fmDeadline, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				e := emulated(t, istioWithInboundStats)
+				return e.setup(fmFlags(e.sim.AdminURL()), 200*time.Millisecond, nil)
+			}},
+		{name: "remote-admin-literal", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup { return faultSetup{args: fmFlags("http://10.0.0.1:15000")} },
+			check: contains("not a loopback address")},
+		{name: "remote-admin-metadata-ip", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags("http://169.254.169.254/latest/meta-data/")}
+			},
+			check: contains("not a loopback address")},
+		{name: "remote-admin-dns-name", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags("http://metadata.google.internal:15000")}
+			},
+			check: contains("not a loopback address")},
+		{name: "remote-shutdown-url", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--shutdown-url", "http://10.0.0.1:8080/actuator/shutdown")}
+			}},
+		{name: "ipv6-admin-without-port", item: "8", bound: fmDeadline, reason: "quiet", code: 0,
+			skip: func() string {
+				ln, err := net.Listen("tcp", "[::1]:80")
+				if err != nil {
+					return fmt.Sprintf("cannot listen on [::1]:80 here: %v", err)
+				}
+				ln.Close()
+				return ""
+			},
+			setup: func(t *testing.T) faultSetup {
+				ln, err := net.Listen("tcp", "[::1]:80")
+				if err != nil {
+					t.Fatal(err)
+				}
+				admin := &traceAdmin{script: func(since time.Duration) (float64, float64, bool) { return 5, 0, true }}
+				srv := &http.Server{Handler: admin}
+				go srv.Serve(ln)
+				t.Cleanup(func() { srv.Close() })
+				return faultSetup{args: fmFlags("http://[::1]")}
+			}},
+		{name: "url-credentials-redacted", item: "8", bound: fmActionsEnd, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				_, admin := quietAdmin(t, 100*time.Millisecond)
+				shutdown := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "bye") }))
+				t.Cleanup(shutdown.Close)
+				withCreds := func(u string) string { return strings.Replace(u, "http://", "http://ops:s3cret@", 1) }
+				return faultSetup{args: append(fmFlags(withCreds(admin.URL)), "--shutdown-url", withCreds(shutdown.URL)+"/shutdown")}
+			},
+			check: func(t *testing.T, r faultRun) {
+				if strings.Contains(r.stderr, "s3cret") {
+					t.Error("a URL password reached the log")
+				}
+			}},
+		{name: "variables-traced", item: "8", bound: fmActionsEnd, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				_, admin := quietAdmin(t, 100*time.Millisecond)
+				app, _ := startSleeper(t)
+				return faultSetup{args: fmFlags(admin.URL), env: []string{"MESHDRAIN_SIGNAL=TERM", "MESHDRAIN_PID=" + strconv.Itoa(app.Process.Pid)}}
+			},
+			check: func(t *testing.T, r faultRun) {
+				for _, v := range []string{"MESHDRAIN_SIGNAL", "MESHDRAIN_PID"} {
+					if !strings.Contains(r.stderr, `"from":"env `+v+`"`) {
+						t.Errorf("%s acted without a trace", v)
+					}
+				}
+			}},
+		{name: "signal-KILL-refused", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--signal", "KILL", "--pid", "1")}
+			}},
+		{name: "signal-STOP-refused", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--signal", "STOP", "--pid", "1")}
+			}},
+		{name: "pid-negative-refused", item: "8", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--signal", "TERM", "--pid", "-1")}
+			}},
+		{name: "pidfile-names-another-process", item: "8", bound: fmActionsEnd, reason: "quiet", code: 1,
+			setup: func(t *testing.T) faultSetup {
+				_, admin := quietAdmin(t, 100*time.Millisecond)
+				first, _ := startSleeper(t)
+				second, _ := startSleeper(t)
+				pidFile := filepath.Join(t.TempDir(), "app.pid")
+				os.WriteFile(pidFile, []byte(strconv.Itoa(first.Process.Pid)), 0o644)
+				// The app restarted (or the file was rewritten) while meshdrain waited.
+				return faultSetup{args: append(fmFlags(admin.URL), "--signal", "TERM", "--pidfile", pidFile),
+					atStart: after(200*time.Millisecond, func() { os.WriteFile(pidFile, []byte(strconv.Itoa(second.Process.Pid)), 0o644) })}
+			},
+			check: contains("refusing to signal")},
+		{name: "sighup-interrupts", item: "9", bound: 300 * time.Millisecond, reason: "interrupted", code: 130,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: fmFlags(busyAdmin(t).URL), hup: 300 * time.Millisecond}
+			}},
+		{name: "stdout-stderr-closed", item: "9", bound: fmDeadline, reason: "deadline", code: 3, minEnd: fmDeadline,
+			setup: func(t *testing.T) faultSetup {
+				log := filepath.Join(t.TempDir(), "meshdrain.log")
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--log-file", log), closedPipes: true, logFile: log}
+			}},
+		{name: "poll-1ns-refused", item: "9", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
+			setup: func(t *testing.T) faultSetup {
+				return faultSetup{args: append(fmFlags(busyAdmin(t).URL), "--poll", "1ns")}
+			}},
+		{name: "unix-socket-admin", item: "8", bound: fmDeadline, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				sock := filepath.Join(t.TempDir(), "admin.sock")
+				ln, err := net.Listen("unix", sock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				admin, _ := quietAdmin(t, 100*time.Millisecond)
+				srv := &http.Server{Handler: admin}
+				go srv.Serve(ln)
+				t.Cleanup(func() { srv.Close() })
+				return faultSetup{args: fmFlags("unix:" + sock)}
+			}},
+	}
+	for _, f := range []struct {
+		mode   envoysim.FaultMode
+		reason string
+		code   int
+	}{
+		{envoysim.FaultRefuse, "no-sidecar", 0},
+		{envoysim.FaultHang, "deadline", 3},
+		{envoysim.FaultError, "deadline", 3},
+		{envoysim.FaultGarbage, "deadline", 3},
+		{envoysim.FaultTruncate, "deadline", 3},
+	} {
+		cases = append(cases, faultCase{name: "emulator-" + string(f.mode), item: "emulator", bound: fmDeadline, reason: f.reason, code: f.code,
+			setup: func(t *testing.T) faultSetup {
+				e := emulated(t, envoysim.Config{})
+				if err := e.sim.Faults().SetAdmin(f.mode, 0); err != nil {
+					t.Fatal(err)
+				}
+				return e.setup(fmFlags(e.sim.AdminURL()), 0, nil)
+			}})
+	}
+	cases = append(cases,
+		faultCase{name: "emulator-slow-200ms", item: "emulator", bound: fmDeadline, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				e := emulated(t, envoysim.Config{})
+				e.sim.Faults().AdminSlow(200 * time.Millisecond)
+				return e.setup(fmFlags(e.sim.AdminURL()), 200*time.Millisecond, nil)
+			}},
+		faultCase{name: "emulator-dies-mid-drain", item: "emulator", bound: fmDeadline, reason: "sidecar-gone-busy", code: 5,
+			setup: func(t *testing.T) faultSetup {
+				e := emulated(t, envoysim.Config{})
+				e.sim.Faults().DieMidDrain(300 * time.Millisecond)
+				return e.setup(fmFlags(e.sim.AdminURL()), 0, nil)
+			}},
+		faultCase{name: "emulator-counter-reset", item: "emulator", bound: fmDeadline, minEnd: time.Second, reason: "quiet", code: 0,
+			setup: func(t *testing.T) faultSetup {
+				e := emulated(t, envoysim.Config{})
+				// Traffic stops at 0.2 s; Envoy "restarts" its counters at 0.6 s: movement, so
+				// the quiet window starts again from there.
+				return e.setup(fmFlags(e.sim.AdminURL()), 200*time.Millisecond, after(600*time.Millisecond, e.sim.Faults().ResetCounters))
+			},
+			check: contains("went down")},
+	)
+	return cases
+}
+
+// istioWithInboundStats is an Istio sidecar with its default stats plus the inbound stats
+// annotation: request-level inbound stats, but no admin request counter.
+var istioWithInboundStats = envoysim.Config{Inclusion: envoysim.InclusionIstioDefault,
+	InclusionPrefixes: []string{"cluster.inbound|", "http.inbound_", "listener.0.0.0.0_15006"}}
+
+// frozenSeen checks that frozen answers were counted as admin errors.
+func frozenSeen(t *testing.T, r faultRun) {
+	final := r.final()
+	if n, _ := final["frozen_answers"].(float64); n == 0 {
+		t.Errorf("no frozen answers counted: %v", final)
+	}
+	if n, _ := final["admin_errors"].(float64); n == 0 {
+		t.Errorf("frozen answers not counted as admin errors: %v", final)
+	}
+}
+
+// proxyTo answers req with what url answers (for raw servers that fault on one path only).
+func proxyTo(conn net.Conn, req *http.Request, base string) {
+	resp, err := http.Get(base + req.URL.RequestURI())
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", resp.StatusCode, http.StatusText(resp.StatusCode), len(body), body)
+}
+
+func TestFaultMatrix(t *testing.T) {
+	cases := faultCases()
+	runs := make([]faultRun, len(cases))
+	setups := make([]faultSetup, len(cases))
+	skipped := make([]string, len(cases))
+	// Set up every case (servers, files) in the test goroutine, run them six at a time.
+	for i, c := range cases {
+		if c.skip != nil {
+			if why := c.skip(); why != "" {
+				skipped[i] = why
+				continue
+			}
+		}
+		setups[i] = c.setup(t)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, fmParallel)
+	for i := range cases {
+		if skipped[i] != "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			runs[i] = runFault(setups[i])
+		}()
+	}
+	wg.Wait()
+
+	var table []string
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if skipped[i] != "" {
+				t.Skip(skipped[i])
+			}
+			r := runs[i]
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			final := r.final()
+			if final == nil {
+				t.Fatalf("no final line; exit %d after %v; stderr:\n%s", r.code, r.elapsed, tail(r.stderr))
+			}
+			if final["reason"] != c.reason || r.code != c.code || final["exit_code"] != float64(c.code) {
+				t.Errorf("reason %v exit %d (final says %v), want %s exit %d\n%s", final["reason"], r.code, final["exit_code"], c.reason, c.code, tail(r.stderr))
+			}
+			if r.elapsed > c.bound+fmSlack {
+				t.Errorf("ended after %v, past its bound %v + %v", r.elapsed, c.bound, fmSlack)
+			}
+			if r.elapsed < c.minEnd {
+				t.Errorf("ended after %v, before %v (hold or --min-wait cut short)", r.elapsed, c.minEnd)
+			}
+			if r.elapsed > fmGrace {
+				t.Errorf("ended after %v, past the grace period", r.elapsed)
+			}
+			if r.maxRSS > fmMaxRSS {
+				t.Errorf("peak RSS %.1f MiB, over 32 MiB", float64(r.maxRSS)/1024)
+			}
+			if c.check != nil {
+				c.check(t, r)
+			}
+		})
+		if skipped[i] != "" {
+			table = append(table, fmt.Sprintf("| %s | %s | skipped: %s | | | | | |", cases[i].name, cases[i].item, skipped[i]))
+			continue
+		}
+		r := runs[i]
+		reason := "(none)"
+		if f := r.final(); f != nil {
+			reason = fmt.Sprint(f["reason"])
+		}
+		table = append(table, fmt.Sprintf("| %s | %s | %s | %d | %.2f s | %s | %+.2f s | %.1f MiB |",
+			c.name, c.item, reason, r.code, r.elapsed.Seconds(), boundName(c), (r.elapsed-c.bound).Seconds(), float64(r.maxRSS)/1024))
+	}
+	if testing.Verbose() {
+		fmt.Println("| case | issue 8 item | reason | exit | end | bound | end − bound | peak RSS |")
+		fmt.Println("|---|---|---|---|---|---|---|---|")
+		for _, row := range table {
+			fmt.Println(row)
+		}
+	}
+}
+
+// boundName says what a case's bound is, for the table.
+func boundName(c faultCase) string {
+	switch {
+	case c.name == "shutdown-url-hangs-past-grace":
+		return "grace 2 s − 0.5 s margin"
+	case c.name == "sighup-interrupts":
+		return "SIGHUP sent at 0.3 s"
+	case c.reason == "config-error" && c.bound == fmDeadline:
+		return "hold: --min-wait, capped by the deadline 1.5 s"
+	case c.bound == fmDeadline:
+		return "deadline 1.5 s"
+	case c.bound == fmHold:
+		return "fail-safe hold 1 s"
+	case c.bound == fmActionsEnd:
+		return "grace 3 s − 0.5 s margin"
+	case c.minEnd == c.bound:
+		return fmt.Sprintf("--min-wait %.1f s", c.bound.Seconds())
+	}
+	return fmt.Sprintf("%.1f s", c.bound.Seconds())
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > 8 {
+		lines = lines[len(lines)-8:]
+	}
+	return strings.Join(lines, "\n")
+}

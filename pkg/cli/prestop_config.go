@@ -1,0 +1,329 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/meshdrain/meshdrain/pkg/drain"
+	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
+	"github.com/meshdrain/meshdrain/pkg/inbound"
+)
+
+// Bounds checked at start.
+const (
+	// minPoll: faster polling only loads Envoy's main thread, which admin shares with xDS
+	// and stats flushing, without seeing clients leave any sooner.
+	minPoll = 20 * time.Millisecond
+	// minQuietPolls: with fewer polls per quiet window one poll cannot tell a pause in the
+	// traffic from its end.
+	minQuietPolls = 2
+)
+
+// prestopSetup is prestop's configuration as loaded and checked at start.
+type prestopSetup struct {
+	opts  prestopOptions
+	cfg   drain.Config
+	admin *envoyadmin.Client
+	// warnings are logged at start; problems send prestop down the fail-safe path.
+	warnings []string
+	problems []error
+	// hold is how long the fail-safe path holds the app: from whatever parsed.
+	hold time.Duration
+}
+
+// flagsNotFromEnv are flags no MESHDRAIN_* variable sets: a variable in a pod spec must not
+// turn the hook into a help page or a dry check.
+var flagsNotFromEnv = map[string]bool{"help": true, "validate": true}
+
+// loadPrestop parses prestop's arguments and environment and checks everything that can be
+// checked at start, collecting every problem rather than stopping at the first. `meshdrain
+// check` can call it to verify a hook's configuration (CheckPrestopConfig).
+func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
+	setup := &prestopSetup{opts: defaultPrestopOptions()}
+	o := &setup.opts
+	fs := pflag.NewFlagSet("prestop", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+	prestopFlags(fs, o)
+	fs.BoolVarP(&o.help, "help", "h", false, "help for prestop")
+
+	env := envMap(environ)
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	setup.hold = salvageHold(args, lookup)
+
+	parseErr := fs.Parse(args)
+	if o.help {
+		return setup
+	}
+	if parseErr != nil {
+		setup.problems = append(setup.problems, usageError("%v", parseErr))
+	}
+	sources, envErrs := applyEnv(fs, lookup, flagsNotFromEnv)
+	setup.problems = append(setup.problems, envErrs...)
+	for _, name := range unknownEnv(fs, env) {
+		msg := fmt.Sprintf("%s is not a prestop setting (misspelt?); the variables are MESHDRAIN_<FLAG>, e.g. MESHDRAIN_GRACE_PERIOD", name)
+		if o.validate {
+			setup.problems = append(setup.problems, errors.New(msg))
+		} else {
+			setup.warnings = append(setup.warnings, msg)
+		}
+	}
+	if parseErr != nil {
+		// The options are only partly parsed: checking them would report the wrong things.
+		return setup
+	}
+	o.deadlineSet = sources["deadline"] != sourceDefault
+
+	if rest := fs.Args(); len(rest) > 0 {
+		if o.exec == "" {
+			setup.problems = append(setup.problems, usageError("unexpected arguments %q: arguments after -- belong to --exec", rest))
+		} else {
+			o.execArgs = rest
+		}
+	}
+	cfg, problems := o.check(ctx)
+	setup.problems = append(setup.problems, problems...)
+	// Each admin request may take up to --connect-timeout: filtering still walks every stat
+	// of a large sidecar on Envoy's main thread.
+	admin, err := envoyadmin.New(o.admin, envoyadmin.Options{RequestTimeout: o.connectTimeout, AllowRemote: o.allowRemote})
+	if err != nil {
+		setup.problems = append(setup.problems, usageError("--admin: %v", err))
+	}
+	setup.admin = admin
+	if o.validate && o.logFile != "" {
+		if err := checkLogFile(o.logFile); err != nil {
+			setup.problems = append(setup.problems, fmt.Errorf("--log-file: %w", err))
+		}
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if flagsNotFromEnv[f.Name] {
+			return
+		}
+		cfg.Settings = append(cfg.Settings, drain.Setting{Name: f.Name, Value: redactedValue(f.Name, f.Value.String()), Source: sources[f.Name]})
+	})
+	setup.cfg = cfg
+	return setup
+}
+
+// CheckPrestopConfig checks a prestop configuration (its arguments and environment) as the
+// hook would at start, without running it: what `prestop --validate` prints, for `meshdrain
+// check` to reuse. Unknown MESHDRAIN_* variables are problems here.
+func CheckPrestopConfig(ctx context.Context, args, environ []string) (warnings []string, problems []error) {
+	setup := loadPrestop(ctx, append(append([]string(nil), args...), "--validate"), environ)
+	return setup.warnings, setup.problems
+}
+
+func envMap(environ []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if name, value, ok := strings.Cut(kv, "="); ok {
+			env[name] = value
+		}
+	}
+	return env
+}
+
+// unknownEnv lists the MESHDRAIN_* variables that set none of fs's flags.
+func unknownEnv(fs *pflag.FlagSet, env map[string]string) []string {
+	known := map[string]bool{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !flagsNotFromEnv[f.Name] {
+			known[envName(f.Name)] = true
+		}
+	})
+	var unknown []string
+	for name := range env {
+		if strings.HasPrefix(name, "MESHDRAIN_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	return unknown
+}
+
+// check checks the options and builds the drain configuration, returning every problem.
+func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
+	var problems []error
+	add := func(format string, args ...any) { problems = append(problems, usageError(format, args...)) }
+
+	mode, err := envoyadmin.ParseDrainMode(o.drainMode)
+	if err != nil {
+		add("--drain-mode: %v", err)
+	}
+	if _, err := encoderFor(o.logFormat); err != nil {
+		add("%v", err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--grace-period", o.gracePeriod}, {"--quiet", o.quiet}, {"--poll", o.poll}, {"--connect-timeout", o.connectTimeout}} {
+		if d.v <= 0 {
+			add("%s must be positive, got %v", d.name, d.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--app-drain", o.appDrain}, {"--min-wait", o.minWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
+		if d.v < 0 {
+			add("%s must not be negative, got %v", d.name, d.v)
+		}
+	}
+	deadline := o.deadline
+	switch {
+	case !o.deadlineSet:
+		deadline = drain.DefaultDeadline(o.gracePeriod, o.appDrain)
+		if deadline <= 0 && o.gracePeriod > 0 {
+			add("--grace-period %v leaves no time to wait after --app-drain %v and 1s of margin; raise the grace period or set --deadline", o.gracePeriod, o.appDrain)
+		}
+	case deadline <= 0 || deadline > o.gracePeriod:
+		add("--deadline %v must be positive and within --grace-period %v", deadline, o.gracePeriod)
+	}
+	if o.poll > 0 && o.poll < minPoll {
+		add("--poll %v is below %v: polling faster only loads Envoy's main thread (admin shares it with xDS and stats) without seeing clients leave sooner", o.poll, minPoll)
+	}
+	if o.poll > 0 && o.quiet > 0 && o.quiet < minQuietPolls*o.poll {
+		add("--quiet %v is shorter than two polls (2 x --poll %v): one poll cannot tell a pause in the traffic from its end", o.quiet, o.poll)
+	}
+	if deadline > 0 {
+		if o.quiet >= deadline {
+			add("--quiet %v is not shorter than the deadline %v: the quiet window could never pass, every drain would end at the deadline", o.quiet, deadline)
+		}
+		if o.minWait > deadline {
+			add("--min-wait %v is beyond the deadline %v", o.minWait, deadline)
+		}
+	}
+	sel := inbound.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes}
+	if err := sel.Validate(); err != nil {
+		add("--%v", err)
+	}
+	if len(o.ports) > 0 && (len(o.clusters) > 0 || len(o.httpPrefixes) > 0) {
+		add("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
+	}
+	actions, actionProblems := o.actions(ctx)
+	problems = append(problems, actionProblems...)
+	return drain.Config{
+		Selector:         sel,
+		DrainMode:        mode,
+		Deadline:         deadline,
+		Quiet:            o.quiet,
+		LatencyAllowance: o.latencyAllowance,
+		MinWait:          o.minWait,
+		Poll:             o.poll,
+		ConnectTimeout:   o.connectTimeout,
+		FallbackWait:     o.fallbackWait,
+		DryRun:           o.dryRun,
+		Actions:          actions,
+		ActionTimeout:    max(o.appDrain, 2*time.Second),
+		GracePeriod:      o.gracePeriod,
+	}, problems
+}
+
+// actions builds the actions, checking at start everything they will need: the signal and
+// its process, the shutdown URL, the program.
+func (o *prestopOptions) actions(ctx context.Context) ([]drain.Action, []error) {
+	var actions []drain.Action
+	var problems []error
+	add := func(format string, args ...any) { problems = append(problems, usageError(format, args...)) }
+	switch {
+	case o.signal != "":
+		sig, err := drain.ParseSignal(o.signal)
+		if err != nil {
+			add("--signal: %v", err)
+			break
+		}
+		if (o.pid != 0) == (o.pidFile != "") {
+			add("--signal needs exactly one of --pid or --pidfile")
+			break
+		}
+		action, err := drain.NewSignalAction(ctx, sig, o.pid, o.pidFile)
+		if err != nil {
+			flag := "--pid"
+			if o.pidFile != "" {
+				flag = "--pidfile"
+			}
+			add("--signal %s to %s: %v", o.signal, flag, err)
+			break
+		}
+		actions = append(actions, action)
+	case o.pid != 0 || o.pidFile != "":
+		add("--pid and --pidfile need --signal")
+	}
+	if o.shutdownURL != "" {
+		action, err := drain.NewShutdownURLAction(o.shutdownURL, o.allowRemote)
+		if err != nil {
+			add("--shutdown-url: %v", err)
+		} else {
+			actions = append(actions, action)
+		}
+	}
+	if o.exec != "" {
+		action, err := drain.NewExecAction(append([]string{o.exec}, o.execArgs...))
+		if err != nil {
+			add("--exec: %v", err)
+		} else {
+			actions = append(actions, action)
+		}
+	}
+	return actions, problems
+}
+
+// salvageHold is the fail-safe hold computed from whatever can be read of --fallback-wait,
+// --min-wait, --grace-period and --deadline (flag or variable), each on its own: a bad
+// value elsewhere, even one that stopped the flag parser before these, does not lose them.
+// The hold is the fallback wait (or --min-wait if longer), capped by the grace period less
+// the kill margin and by an explicit deadline.
+func salvageHold(args []string, lookup func(string) (string, bool)) time.Duration {
+	d := defaultPrestopOptions()
+	read := func(flag string, def time.Duration) (time.Duration, bool) {
+		raw, ok := lastFlagValue(args, flag)
+		if !ok {
+			raw, ok = lookup(envName(flag))
+		}
+		if !ok {
+			return def, false
+		}
+		v, err := time.ParseDuration(strings.TrimSpace(raw))
+		if err != nil || v < 0 {
+			return def, false
+		}
+		return v, true
+	}
+	fallback, _ := read("fallback-wait", d.fallbackWait)
+	minWait, _ := read("min-wait", 0)
+	grace, _ := read("grace-period", d.gracePeriod)
+	hold := max(fallback, minWait)
+	limit := grace - drain.KillMargin
+	if deadline, ok := read("deadline", 0); ok && deadline > 0 && deadline < limit {
+		limit = deadline
+	}
+	return max(0, min(hold, limit))
+}
+
+// lastFlagValue finds the last value given to --flag in args (as "--flag=v" or "--flag v"),
+// before any "--".
+func lastFlagValue(args []string, flag string) (string, bool) {
+	var value string
+	found := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		switch {
+		case strings.HasPrefix(a, "--"+flag+"="):
+			value, found = strings.TrimPrefix(a, "--"+flag+"="), true
+		case a == "--"+flag && i+1 < len(args):
+			value, found = args[i+1], true
+			i++
+		}
+	}
+	return value, found
+}

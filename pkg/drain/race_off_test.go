@@ -1,0 +1,5 @@
+//go:build !race
+
+package drain
+
+const raceEnabled = false
