@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -50,6 +52,11 @@ func enumFlags() map[string]map[string][]string {
 func registerEnumCompletions(root *cobra.Command) {
 	table := enumFlags()
 	for _, cmd := range root.Commands() {
+		if cmd.DisableFlagParsing && cmd.ValidArgsFunction == nil {
+			// cobra hands such a command its whole command line and completes no flag itself.
+			// The registrations below still document which flags are enums.
+			cmd.ValidArgsFunction = unparsedFlagCompletion(table[cmd.Name()])
+		}
 		for name, values := range table[cmd.Name()] {
 			if cmd.Flags().Lookup(name) == nil {
 				continue
@@ -59,6 +66,32 @@ func registerEnumCompletions(root *cobra.Command) {
 			}
 			_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 		}
+	}
+}
+
+// unparsedFlagCompletion completes a command that parses its own flags (prestop, so that a bad
+// flag still reaches its fail-safe path): the values of its enum flags, in both the
+// "--flag value" and "--flag=value" forms. cobra lists the flag names itself.
+func unparsedFlagCompletion(values map[string][]string) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if name, prefix, ok := strings.Cut(toComplete, "="); ok && strings.HasPrefix(name, "--") {
+			var out []cobra.Completion
+			for _, v := range values[strings.TrimPrefix(name, "--")] {
+				if strings.HasPrefix(v, prefix) {
+					out = append(out, name+"="+v)
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		}
+		if n := len(args); n > 0 && strings.HasPrefix(args[n-1], "--") && !strings.Contains(args[n-1], "=") {
+			if flag := cmd.Flags().Lookup(strings.TrimPrefix(args[n-1], "--")); flag != nil && flag.NoOptDefVal == "" {
+				if vals, ok := values[flag.Name]; ok {
+					return cobra.FixedCompletions(vals, cobra.ShellCompDirectiveNoFileComp)(cmd, args, toComplete)
+				}
+				return nil, cobra.ShellCompDirectiveDefault // a free value: a path, a URL, a number
+			}
+		}
+		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 }
 

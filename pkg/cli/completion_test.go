@@ -82,6 +82,9 @@ func TestEveryEnumFlagCompletes(t *testing.T) {
 		{[]string{"__complete", "status", "-o", ""}, []string{"text", "json", "yaml"}},
 		{[]string{"__complete", "check", "--min-signal", ""}, []string{"requests", "completions", "connections"}},
 		{[]string{"__complete", "prestop", "--drain-mode", ""}, []string{"graceful", "immediate", "none"}},
+		// prestop parses its own flags (fail-safe): its completion is its own too.
+		{[]string{"__complete", "prestop", "--drain-mode=i"}, []string{"--drain-mode=immediate"}},
+		{[]string{"__complete", "prestop", "--grace-period", "30s", "--signal", ""}, []string{"TERM", "USR1"}},
 		{[]string{"__complete", "emulate", "--agent", ""}, []string{"classic", "native", "exit-on-zero", "none"}},
 		{[]string{"__complete", "simulate", "--sidecar", ""}, []string{"istio-default", "recommended"}},
 		{[]string{"__complete", "version", "-o", ""}, []string{"yaml"}},
