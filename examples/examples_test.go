@@ -7,7 +7,6 @@ package examples
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,14 +24,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// userScenario is the input the Istio examples were planned with (see their comments).
+// userScenario is the input the examples were planned with (see their comments): the one
+// computation the README tells, and the one the demo's "recommended" sidecar comes from
+// (podsim.UserScenario: P99 450ms, 50 clients whose lag has p50 1.5s and p99 12s, 5s drain).
 func userScenario(sc plan.Sidecar) plan.Input {
-	return plan.Input{P99: 450 * time.Millisecond, EDSLag: 8 * time.Second, AppDrain: 2 * time.Second, Sidecar: sc}
+	return plan.Input{P99: 450 * time.Millisecond, EDSLag: 12 * time.Second, EDSLagMedian: 1500 * time.Millisecond, Clients: 50,
+		AppDrain: 5 * time.Second, Sidecar: sc}
 }
 
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("*", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join("*", "deployment.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,12 +45,18 @@ func manifestFiles(t *testing.T) []string {
 }
 
 // decodeDeployments splits a YAML stream into documents and decodes each, strictly, as an
-// apps/v1 Deployment.
+// apps/v1 Deployment; other kinds (a Consul ServiceDefaults) are left to their own checks.
 func decodeDeployments(t *testing.T, name string, data []byte) []appsv1.Deployment {
 	t.Helper()
 	var out []appsv1.Deployment
 	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
 		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err == nil && meta.Kind != "Deployment" && meta.Kind != "" {
 			continue
 		}
 		var d appsv1.Deployment
@@ -195,8 +203,14 @@ func TestManifests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, d := range decodeDeployments(t, file, data) {
+			ds := decodeDeployments(t, file, data)
+			if len(ds) == 0 {
+				t.Fatal("no Deployment")
+			}
+			for _, d := range ds {
 				checkPodTemplate(t, filepath.Dir(file), d.Spec.Template)
+				checkRestricted(t, file, d.Spec.Template.Spec)
+				checkImage(t, d.Spec.Template.Spec)
 			}
 		})
 	}
@@ -266,7 +280,8 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 			ProxyMetadata            map[string]string `json:"proxyMetadata"`
 		}
 		if raw, ok := ann[plan.ProxyConfigAnnotation]; ok {
-			if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+			// JSON or YAML: Istio accepts both in the annotation.
+			if err := yaml.Unmarshal([]byte(raw), &cfg); err != nil {
 				t.Fatalf("%s: %v", plan.ProxyConfigAnnotation, err)
 			}
 		}
@@ -336,8 +351,8 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		}, "!= terminationGracePeriodSeconds"},
 		{"deadline too long", func(tpl *corev1.PodTemplateSpec) {
 			cmd := &tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
-			*cmd = append(*cmd, "--deadline=14s")
-		}, "<= meshdrain deadline 14s + app drain 2s"},
+			*cmd = append(*cmd, "--deadline=47s")
+		}, "<= meshdrain deadline 47s + app drain 5s"},
 		{"Istio default terminationDrainDuration", func(tpl *corev1.PodTemplateSpec) {
 			tpl.Annotations[plan.ProxyConfigAnnotation] = `{"terminationDrainDuration": "5s"}`
 		}, "Envoy is killed before the app exits"},

@@ -61,7 +61,7 @@ environment is checked with the same settings.`,
 	}
 	f := cmd.Flags()
 	o.sidecar.bind(f)
-	f.StringVarP(&o.output, "output", "o", o.output, "text or json")
+	f.StringVarP(&o.output, "output", "o", o.output, "output format: text, json or yaml")
 	f.StringVar(&o.minSignal, "min-signal", o.minSignal, "weakest signal accepted: requests, completions or connections")
 	f.DurationVar(&o.gracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds: enables the timing checks")
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM (as prestop's --app-drain)")

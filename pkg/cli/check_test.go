@@ -89,7 +89,7 @@ func TestCheckCommandUnreachable(t *testing.T) {
 func TestCheckCommandUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"check", "--min-signal", "bytes"},
-		{"check", "-o", "yaml"},
+		{"check", "-o", "xml"},
 		{"check", "--termination-drain-duration", "5s"},
 		{"check", "--grace-period", "-1s"},
 		{"check", "--connect-timeout", "0s"},

@@ -2,7 +2,77 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
+	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/output"
+	"github.com/meshdrain/meshdrain/pkg/podsim"
+	"github.com/meshdrain/meshdrain/pkg/status"
 )
+
+// enumFlags are the flags that take one of a few values, by command and flag name: the
+// shell completes them (registerEnumCompletions), and TestEveryEnumFlagCompletes fails when
+// a string flag is neither here nor declared free-form.
+func enumFlags() map[string]map[string][]string {
+	logFormats := []string{"json", "console"}
+	return map[string]map[string][]string{
+		"prestop": {
+			"drain-mode": {string(envoyadmin.DrainGraceful), string(envoyadmin.DrainImmediate), string(envoyadmin.DrainNone)},
+			"signal":     {"TERM", "INT", "QUIT", "HUP", "USR1", "USR2"},
+			"log-format": logFormats,
+		},
+		"status": {"output": output.Formats},
+		"check": {
+			"output":     output.Formats,
+			"min-signal": {string(status.MinRequests), string(status.MinCompletions), string(status.MinConnections)},
+		},
+		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions()},
+		"version": {"output": output.Formats},
+		"simulate": {
+			"output":       output.Formats,
+			"strategy":     {"none", "sleep:5s", "sleep:15s", "meshdrain"},
+			"sidecar":      {"istio-default", "recommended", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
+			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
+		},
+		"emulate": {
+			"profile":        {string(envoysim.ProfileIstio), string(envoysim.ProfileIstioLegacy), string(envoysim.ProfileEnvoy)},
+			"inclusion":      {string(envoysim.InclusionAll), string(envoysim.InclusionIstioDefault)},
+			"agent":          {string(envoysim.AgentClassic), string(envoysim.AgentNative), string(envoysim.AgentExitOnZero), string(envoysim.AgentNone)},
+			"drain-strategy": {envoysim.DrainImmediate, envoysim.DrainGradual},
+			"log-format":     logFormats,
+		},
+	}
+}
+
+// registerEnumCompletions registers the completion of every flag of enumFlags that has none
+// yet, so that no enum flag is left to the file completion a shell falls back to.
+func registerEnumCompletions(root *cobra.Command) {
+	table := enumFlags()
+	for _, cmd := range root.Commands() {
+		for name, values := range table[cmd.Name()] {
+			if cmd.Flags().Lookup(name) == nil {
+				continue
+			}
+			if _, ok := cmd.GetFlagCompletionFunc(name); ok {
+				continue
+			}
+			_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+		}
+	}
+}
+
+// stringFlags lists cmd's flags that take a free string (not bool, int or duration).
+func stringFlags(cmd *cobra.Command) []*pflag.Flag {
+	var out []*pflag.Flag
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		switch f.Value.Type() {
+		case "string", "stringSlice", "stringArray":
+			out = append(out, f)
+		}
+	})
+	return out
+}
 
 // newCompletionCommand replaces cobra's default `completion` command with one that has an
 // example and writes to the injected streams (so it is testable); the scripts are cobra's.

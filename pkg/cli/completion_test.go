@@ -49,10 +49,86 @@ func TestCompletionOfFlagValues(t *testing.T) {
 // TestHelpHasExamples checks that each of these commands' --help shows an example, since the
 // help text is the documentation a person in a pod's shell has.
 func TestHelpHasExamples(t *testing.T) {
-	for _, name := range []string{"install", "plan", "completion"} {
+	for _, name := range []string{"install", "plan", "completion", "version", "status", "check", "simulate", "emulate", "prestop"} {
 		code, out, errOut := runMain(t, name, "--help")
 		if code != ExitOK || !strings.Contains(out, "Examples:\n  ") || !strings.Contains(out, "meshdrain "+name) {
 			t.Errorf("%s --help: exit %d, stderr %q, no example in:\n%s", name, code, errOut, out)
 		}
+	}
+}
+
+// freeFormFlags take any string (a URL, a path, a name): no completion list applies.
+var freeFormFlags = map[string]bool{
+	"admin": true, "cluster": true, "http-prefix": true, "pidfile": true, "shutdown-url": true, "exec": true,
+	"log-file": true, "source": true, "eds-lag": true, "meshdrain-bin": true, "inbound": true, "inclusion-prefix": true,
+	"bind-address": true, "filename": true, "workload": true, "container": true, "image": true, "dir": true,
+}
+
+// TestEveryEnumFlagCompletes: every string flag of every command either completes its values
+// or is declared free-form, so a new enum flag cannot ship without completion.
+func TestEveryEnumFlagCompletes(t *testing.T) {
+	root := NewRootCommand(streams{in: strings.NewReader(""), out: &strings.Builder{}, err: &strings.Builder{}})
+	for _, cmd := range root.Commands() {
+		for _, f := range stringFlags(cmd) {
+			if _, ok := cmd.GetFlagCompletionFunc(f.Name); !ok && !freeFormFlags[f.Name] {
+				t.Errorf("%s --%s takes a string but completes nothing: add it to enumFlags or freeFormFlags", cmd.Name(), f.Name)
+			}
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"__complete", "status", "-o", ""}, []string{"text", "json", "yaml"}},
+		{[]string{"__complete", "check", "--min-signal", ""}, []string{"requests", "completions", "connections"}},
+		{[]string{"__complete", "prestop", "--drain-mode", ""}, []string{"graceful", "immediate", "none"}},
+		{[]string{"__complete", "emulate", "--agent", ""}, []string{"classic", "native", "exit-on-zero", "none"}},
+		{[]string{"__complete", "simulate", "--sidecar", ""}, []string{"istio-default", "recommended"}},
+		{[]string{"__complete", "version", "-o", ""}, []string{"yaml"}},
+	} {
+		code, out, _ := runMain(t, c.args...)
+		for _, want := range c.want {
+			if code != ExitOK || !strings.Contains(out, want+"\n") {
+				t.Errorf("%v: exit %d, completions lack %s:\n%s", c.args[1:], code, want, out)
+			}
+		}
+	}
+}
+
+// TestOutputFormats: every command that prints data takes -o text|json|yaml.
+func TestOutputFormats(t *testing.T) {
+	for _, format := range []string{"json", "yaml"} {
+		code, out, errOut := runMain(t, "version", "-o", format)
+		if code != ExitOK || !strings.Contains(out, "release") || !strings.Contains(out, "v0.1.0") {
+			t.Errorf("version -o %s: exit %d %s\n%s", format, code, errOut, out)
+		}
+		code, out, errOut = runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s", "-o", format, "--container", "web")
+		if format == "yaml" { // without -f, plan's YAML is the patch
+			if code != ExitOK || !strings.Contains(out, "terminationGracePeriodSeconds: 15") {
+				t.Errorf("plan -o yaml: exit %d %s", code, errOut)
+			}
+			continue
+		}
+		if code != ExitOK || !strings.Contains(out, "termination_grace_period_seconds") {
+			t.Errorf("plan -o %s: exit %d %s", format, code, errOut)
+		}
+	}
+	for _, args := range [][]string{{"version"}, {"status"}, {"check"}, {"plan", "--p99", "1s", "--eds-lag", "2s"}, {"simulate"}} {
+		code, _, errOut := runMain(t, append(args, "-o", "xml")...)
+		if code != ExitUsage || !strings.Contains(errOut, "text, json") {
+			t.Errorf("%v -o xml: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+func TestEmulateAdminIsAURL(t *testing.T) {
+	for _, bad := range []string{"127.0.0.1:15000", "http://127.0.0.1", "http://127.0.0.1:15000/stats", "https://127.0.0.1:15000"} {
+		code, _, errOut := runMain(t, "emulate", "--admin", bad, "--inbound", "8080=127.0.0.1:1")
+		if code != ExitUsage || !strings.Contains(errOut, "--admin") {
+			t.Errorf("emulate --admin %s: exit %d, stderr %q", bad, code, errOut)
+		}
+	}
+	if addr, err := adminListenAddr("http://127.0.0.1:0/"); err != nil || addr != "127.0.0.1:0" {
+		t.Errorf("adminListenAddr = %q, %v", addr, err)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"net/url"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 // emulateOptions are the flags of meshdrain emulate, with Istio's defaults.
 type emulateOptions struct {
 	cfg       envoysim.Config
+	admin     string
 	inbound   []string
 	profile   string
 	inclusion string
@@ -26,7 +28,6 @@ type emulateOptions struct {
 func defaultEmulateOptions() emulateOptions {
 	return emulateOptions{
 		cfg: envoysim.Config{
-			AdminAddr:                "127.0.0.1:15000",
 			BindAddress:              "0.0.0.0",
 			DrainTime:                45 * time.Second,
 			DrainStrategy:            envoysim.DrainImmediate,
@@ -35,6 +36,7 @@ func defaultEmulateOptions() emulateOptions {
 			ExitOnZeroPoll:           time.Second,
 			Workers:                  2,
 		},
+		admin:     "http://127.0.0.1:15000",
 		profile:   string(envoysim.ProfileIstio),
 		inclusion: string(envoysim.InclusionAll),
 		agent:     string(envoysim.AgentClassic),
@@ -68,6 +70,11 @@ request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := opts.cfg
+			addr, err := adminListenAddr(opts.admin)
+			if err != nil {
+				return usageError("--admin: %v", err)
+			}
+			cfg.AdminAddr = addr
 			cfg.Profile = envoysim.Profile(opts.profile)
 			cfg.Inclusion = envoysim.Inclusion(opts.inclusion)
 			cfg.Agent = envoysim.AgentMode(opts.agent)
@@ -88,7 +95,7 @@ request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.cfg.AdminAddr, "admin", opts.cfg.AdminAddr, "address of the admin API")
+	f.StringVar(&opts.admin, "admin", opts.admin, "the admin API's base URL, as prestop, status and check take it (http://HOST:PORT; port 0 picks a free one)")
 	f.StringArrayVar(&opts.inbound, "inbound", nil, "inbound port, PORT=APP_ADDR or PORT=LISTEN_ADDR>APP_ADDR (repeatable)")
 	f.StringVar(&opts.profile, "profile", opts.profile, "stat naming: envoy, istio (>= 1.23) or istio-legacy (< 1.23)")
 	f.StringVar(&opts.inclusion, "inclusion", opts.inclusion, "stats kept: all, or istio-default (Istio's default inclusion list)")
@@ -106,6 +113,19 @@ request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when
 	f.IntVar(&opts.cfg.Workers, "workers", opts.cfg.Workers, "Envoy worker threads (per-worker listener stats)")
 	f.StringVar(&opts.logFormat, "log-format", opts.logFormat, "log format on stderr: json or console")
 	return cmd
+}
+
+// adminListenAddr turns the --admin URL into the address to listen on: the same spelling as
+// prestop's --admin, so one value serves both sides of a smoke test.
+func adminListenAddr(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", fmt.Errorf("%q: want an http URL with no path, e.g. http://127.0.0.1:15000", raw)
+	}
+	if u.Port() == "" {
+		return "", fmt.Errorf("%q: give the port, e.g. http://127.0.0.1:15000", raw)
+	}
+	return u.Host, nil
 }
 
 // runEmulate runs the sidecar until Envoy exits or the command's context ends; in the latter

@@ -2,24 +2,38 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"strings"
 
-	"github.com/meshdrain/meshdrain/pkg/plan"
 	"github.com/spf13/cobra"
+
+	"github.com/meshdrain/meshdrain/pkg/output"
+	"github.com/meshdrain/meshdrain/pkg/plan"
+	"github.com/meshdrain/meshdrain/pkg/podsim"
 )
 
 // planOptions are `meshdrain plan`'s inputs: the workload facts of plan.Input, plus the
-// output format and the names the YAML patch needs.
+// output format, the workload file and the names the YAML needs.
 type planOptions struct {
-	in      plan.Input
-	sidecar string
-	output  string
-	patch   plan.PatchOptions
+	in       plan.Input
+	edsLag   string
+	sidecar  string
+	output   string
+	file     string
+	workload string
+	asPatch  bool
+	patch    plan.PatchOptions
 }
 
-// defaultImage is the meshdrain image the YAML patch's init container uses unless told
-// otherwise: the one built from this repository's Dockerfile.
-const defaultImage = "ghcr.io/meshdrain/meshdrain:latest"
+// The output formats every command that prints data takes (pkg/output).
+const (
+	outputText = output.Text
+	outputJSON = output.JSON
+	outputYAML = output.YAML
+)
+
+var outputFormats = output.Formats
 
 func defaultPlanOptions() planOptions {
 	return planOptions{
@@ -29,39 +43,55 @@ func defaultPlanOptions() planOptions {
 			DrainDuration: plan.DefaultDrainDuration,
 		},
 		sidecar: string(plan.Classic),
-		output:  "text",
-		patch:   plan.PatchOptions{Container: "app", Image: defaultImage, Dir: "/meshdrain"},
+		output:  outputText,
+		patch:   plan.PatchOptions{Image: plan.DefaultImage, Dir: "/meshdrain"},
 	}
 }
 
 // newPlanCommand builds `meshdrain plan`: the answer to "what should each timeout be, and
-// who waits for whom?", with the numbers that `meshdrain simulate` then replays.
+// who waits for whom?", with the numbers that `meshdrain simulate` then replays, and the
+// change to the user's own workload.
 func newPlanCommand(s streams) *cobra.Command {
 	opts := defaultPlanOptions()
 	cmd := &cobra.Command{
-		Use:   "plan --p99 D --eds-lag D [flags]",
-		Short: "Derive terminationGracePeriodSeconds, meshdrain's flags and the sidecar settings, with the timeline",
+		Use:   "plan --p99 D --eds-lag D|p50=D,p99=D [--clients N] [-f FILE] [flags]",
+		Short: "Derive terminationGracePeriodSeconds, meshdrain's flags and the sidecar settings, and apply them to a workload",
 		Long: `plan prints the termination timeline of a pod from its deletion (t0) to its last in-flight
 request: who waits for whom and each bound. It recommends terminationGracePeriodSeconds, the
 meshdrain prestop flags, and the sidecar setting that keeps Envoy alive until the app has
-finished: terminationDrainDuration for a classic Istio sidecar, EXIT_ON_ZERO_ACTIVE_CONNECTIONS
-with MINIMUM_DRAIN_DURATION, or nothing for native sidecars. Every number comes with its
-arithmetic.
+finished: nothing for native sidecars (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27
+injects them by default on kubelets >= 1.33), terminationDrainDuration for a classic Istio
+sidecar, or EXIT_ON_ZERO_ACTIVE_CONNECTIONS with MINIMUM_DRAIN_DURATION. Every number comes
+with its arithmetic.
 
---eds-lag is the worst time you expect until the last client stops sending to a deleted pod
-(most clients learn within 1-3s; a busy istiod makes a few much later). It only sizes the
-deadline: meshdrain returns as soon as the clients actually stop.
+--eds-lag is how late clients stop sending to a deleted pod. Either the last client's lag
+(what meshdrain's own last_arrival_ms showed over past drains, with room to spare), or one
+client's distribution p50=D,p99=D (istiod's pilot_proxy_convergence_time quantiles) with
+--clients N, the number of client proxies sending to the workload: the last of N clients is
+later than one client's p99, and the plan sizes the deadline so that it covers the last
+client in 99 deletions out of 100. It only sizes the deadline: meshdrain returns as soon as
+the clients actually stop.
 
--o yaml prints a strategic-merge patch for the Deployment instead.`,
-		Example: `  # the user's case: Tomcat, P99 450ms, classic Istio 1.19 sidecar, grace period 30s today
-  meshdrain plan --p99 450ms --eds-lag 8s --app-drain 2s --sidecar classic --grace-period 30s
+-f FILE (or - for stdin) reads your Deployment, StatefulSet or DaemonSet (multi-document YAML
+or JSON): its terminationGracePeriodSeconds, containers, ports, annotations and preStop. The
+plan then merges into its proxy.istio.io/config and statsInclusionPrefixes (every other key
+is kept), takes the sidecar kind from its annotations unless --sidecar is given, and refuses
+to replace a preStop hook that is not meshdrain's without --replace-prestop.
 
-  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21)
-  meshdrain plan --p99 450ms --eds-lag 8s --sidecar native
+-o text (default) the timeline, settings, arithmetic and, with -f, the changes;
+-o json the same as one object; -o yaml with -f the changed manifests (comments kept), with
+--patch a strategic-merge patch for kubectl patch --type strategic; without -f a patch for
+the container named by --container.`,
+		Example: `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), clients' lag from istiod's metrics
+  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --sidecar native
 
-  # a patch to apply to the Deployment
-  meshdrain plan --p99 450ms --eds-lag 8s -o yaml --container web > meshdrain-patch.yaml
-  kubectl patch deployment web --type strategic --patch-file meshdrain-patch.yaml`,
+  # the user's case: classic Istio 1.19 sidecar, grace period 30s today
+  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s --sidecar classic --grace-period 30s
+
+  # change your own Deployment, or get a patch for it
+  meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
+  meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --patch > patch.yaml
+  kubectl patch deployment web --type strategic --patch-file patch.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, name := range []string{"p99", "eds-lag"} {
@@ -69,47 +99,131 @@ deadline: meshdrain returns as soon as the clients actually stop.
 					return usageError("plan needs --%s", name)
 				}
 			}
-			opts.in.Sidecar = plan.Sidecar(opts.sidecar)
-			if opts.output != "text" && opts.output != "yaml" {
-				return usageError("-o %q: want text or yaml", opts.output)
+			lag, err := podsim.ParseDist(opts.edsLag)
+			if err != nil {
+				return usageError("--eds-lag: %v", err)
 			}
-			return runPlan(s, opts)
+			opts.in.EDSLag = lag.P99
+			if !lag.Constant() {
+				opts.in.EDSLagMedian = lag.Median
+			}
+			if !contains(outputFormats, opts.output) {
+				return usageError("-o %q: want %s", opts.output, strings.Join(outputFormats, ", "))
+			}
+			if opts.asPatch && (opts.file == "" || opts.output != outputYAML) {
+				return usageError("--patch goes with -f FILE -o yaml (without -f, -o yaml is already a patch)")
+			}
+			for _, name := range []string{"workload", "replace-prestop"} {
+				if cmd.Flags().Changed(name) && opts.file == "" {
+					return usageError("--%s needs -f FILE", name)
+				}
+			}
+			if opts.file == "" && opts.output == outputYAML && opts.patch.Container == "" {
+				return usageError("-o yaml without -f needs --container NAME, the app container's name: a patch with a name your workload does not have adds a container with no image (or pass -f FILE)")
+			}
+			return runPlan(s, opts, func(name string) bool { return cmd.Flags().Changed(name) })
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&opts.in.P99, "p99", 0, "the app's 99th-percentile request latency (required)")
-	f.DurationVar(&opts.in.EDSLag, "eds-lag", 0, "worst expected time from pod deletion until the last client stops sending to it (required)")
+	f.StringVar(&opts.edsLag, "eds-lag", "", "how late clients stop sending after the pod's deletion (required): the last client's lag, or one client's p50=D,p99=D with --clients")
+	f.IntVar(&opts.in.Clients, "clients", 0, "with --eds-lag p50=D,p99=D: the number of client proxies sending to the workload")
 	f.DurationVar(&opts.in.Quiet, "quiet", opts.in.Quiet, "meshdrain's quiet window: no new inbound request for this long = clients stopped")
 	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval")
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s)")
-	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames())
-	f.DurationVar(&opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today, to compare with the plan")
-	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio proxyConfig drainDuration in force (how long Envoy keeps accepting once drained)")
-	f.StringVarP(&opts.output, "output", "o", opts.output, "output format: text or yaml (a strategic-merge patch for the Deployment)")
-	f.StringVar(&opts.patch.Container, "container", opts.patch.Container, "with -o yaml: the app container's name")
-	f.StringVar(&opts.patch.Image, "image", opts.patch.Image, "with -o yaml: the meshdrain image for the install init container")
-	f.StringVar(&opts.patch.Dir, "dir", opts.patch.Dir, "with -o yaml: where the shared emptyDir is mounted")
+	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native sidecars, which ignore terminationDrainDuration)")
+	f.DurationVar(&opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today, to compare with the plan (with -f: read from the manifest)")
+	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio proxyConfig drainDuration in force (how long Envoy keeps accepting once drained; with -f: read from proxy.istio.io/config)")
+	f.StringVarP(&opts.output, "output", "o", opts.output, "output format: text, json or yaml (see above)")
+	f.StringVarP(&opts.file, "filename", "f", "", "the workload's manifest (Deployment, StatefulSet or DaemonSet; - for stdin)")
+	f.StringVar(&opts.workload, "workload", "", "with -f: the workload's NAME or KIND/NAME when the file holds several")
+	f.BoolVar(&opts.patch.ReplacePreStop, "replace-prestop", false, "with -f: replace the app container's existing preStop hook")
+	f.BoolVar(&opts.asPatch, "patch", false, "with -f -o yaml: print a strategic-merge patch instead of the changed manifests")
+	f.StringVar(&opts.patch.Container, "container", "", "the app container's name (with -f: default the only container; required for -o yaml without -f)")
+	f.StringVar(&opts.patch.Image, "image", opts.patch.Image, "the meshdrain image for the install init container")
+	f.StringVar(&opts.patch.Dir, "dir", opts.patch.Dir, "where the shared emptyDir is mounted")
 
-	_ = cmd.RegisterFlagCompletionFunc("sidecar", cobra.FixedCompletions(sidecarCompletions(), cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }
 
-// runPlan derives the plan and prints it in the requested format.
-func runPlan(s streams, opts planOptions) error {
+// runPlan reads the workload (with -f), derives the plan and prints it in the requested format.
+func runPlan(s streams, opts planOptions, changed func(string) bool) error {
+	opts.in.Sidecar = plan.Sidecar(opts.sidecar)
+	var manifests *plan.Manifests
+	var workload *plan.Workload
+	if opts.file != "" {
+		var err error
+		if manifests, workload, err = readWorkload(s.in, opts); err != nil {
+			return err
+		}
+		if !changed("grace-period") {
+			opts.in.CurrentGracePeriod = workload.GracePeriod
+		}
+		if sc, _ := workload.Sidecar(); sc != "" && !changed("sidecar") {
+			opts.in.Sidecar = sc
+		}
+		if !changed("drain-duration") {
+			d, err := workload.DrainDuration()
+			if err != nil {
+				return usageError("%v", err)
+			}
+			if d > 0 {
+				opts.in.DrainDuration = d
+			}
+		}
+	}
 	p, err := plan.Recommend(opts.in)
 	if err != nil {
 		return usageError("plan: %w", err)
 	}
-	if opts.output == "yaml" {
-		err = plan.WriteYAML(s.out, p, opts.patch)
-	} else {
+	var edit *plan.Edit
+	if workload != nil || opts.output == outputYAML {
+		if edit, err = plan.NewEdit(p, opts.patch, workload); err != nil {
+			return usageError("plan: %v", err)
+		}
+	}
+	switch {
+	case opts.output == outputJSON:
+		err = plan.WriteJSON(s.out, p, opts.patch.Dir, edit)
+	case opts.output == outputYAML && workload != nil && !opts.asPatch:
+		if err = edit.Apply(); err == nil {
+			err = manifests.Write(s.out)
+		}
+	case opts.output == outputYAML:
+		err = edit.WritePatch(s.out)
+	default:
 		err = plan.WriteText(s.out, p)
+		if err == nil && edit != nil {
+			err = plan.WriteChanges(s.out, p, edit)
+		}
 	}
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("plan: %w", err)}
 	}
 	return nil
+}
+
+// readWorkload reads -f (a file or stdin) and finds the workload and its app container.
+func readWorkload(stdin io.Reader, opts planOptions) (*plan.Manifests, *plan.Workload, error) {
+	var r io.Reader = stdin
+	if opts.file != "-" {
+		f, err := os.Open(opts.file)
+		if err != nil {
+			return nil, nil, usageError("-f: %v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	m, err := plan.ReadManifests(r)
+	if err != nil {
+		return nil, nil, usageError("-f %s: %v", opts.file, err)
+	}
+	w, err := m.Workload(opts.workload, opts.patch.Container)
+	if err != nil {
+		return nil, nil, usageError("-f %s: %v", opts.file, err)
+	}
+	return m, w, nil
 }
 
 func sidecarNames() string {
@@ -122,4 +236,13 @@ func sidecarCompletions() []string {
 		names = append(names, string(sc))
 	}
 	return names
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }

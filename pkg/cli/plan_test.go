@@ -2,14 +2,22 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runMainStdin(t, "", args...)
+}
+
+func runMainStdin(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = Main(args, strings.NewReader(""), &out, &errOut)
+	code = Main(args, strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -25,29 +33,151 @@ func TestPlanUserScenario(t *testing.T) {
 	}
 }
 
+// TestPlanClientsDistribution: one client's lag distribution and the number of clients give
+// the last client's lag, later than one client's p99.
+func TestPlanClientsDistribution(t *testing.T) {
+	code, out, errOut := runMain(t, "plan", "--p99", "450ms", "--eds-lag", "p50=1.5s,p99=12s", "--clients", "50", "-o", "json")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	var doc struct {
+		Inputs        map[string]any `json:"inputs"`
+		LastClientLag string         `json:"last_client_lag"`
+		Grace         int            `json:"termination_grace_period_seconds"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("-o json: %v\n%s", err, out)
+	}
+	if doc.Inputs["eds_lag"] != "p50=1.5s,p99=12s" || doc.Inputs["clients"] != 50.0 || doc.LastClientLag != "35.5s" {
+		t.Errorf("inputs %v, last client lag %s: want the distribution, 50 clients, 35.5s", doc.Inputs, doc.LastClientLag)
+	}
+}
+
 func TestPlanYAML(t *testing.T) {
 	code, out, errOut := runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s", "-o", "yaml", "--container", "web", "--image", "registry.example/meshdrain:v1")
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
-	for _, want := range []string{`- name: "web"`, `image: "registry.example/meshdrain:v1"`, "terminationGracePeriodSeconds: 15"} {
+	for _, want := range []string{`- name: web`, `image: registry.example/meshdrain:v1`, "terminationGracePeriodSeconds: 15"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("yaml lacks %q:\n%s", want, out)
 		}
 	}
 }
 
-func TestPlanUsageErrors(t *testing.T) {
-	for _, args := range [][]string{
-		{"plan", "--eds-lag", "8s"},
-		{"plan", "--p99", "450ms"},
-		{"plan", "--p99", "450ms", "--eds-lag", "8s", "--sidecar", "ambient"},
-		{"plan", "--p99", "450ms", "--eds-lag", "8s", "--app-drain", "100ms"},
-		{"plan", "--p99", "450ms", "--eds-lag", "8s", "-o", "json"},
-		{"plan", "--p99", "soon"},
+const webDeployment = `# the team's Deployment
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: shop
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations:
+        proxy.istio.io/config: '{"holdApplicationUntilProxyStarts": true}'
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: web
+        image: web:1
+        ports:
+        - containerPort: 8080
+        lifecycle:
+          preStop:
+            httpGet:
+              path: /shutdown
+              port: 8080
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  ports:
+  - port: 80
+    targetPort: 8080
+`
+
+func TestPlanFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "deploy.yaml")
+	if err := os.WriteFile(file, []byte(webDeployment), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", file}
+
+	// An httpGet preStop is not replaced silently.
+	code, _, errOut := runMain(t, base...)
+	if code != ExitUsage || !strings.Contains(errOut, "--replace-prestop") || !strings.Contains(errOut, "httpGet :8080/shutdown") {
+		t.Errorf("existing preStop: exit %d, stderr %q: want 2 naming the hook and --replace-prestop", code, errOut)
+	}
+
+	code, out, errOut := runMain(t, append(base, "--replace-prestop")...)
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	for _, want := range []string{
+		"Changes to Deployment/web (container web)",
+		"terminationGracePeriodSeconds: 30s → 15",
+		"holdApplicationUntilProxyStarts)",
+		"replaces the preStop httpGet :8080/shutdown",
+		"kubectl exec -n shop deployment/web -c web -- /meshdrain/meshdrain check --port=8080 --grace-period=15s",
+		"current grace period 30s is enough", // read from the manifest
 	} {
-		if code, _, errOut := runMain(t, args...); code != ExitUsage || errOut == "" {
-			t.Errorf("%v: exit %d (stderr %q), want %d with a message", args, code, errOut, ExitUsage)
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+
+	code, out, errOut = runMainStdin(t, webDeployment, "plan", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "--replace-prestop", "-o", "yaml")
+	if code != ExitOK {
+		t.Fatalf("stdin: exit %d, stderr %s", code, errOut)
+	}
+	for _, want := range []string{"# the team's Deployment", "kind: Service", `'{"holdApplicationUntilProxyStarts": true, "terminationDrainDuration": "15s"}'`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("changed manifests lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "httpGet") {
+		t.Errorf("the replaced httpGet is still there:\n%s", out)
+	}
+
+	code, out, errOut = runMain(t, append(base, "--replace-prestop", "-o", "yaml", "--patch")...)
+	if code != ExitOK || !strings.Contains(out, "httpGet: null") || !strings.Contains(out, "kubectl patch deployment web -n shop") {
+		t.Errorf("patch: exit %d, stderr %s:\n%s", code, errOut, out)
+	}
+}
+
+func TestPlanUsageErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "deploy.yaml")
+	if err := os.WriteFile(file, []byte(webDeployment), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--eds-lag", "8s"}, "--p99"},
+		{[]string{"plan", "--p99", "450ms"}, "--eds-lag"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--sidecar", "ambient"}, "not one of"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--app-drain", "100ms"}, "shorter than p99"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-o", "xml"}, "want text, json, yaml"},
+		{[]string{"plan", "--p99", "soon"}, "invalid argument"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-o", "yaml"}, "needs --container"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--patch"}, "--patch goes with -f"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--workload", "web"}, "needs -f"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--clients", "50"}, "distribution"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "p50=2s,p99=12s"}, "number of client proxies"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", file, "--container", "app"}, `no container "app"; its containers are: web`},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", file, "--workload", "api"}, "there are: Deployment/web"},
+		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, "no such file"},
+	} {
+		code, _, errOut := runMain(t, c.args...)
+		if code != ExitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d (stderr %q), want %d with %q", c.args, code, errOut, ExitUsage, c.want)
 		}
 	}
 }

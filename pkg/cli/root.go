@@ -107,8 +107,8 @@ have stopped sending, never later than a deadline derived from terminationGraceP
   # As the app container's preStop hook (logs to kubectl logs):
   meshdrain prestop --grace-period=30s --app-drain=5s --log-file=/proc/1/fd/1
 
-  # What should the grace period and the sidecar's drain settings be?
-  meshdrain plan --p99 450ms --eds-lag 8s --sidecar classic`,
+  # What should the grace period and the sidecar's drain settings be? Into your own Deployment:
+  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s -f deploy.yaml -o yaml`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -129,6 +129,7 @@ have stopped sending, never later than a deadline derived from terminationGraceP
 		newStatusCommand(s),
 		newCheckCommand(s),
 	)
+	registerEnumCompletions(root)
 	return root
 }
 

@@ -75,7 +75,7 @@ value the sidecar does not expose is shown as "-" (null in JSON), never as 0. Hi
 to change when the stats prestop needs are missing.
 
 --watch refreshes every --interval until Ctrl-C: in place on a terminal, one line per sample
-otherwise (-o json: one JSON object per line). The rate is the counter's change between two
+otherwise (-o json: one JSON object per line; -o yaml: one YAML document per sample). The rate is the counter's change between two
 samples, so the first sample has none.
 
 Exit codes: 0 shown; 1 the admin API could not be read (without --watch); 2 bad flags.
@@ -98,7 +98,7 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
 	}
 	f := cmd.Flags()
 	o.sidecar.bind(f)
-	f.StringVarP(&o.output, "output", "o", o.output, "text or json")
+	f.StringVarP(&o.output, "output", "o", o.output, "output format: text, json or yaml")
 	f.BoolVarP(&o.watch, "watch", "w", false, "refresh every --interval until Ctrl-C")
 	f.DurationVar(&o.interval, "interval", o.interval, "time between two samples with --watch")
 	return cmd

@@ -131,7 +131,7 @@ func TestStatusCommandFromEnvironment(t *testing.T) {
 
 func TestStatusCommandUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"status", "-o", "yaml"},
+		{"status", "-o", "xml"},
 		{"status", "--interval", "0s"},
 		{"status", "--port", "0"},
 		{"status", "--port", "8080", "--cluster", "local_app"},

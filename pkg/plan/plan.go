@@ -31,7 +31,7 @@ const (
 )
 
 // Sidecars lists the accepted Sidecar values, for flag help and completion.
-var Sidecars = []Sidecar{Classic, ExitOnZero, Native}
+var Sidecars = []Sidecar{Native, Classic, ExitOnZero}
 
 // Defaults that mirror meshdrain prestop's and Istio's own, so a plan with only the required
 // inputs describes what the pod would really do.
@@ -62,8 +62,16 @@ type Input struct {
 	// quiet window when only completed-request stats exist.
 	P99 time.Duration
 	// EDSLag is the worst expected time from pod deletion (t0) until the last client has
-	// stopped sending to this pod (istiod's push plus the slowest client sidecar).
+	// stopped sending to this pod (istiod's push plus the slowest client sidecar). With
+	// EDSLagMedian and Clients it is instead one client's P99 lag, and the last client's lag
+	// is derived (see LastClientConfidence).
 	EDSLag time.Duration
+	// EDSLagMedian is one client's median lag (istiod's pilot_proxy_convergence_time p50),
+	// given with Clients; zero when EDSLag is the last client's lag itself.
+	EDSLagMedian time.Duration
+	// Clients is the number of client sidecars that send to this pod. The slowest of many
+	// clients is later than one client's P99, so the plan's lag grows with it.
+	Clients int
 	// Quiet is meshdrain's quiet window: no new inbound request for this long means the
 	// clients have stopped.
 	Quiet time.Duration
@@ -88,6 +96,13 @@ type Input struct {
 type Plan struct {
 	// Input with every default filled in.
 	Input Input
+
+	// LastClientLag is the EDS lag the plan is sized on: Input.EDSLag, or with a lag
+	// distribution the last of Input.Clients clients at LastClientConfidence.
+	LastClientLag time.Duration
+	// TypicalLastClientLag and TypicalFinish are, with a lag distribution, the median lag of
+	// the last client and when meshdrain then returns: the usual rollout. Zero otherwise.
+	TypicalLastClientLag, TypicalFinish time.Duration
 
 	// ExpectedFinish is when meshdrain's preStop is expected to return: the last client
 	// stops at EDSLag, the counter must then stay still for max(Quiet, P99), and noticing it
@@ -164,22 +179,30 @@ func Recommend(in Input) (Plan, error) {
 		return Plan{}, err
 	}
 	p := Plan{Input: in, Quiet: in.Quiet, Poll: in.Poll, AppDrain: in.AppDrain}
+	lag, typical, lagWhy := lastClientLag(in)
+	p.LastClientLag = lag
 
 	// The counter must stay unchanged for the quiet window, and every request still in
 	// flight (up to P99 long) must end: whichever is longer bounds the wait after the last
 	// arrival.
 	settle := max(in.Quiet, in.P99)
-	p.ExpectedFinish = in.EDSLag + settle + in.Poll
-	p.Margin = max(MinMargin, p.ExpectedFinish/4)
+	p.ExpectedFinish = lag + settle + in.Poll
+	if typical > 0 {
+		p.TypicalLastClientLag = typical
+		p.TypicalFinish = typical + settle + in.Poll
+		p.Arithmetic = append(p.Arithmetic, Line{"eds-lag (last client)", lag, lagWhy},
+			Line{"eds-lag (typical last client)", typical, fmt.Sprintf("the median of the last of %d clients' lag", in.Clients)})
+	}
+	p.Margin = roundUp(max(MinMargin, p.ExpectedFinish/4), 100*time.Millisecond)
 	p.GracePeriod = ceilSecond(p.ExpectedFinish + p.Margin + in.AppDrain + KillMargin)
 	p.Deadline = drain.DefaultDeadline(p.GracePeriod, in.AppDrain) // what prestop derives itself
 	p.AppExitExpected = p.ExpectedFinish + in.AppDrain
 	p.AppExitWorst = p.Deadline + in.AppDrain
-	p.LastRequestDone = in.EDSLag + in.P99
+	p.LastRequestDone = lag + in.P99
 
 	p.Arithmetic = append(p.Arithmetic,
 		Line{"meshdrain expected finish", p.ExpectedFinish, fmt.Sprintf("eds-lag %s + max(quiet %s, p99 %s) + poll %s",
-			fmtD(in.EDSLag), fmtD(in.Quiet), fmtD(in.P99), fmtD(in.Poll))},
+			fmtD(lag), fmtD(in.Quiet), fmtD(in.P99), fmtD(in.Poll))},
 		Line{"margin", p.Margin, fmt.Sprintf("max(%s, expected finish %s / 4)", fmtD(MinMargin), fmtD(p.ExpectedFinish))},
 		Line{"terminationGracePeriodSeconds", p.GracePeriod, fmt.Sprintf("ceil(expected finish %s + margin %s + app-drain %s + %s kill margin)",
 			fmtD(p.ExpectedFinish), fmtD(p.Margin), fmtD(in.AppDrain), fmtD(KillMargin))},
@@ -217,10 +240,19 @@ func Recommend(in Input) (Plan, error) {
 			"requests still in flight through it then are cut (503 UC at the caller, not retried) and later clients are refused; "+
 			"that is the tail that 'preStop: sleep 15' could not remove", fmtD(IstioTerminationDrainDuration), fmtD(IstioTerminationDrainDuration)))
 		p.Warnings = append(p.Warnings, fmt.Sprintf("a classic sidecar lives its full terminationDrainDuration: the old pod stays Terminating until t0+%s "+
-			"even when the app exits at t0+%s (exit-on-zero or native sidecars end it sooner)", fmtD(p.TerminationDrainDuration), fmtD(p.AppExitExpected)))
+			"even when the app exits at about t0+%s (exit-on-zero or native sidecars end it sooner)", fmtD(p.TerminationDrainDuration), fmtD(p.usualFinish()+p.AppDrain)))
 	}
 	p.Steps = timeline(p)
 	return p, nil
+}
+
+// usualFinish is when meshdrain returns in the usual rollout: the typical last client with a
+// lag distribution, the expected finish otherwise.
+func (p Plan) usualFinish() time.Duration {
+	if p.TypicalFinish > 0 {
+		return p.TypicalFinish
+	}
+	return p.ExpectedFinish
 }
 
 func normalize(in Input) (Input, error) {
@@ -230,6 +262,16 @@ func normalize(in Input) (Input, error) {
 	}
 	if in.EDSLag <= 0 {
 		errs = append(errs, errors.New("eds-lag must be > 0: the worst time until the last client stops sending"))
+	}
+	switch {
+	case in.Clients < 0 || in.EDSLagMedian < 0:
+		errs = append(errs, errors.New("clients and the eds-lag median must not be negative"))
+	case in.EDSLagMedian > 0 && in.Clients == 0:
+		errs = append(errs, errors.New("an eds-lag distribution (p50=D,p99=D) is one client's lag: give the number of client proxies (clients) so the last one's lag can be derived"))
+	case in.Clients > 0 && in.EDSLagMedian == 0:
+		errs = append(errs, errors.New("clients needs one client's lag distribution, eds-lag p50=D,p99=D (e.g. istiod's pilot_proxy_convergence_time quantiles); a single eds-lag is already the last client's lag"))
+	case in.EDSLagMedian > 0 && in.EDSLag > 0 && in.EDSLag < in.EDSLagMedian:
+		errs = append(errs, errors.New("eds-lag p99 is below its p50"))
 	}
 	if in.Quiet == 0 {
 		in.Quiet = DefaultQuiet

@@ -3,7 +3,6 @@ package plan
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -105,7 +104,7 @@ func WriteText(w io.Writer, p Plan) error {
 		ew.printf("                                 caveat: idle keep-alive and outbound connections hold Envoy until the grace period; no deadline of its own\n")
 	case Native:
 		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited\n")
-		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21 with ENABLE_NATIVE_SIDECARS=true on istiod)\n")
+		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
 	}
 	if p.DrainDuration == 0 {
 		ew.printf("  drainDuration:                 keep %s (≥ app exit %s: Envoy accepts until the app is gone); parentShutdownDuration is unused for termination\n",
@@ -120,8 +119,7 @@ func WriteText(w io.Writer, p Plan) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	notes := append([]string{fmt.Sprintf("in the usual rollout meshdrain returns at t0+%s, as soon as the clients have stopped, not at its deadline: "+
-		"a generous --eds-lag lengthens only the worst case", fmtD(p.ExpectedFinish))}, p.Warnings...)
+	notes := append([]string{usualRollout(p)}, p.Warnings...)
 	ew.printf("\nNotes\n\n")
 	for _, n := range notes {
 		lines := wrap(n, textWidth-4)
@@ -131,6 +129,13 @@ func WriteText(w io.Writer, p Plan) error {
 		}
 	}
 	return ew.err
+}
+
+// usualRollout says when meshdrain returns when nothing is late: the deadline is only a bound.
+func usualRollout(p Plan) string {
+	usual := p.usualFinish()
+	return fmt.Sprintf("in the usual rollout meshdrain returns at about t0+%s, as soon as the clients have stopped, not at its deadline: "+
+		"a generous --eds-lag lengthens only the worst case", fmtD(usual))
 }
 
 // textWidth is where the timeline's descriptions wrap, so the plan reads in a terminal and
@@ -185,60 +190,6 @@ func stepTime(s Step) string {
 		t += " (≤ " + fmtD(s.Worst) + ")"
 	}
 	return t
-}
-
-// PatchOptions name the parts of the Deployment the YAML patch touches.
-type PatchOptions struct {
-	// Container is the app container's name (strategic merge matches containers by name).
-	Container string
-	// Image is the meshdrain image used by the install init container.
-	Image string
-	// Dir is where the shared emptyDir is mounted in both containers.
-	Dir string
-}
-
-// WriteYAML prints a strategic-merge patch for the Deployment that applies the plan: grace
-// period, annotations, the emptyDir, the init container that runs `meshdrain install` and the
-// app container's preStop. It is written by hand (the binary carries no YAML library) and
-// kept valid by a test that decodes it strictly into the Kubernetes types.
-func WriteYAML(w io.Writer, p Plan, o PatchOptions) error {
-	if o.Container == "" || o.Image == "" || o.Dir == "" {
-		return fmt.Errorf("patch needs a container name, an image and a directory")
-	}
-	ew := &errWriter{w: w}
-	dir := strings.TrimRight(o.Dir, "/")
-	bin := dir + "/meshdrain"
-	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.Input.Sidecar, fmtD(p.Input.P99), fmtD(p.Input.EDSLag), fmtD(p.AppDrain))
-	ew.printf("# Apply with: kubectl patch deployment NAME --type strategic --patch-file FILE\n")
-	ew.printf("# grace %s = meshdrain deadline %s + app-drain %s + %s.\n", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
-	ew.printf("spec:\n  template:\n    metadata:\n      annotations:\n")
-	for _, a := range p.Annotations() {
-		ew.printf("        %s: %s\n", a.Key, quote(a.Value))
-	}
-	ew.printf("    spec:\n")
-	ew.printf("      terminationGracePeriodSeconds: %d\n", int(p.GracePeriod/time.Second))
-	ew.printf("      volumes:\n      - name: meshdrain\n        emptyDir: {}\n")
-	ew.printf("      initContainers:\n      - name: meshdrain-install\n        image: %s\n", quote(o.Image))
-	ew.printf("        args: [\"install\", %s]\n", quote(dir))
-	ew.printf("        volumeMounts:\n        - name: meshdrain\n          mountPath: %s\n", quote(dir))
-	ew.printf("      containers:\n      - name: %s\n", quote(o.Container))
-	ew.printf("        volumeMounts:\n        - name: meshdrain\n          mountPath: %s\n          readOnly: true\n", quote(dir))
-	ew.printf("        lifecycle:\n          preStop:\n            exec:\n              command:\n")
-	ew.printf("              - %s\n", quote(bin))
-	for _, a := range p.PrestopArgs() {
-		ew.printf("              - %s\n", quote(a))
-	}
-	return ew.err
-}
-
-// quote writes s as a YAML scalar that is always a string: single-quoted when it holds a
-// double quote (JSON in an annotation reads better that way), else double-quoted, whose
-// strconv.Quote escapes are a subset of YAML's for the printable ASCII these values hold.
-func quote(s string) string {
-	if strings.Contains(s, `"`) {
-		return "'" + strings.ReplaceAll(s, "'", "''") + "'"
-	}
-	return strconv.Quote(s)
 }
 
 // errWriter keeps the first write error so the printers stay readable.

@@ -34,15 +34,15 @@ func timeline(p Plan) []Step {
 	steps = append(steps,
 		Step{Who: "meshdrain", What: fmt.Sprintf(
 			"drains the inbound listeners (graceful; %s), then reads the inbound request counters every %s", joins, fmtD(in.Poll))},
-		Step{Until: in.EDSLag, Who: "clients", What: fmt.Sprintf(
-			"each client sidecar learns of the removal at its own time (most within 1-3s, the slowest by %s); until then it keeps sending "+
-				"new requests here, which Envoy forwards to the app, still serving", fmtD(in.EDSLag))},
+		Step{Until: p.LastClientLag, Who: "clients", What: fmt.Sprintf(
+			"each client sidecar learns of the removal at its own time (%s, the slowest by %s); until then it keeps sending "+
+				"new requests here, which Envoy forwards to the app, still serving", clientsTypical(p), fmtD(p.LastClientLag))},
 		Step{At: p.LastRequestDone, Who: "app", What: fmt.Sprintf(
-			"answers the last client requests (arrived by %s, each ≤ p99 %s)", fmtD(in.EDSLag), fmtD(in.P99))},
+			"answers the last client requests (arrived by %s, each ≤ p99 %s)", fmtD(p.LastClientLag), fmtD(in.P99))},
 		Step{At: p.ExpectedFinish, Worst: p.Deadline, Who: "meshdrain", What: fmt.Sprintf(
 			"waits for the clients: no new inbound request for %s and none active → the preStop returns "+
 				"(%s + %s + one poll %s); bounded by --deadline %s, where it returns anyway and says so",
-			fmtD(in.Quiet), fmtD(in.EDSLag), fmtD(max(in.Quiet, in.P99)), fmtD(in.Poll), fmtD(p.Deadline))},
+			fmtD(in.Quiet), fmtD(p.LastClientLag), fmtD(max(in.Quiet, in.P99)), fmtD(in.Poll), fmtD(p.Deadline))},
 		Step{At: p.ExpectedFinish, Worst: p.Deadline, Who: "kubelet", What: "sends SIGTERM to the app as soon as its preStop returns"},
 		Step{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "app", What: fmt.Sprintf(
 			"waits for its own in-flight requests (≤ p99 %s) and exits; bounded by --app-drain %s (e.g. Spring Boot server.shutdown=graceful, "+
@@ -63,6 +63,15 @@ func timeline(p Plan) []Step {
 	steps = append(steps, Step{At: p.GracePeriod, Who: "kubelet", What: fmt.Sprintf(
 		"terminationGracePeriodSeconds %d is over: SIGKILL to whatever is left (nothing, if the bounds above hold)", int(p.GracePeriod.Seconds()))})
 	return steps
+}
+
+// clientsTypical describes how late most clients are: measured when a lag distribution was
+// given, the usual 1-3s otherwise.
+func clientsTypical(p Plan) string {
+	if p.Input.EDSLagMedian > 0 {
+		return fmt.Sprintf("half of them within %s, the last of %d typically by %s", fmtD(p.Input.EDSLagMedian), p.Input.Clients, fmtD(p.TypicalLastClientLag))
+	}
+	return "most within 1-3s"
 }
 
 func sidecarT0(s Sidecar) string {

@@ -238,11 +238,12 @@ func IstioDefaultSidecar() SidecarSpec {
 // RecommendedSidecar is the configuration meshdrain recommends for sc, taken from
 // `meshdrain plan` (plan.Recommend) so that simulate replays exactly what plan tells the
 // user to set: a classic sidecar whose terminationDrainDuration outlives meshdrain's
-// deadline plus the app's drain, with meshdrain's deadline from the plan. The EDS lag given
-// to the plan is the lag distribution's P99, the "worst expected" lag an operator would
-// quote. The scenario's grace period is kept unless the plan needs more.
+// deadline plus the app's drain, with meshdrain's deadline from the plan. The plan is given
+// what the simulated world is: one client's lag distribution and the number of clients (the
+// last of them is later than one client's P99), as `meshdrain plan --eds-lag p50=D,p99=D
+// --clients N` takes them. The scenario's grace period is kept unless the plan needs more.
 func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
-	p, err := plan.Recommend(plan.Input{
+	in := plan.Input{
 		P99:                sc.P99,
 		EDSLag:             sc.EDSLag.P99,
 		Quiet:              sc.Quiet,
@@ -251,7 +252,11 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 		Sidecar:            plan.Classic,
 		CurrentGracePeriod: sc.GracePeriod,
 		DrainDuration:      45 * time.Second,
-	})
+	}
+	if !sc.EDSLag.Constant() {
+		in.EDSLagMedian, in.Clients = sc.EDSLag.Median, sc.Clients
+	}
+	p, err := plan.Recommend(in)
 	if err != nil {
 		return SidecarSpec{}, fmt.Errorf("recommended sidecar: %w", err)
 	}
@@ -270,7 +275,10 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 		grace = fmt.Sprintf("grace period raised from %s to %s (the plan needs it)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
 	}
 	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s; %s. From meshdrain plan with eds-lag %s",
-		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), grace, fmtD(sc.EDSLag.P99))
+		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), grace, sc.EDSLag)
+	if in.Clients > 0 {
+		spec.Note += fmt.Sprintf(" --clients %d (the last client by %s in 99 deletions of 100)", in.Clients, fmtD(p.LastClientLag))
+	}
 	return spec, nil
 }
 

@@ -94,8 +94,10 @@ func TestRecommendedSidecarOutlivesTheApp(t *testing.T) {
 	if spec.TerminationDrainDuration < spec.MeshdrainDeadline+appDrain {
 		t.Errorf("terminationDrainDuration %v < deadline %v + app drain %v", spec.TerminationDrainDuration, spec.MeshdrainDeadline, appDrain)
 	}
-	if sc.grace(spec) != 30*time.Second {
-		t.Errorf("grace period %v, want the user's 30s kept", sc.grace(spec))
+	// The plan sizes the deadline on the last of the 50 clients (35.5s in 99 deletions of
+	// 100), so the user's 30s grace period is raised to the plan's 52s.
+	if sc.grace(spec) != 52*time.Second || !strings.Contains(spec.Note, "--clients 50") {
+		t.Errorf("grace period %v, note %q: want the plan's 52s for 50 clients", sc.grace(spec), spec.Note)
 	}
 	if spec.TerminationDrainDuration > sc.grace(spec) {
 		t.Errorf("terminationDrainDuration %v beyond the grace period", spec.TerminationDrainDuration)
@@ -104,14 +106,18 @@ func TestRecommendedSidecarOutlivesTheApp(t *testing.T) {
 		t.Errorf("meshdrain deadline %v shorter than the EDS lag P99 %v", spec.MeshdrainDeadline, sc.EDSLag.P99)
 	}
 
-	// A lag the user's grace period cannot cover raises it, and the note says so.
-	sc.EDSLag = Dist{Median: 10 * time.Second, P99: 40 * time.Second}
+	if !strings.Contains(spec.Note, "raised") {
+		t.Errorf("note %q: want the raise said", spec.Note)
+	}
+
+	// A constant lag is the last client's lag itself, and a grace period that covers it is kept.
+	sc.EDSLag = Dist{Median: 8 * time.Second, P99: 8 * time.Second}
 	spec, err = RecommendedSidecar(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc.grace(spec) <= 30*time.Second || !strings.Contains(spec.Note, "raised") {
-		t.Errorf("grace %v, note %q: want a raised grace period", sc.grace(spec), spec.Note)
+	if sc.grace(spec) != 30*time.Second || !strings.Contains(spec.Note, "kept") {
+		t.Errorf("grace %v, note %q: want the user's 30s kept", sc.grace(spec), spec.Note)
 	}
 }
 

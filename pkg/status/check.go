@@ -11,6 +11,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/output"
 	"github.com/meshdrain/meshdrain/pkg/plan"
 )
 
@@ -126,8 +127,8 @@ func Check(ctx context.Context, admin Admin, out io.Writer, o CheckOptions) (Che
 	}
 	res := Evaluate(ctx, admin, o)
 	var err error
-	if o.Output == OutputJSON {
-		err = WriteJSON(out, res)
+	if o.Output == OutputJSON || o.Output == OutputYAML {
+		err = output.Write(out, o.Output, res)
 	} else {
 		err = WriteCheckText(out, res)
 	}
@@ -169,6 +170,9 @@ func Evaluate(ctx context.Context, admin Admin, o CheckOptions) CheckResult {
 		}
 		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Pass, Message: fmt.Sprintf("admin API at %s answers%s", o.AdminURL, version)})
 		res.Checks = append(res.Checks, serverStateItem(r))
+		if it, ok := listenersItem(r); ok {
+			res.Checks = append(res.Checks, it)
+		}
 		res.Checks = append(res.Checks, signalItems(r, o.MinSignal)...)
 	}
 	res.Checks = append(res.Checks, timingItems(res.Status, o)...)
@@ -189,6 +193,23 @@ func serverStateItem(r Report) Item {
 		it.Status, it.Fix = Fail, "neither /server_info nor the server.state gauge gave a state: is --admin an Envoy admin API?"
 	}
 	return it
+}
+
+// listenersItem fails a sidecar whose listeners were stopped: its server state still says
+// LIVE, but new connections are refused, so the pod serves nothing new. Without the
+// listener manager's stats it says nothing.
+func listenersItem(r Report) (Item, bool) {
+	lm := r.ListenerManager
+	if lm == nil || lm.Stopped == nil {
+		return Item{}, false
+	}
+	if lm.InboundStopped() {
+		return Item{Name: "inbound-listeners", Status: Fail,
+			Message: fmt.Sprintf("%s listener(s) stopped (listener_manager.listener_stopped): the inbound listeners refuse new connections although the server is %s",
+				num(lm.Stopped), r.ServerState),
+			Fix: "this sidecar has been drained (a graceful drain's time ended, or /drain_listeners without graceful): check a pod that is not terminating; only a restart makes this Envoy accept again"}, true
+	}
+	return Item{Name: "inbound-listeners", Status: Pass, Message: "no listener stopped (listener_manager.listener_stopped 0)"}, true
 }
 
 // effectiveSignal is the best signal prestop could use for one endpoint: its own
@@ -242,6 +263,13 @@ func signalItems(r Report, min MinSignal) []Item {
 			label := p.Name
 			if p.Port != nil {
 				label = fmt.Sprintf("port %d", *p.Port)
+				if containsInt(r.UnknownPorts, *p.Port) {
+					// Whatever --min-signal accepts, a port the sidecar does not have cannot be drained.
+					items = append(items, Item{Name: "signal", Status: Fail,
+						Message: fmt.Sprintf("%s: the sidecar has no inbound endpoint for this port; its inbound ports are %s", label, joinInts(r.InboundPorts)),
+						Fix:     fmt.Sprintf("pass --port with the container's target port (one of %s), or leave --port out to watch every inbound port", joinInts(r.InboundPorts))})
+					continue
+				}
 			}
 			items = append(items, signalItem(r, label, effectiveSignal(r, p), min))
 		}
@@ -336,6 +364,14 @@ func timingItems(r *Report, o CheckOptions) []Item {
 		}
 	}
 	return items
+}
+
+func joinInts(list []int) string {
+	var parts []string
+	for _, v := range list {
+		parts = append(parts, fmt.Sprint(v))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func ceilSecond(d time.Duration) time.Duration {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,8 +34,12 @@ func startEmulated(t *testing.T, cfg envoysim.Config, ports ...int) emulated {
 	for _, p := range ports {
 		cfg.Inbound = append(cfg.Inbound, envoysim.InboundPort{Port: p, AppAddr: strings.TrimPrefix(app.URL, "http://")})
 	}
-	// Nothing here terminates the sidecar; long drains keep any stray timer harmless.
-	cfg.DrainTime, cfg.TerminationDrainDuration = time.Hour, time.Hour
+	// Nothing here terminates the sidecar; long drains keep any stray timer harmless, unless a
+	// test asks for a short drain time to see the listeners stop.
+	if cfg.DrainTime == 0 {
+		cfg.DrainTime = time.Hour
+	}
+	cfg.TerminationDrainDuration = time.Hour
 	sim, err := envoysim.Start(cfg)
 	if err != nil {
 		t.Fatalf("envoysim.Start: %v", err)
@@ -236,12 +242,12 @@ func TestCheckAgainstEmulator(t *testing.T) {
 func TestCheckAgainstEmulatorPorts(t *testing.T) {
 	e := startEmulated(t, envoysim.Config{}, 8080, 9090)
 	res := Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 9090}}})
-	if !res.OK || len(res.Checks) != 4 {
-		t.Errorf("two good ports: want ok with admin, state and one signal item per port, got %+v", res.Checks)
+	if !res.OK || len(res.Checks) != 5 {
+		t.Errorf("two good ports: want ok with admin, state, listeners and one signal item per port, got %+v", res.Checks)
 	}
 	res = Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 7070}}})
 	it := res.Problems()
-	if res.OK || len(it) != 1 || !strings.Contains(it[0].Message, "port 7070") || !strings.Contains(it[0].Fix, "[8080]") {
+	if res.OK || len(it) != 1 || !strings.Contains(it[0].Message, "port 7070") || !strings.Contains(it[0].Fix, "8080, 9090") {
 		t.Errorf("a wrong --port must fail alone, naming the ports that have stats: %+v", res.Checks)
 	}
 }
@@ -268,5 +274,96 @@ func TestCheckAgainstEmulatorUnreachable(t *testing.T) {
 	}
 	if doc.OK || len(doc.Checks) != 1 || !strings.Contains(doc.Checks[0].Message, "not reachable: is this a pod with an Envoy sidecar? is the admin port 15000?") {
 		t.Errorf("json: %s", out.String())
+	}
+}
+
+// drain POSTs /drain_listeners with the given query, as pilot-agent or meshdrain does.
+func (e emulated) drain(t *testing.T, query string) {
+	t.Helper()
+	resp, err := http.Post(e.sim.AdminURL()+"/drain_listeners?"+query, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("drain_listeners?%s: %d", query, resp.StatusCode)
+	}
+}
+
+// TestStoppedInboundListeners: once a drain has stopped the inbound listeners, connect is
+// refused while /server_info still says LIVE; status must say so and check must fail.
+func TestStoppedInboundListeners(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cfg   envoysim.Config
+		query string
+	}{
+		{"graceful drain time over", envoysim.Config{DrainTime: 50 * time.Millisecond}, "inboundonly&graceful"},
+		{"non-graceful drain", envoysim.Config{}, "inboundonly"},
+		{"istio default stats", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, "inboundonly"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := startEmulated(t, c.cfg)
+			e.send(t, 8080, 1)
+			res := Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), MinSignal: MinConnections})
+			if it, ok := item(res, "inbound-listeners"); !ok || it.Status != Pass {
+				t.Fatalf("before the drain: %+v", res.Checks)
+			}
+			e.drain(t, c.query)
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if _, err := net.DialTimeout("tcp", e.sim.InboundAddr(8080), time.Second); err != nil {
+					break // refused: the listeners have stopped
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the inbound listener still accepts")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			doc := e.statusJSON(t, inbound.Selector{})
+			lm, _ := doc["listener_manager"].(map[string]any)
+			if doc["server_state"] != "LIVE" || lm["listeners_stopped"] != 1.0 || !strings.Contains(hintsOf(doc), "refuse new connections") {
+				t.Errorf("status: state %v listener_manager %v hints %q; want LIVE, 1 stopped, a hint", doc["server_state"], lm, hintsOf(doc))
+			}
+			var out bytes.Buffer
+			if err := Run(context.Background(), e.client, &out, Options{AdminURL: e.sim.AdminURL()}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "1 STOPPED: new inbound connections are refused") {
+				t.Errorf("status text:\n%s", out.String())
+			}
+			res = Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), MinSignal: MinConnections})
+			if it, _ := item(res, "inbound-listeners"); res.OK || it.Status != Fail || !strings.Contains(it.Fix, "restart") {
+				t.Errorf("check of a drained sidecar: ok %v, %+v", res.OK, res.Checks)
+			}
+		})
+	}
+}
+
+// TestCheckUnknownPortWithWeakSignal: --min-signal connections accepted the virtualInbound
+// listener's count for a port the sidecar does not have.
+func TestCheckUnknownPortWithWeakSignal(t *testing.T) {
+	e := startEmulated(t, envoysim.Config{})
+	e.send(t, 8080, 1)
+	var out bytes.Buffer
+	res, err := Check(context.Background(), e.client, &out, CheckOptions{AdminURL: e.sim.AdminURL(),
+		Selector: inbound.Selector{Ports: []int{9090}}, MinSignal: MinConnections})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || !strings.Contains(out.String(), "port 9090: the sidecar has no inbound endpoint for this port; its inbound ports are 8080") {
+		t.Errorf("check --min-signal connections --port 9090 on a sidecar with 8080 only: ok %v\n%s", res.OK, out.String())
+	}
+	doc := e.statusJSON(t, inbound.Selector{Ports: []int{9090}})
+	if fmt.Sprint(doc["unknown_ports"]) != "[9090]" || fmt.Sprint(doc["inbound_ports"]) != "[8080]" ||
+		!strings.Contains(hintsOf(doc), "no inbound endpoint for it; its inbound ports are [8080]") {
+		t.Errorf("status --port 9090: unknown %v inbound %v hints %q", doc["unknown_ports"], doc["inbound_ports"], hintsOf(doc))
+	}
+	// Without any per-port stat (Istio's default inclusion) nothing says which ports exist:
+	// no port is called unknown.
+	d := startEmulated(t, envoysim.Config{Inclusion: envoysim.InclusionIstioDefault})
+	doc = d.statusJSON(t, inbound.Selector{Ports: []int{9090}})
+	if doc["unknown_ports"] != nil {
+		t.Errorf("default inclusion: unknown ports %v", doc["unknown_ports"])
 	}
 }

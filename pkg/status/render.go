@@ -1,29 +1,25 @@
 package status
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/output"
 )
 
-// Output formats of status and check.
+// Output formats of status and check: every command that prints data takes the same three.
 const (
-	OutputText = "text"
-	OutputJSON = "json"
+	OutputText = output.Text
+	OutputJSON = output.JSON
+	OutputYAML = output.YAML
 )
 
 // ParseOutput validates an -o value.
-func ParseOutput(s string) (string, error) {
-	switch s {
-	case OutputText, OutputJSON:
-		return s, nil
-	}
-	return "", fmt.Errorf("output %q: want text or json", s)
-}
+func ParseOutput(s string) (string, error) { return output.Parse(s) }
 
 // WriteText writes the report for a person: a header, one row per inbound endpoint, hints.
 // Unknown values print as "-", never as 0, so a missing stat is not mistaken for silence.
@@ -39,6 +35,13 @@ func WriteText(w io.Writer, r Report) error {
 		server += fmt.Sprintf("  (envoy drain_time %s, drain_strategy %s)", orDash(r.DrainTime), orDash(r.DrainStrategy))
 	}
 	fmt.Fprintf(&b, "server:  %s\n", server)
+	if lm := r.ListenerManager; lm != nil {
+		stopped := "none stopped"
+		if lm.InboundStopped() {
+			stopped = num(lm.Stopped) + " STOPPED: new inbound connections are refused"
+		}
+		fmt.Fprintf(&b, "listeners: %s active, %s\n", num(lm.Active), stopped)
+	}
 	fmt.Fprintf(&b, "naming:  %s (mesh: %s)\n", r.Naming, r.Mesh)
 	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
 
@@ -73,6 +76,9 @@ func WriteText(w io.Writer, r Report) error {
 func WriteLine(w io.Writer, r Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s state=%s signal=%s", r.SampledAt.UTC().Format(time.RFC3339), r.ServerState, r.Signal)
+	if lm := r.ListenerManager; lm != nil {
+		fmt.Fprintf(&b, " listeners_stopped=%s", num(lm.Stopped))
+	}
 	for _, p := range r.Inbound {
 		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s", portText(p.Port), p.Name,
 			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
@@ -89,14 +95,7 @@ func WriteLine(w io.Writer, r Report) error {
 }
 
 // WriteJSON writes v as one JSON object on one line, so --watch -o json is JSON Lines.
-func WriteJSON(w io.Writer, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(data, '\n'))
-	return err
-}
+func WriteJSON(w io.Writer, v any) error { return output.WriteJSON(w, v) }
 
 func portText(p *int) string {
 	if p == nil {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -70,7 +71,16 @@ type Report struct {
 	Listener *inbound.Listener `json:"listener"`
 	// CompletedRequestsTotal is istio_requests_total{reporter="destination"} over every series.
 	CompletedRequestsTotal *float64 `json:"completed_requests_total"`
-	Hints                  []string `json:"hints"`
+	// ListenerManager is Envoy's listener_manager counts: a drained sidecar has stopped
+	// listeners while its server state is still LIVE.
+	ListenerManager *ListenerManager `json:"listener_manager"`
+	// UnknownPorts are --port values the sidecar has no inbound endpoint for, when it has
+	// stats for others (InboundPorts): a typo would otherwise look like a quiet port.
+	UnknownPorts []int `json:"unknown_ports,omitempty"`
+	// InboundPorts are the inbound ports the sidecar has any stat for; filled when a --port
+	// had none, so the operator sees the right ones.
+	InboundPorts []int    `json:"inbound_ports,omitempty"`
+	Hints        []string `json:"hints"`
 	// SampledAt is when the sample was taken, on the injected clock: rates divide by it.
 	SampledAt time.Time `json:"sampled_at"`
 
@@ -82,6 +92,26 @@ type Report struct {
 	// only when the named ones have none: a wrong --port then gets the right hint.
 	otherPorts []int
 }
+
+// ListenerManager is what Envoy's listener manager says about its listeners. Stopping the
+// inbound listeners (the end of a graceful drain without skip_exit, or /drain_listeners
+// without graceful) closes their sockets, so new connections are refused, and counts
+// listener_stopped; it does not remove them from total_listeners_active
+// (listener_manager_impl.cc stopListeners), nor change the server state.
+type ListenerManager struct {
+	Stopped *float64 `json:"listeners_stopped"`
+	Active  *float64 `json:"listeners_active"`
+}
+
+// InboundStopped reports whether some listener was stopped: on a sidecar only a drain does
+// that, and Istio drains only inbound listeners (inboundonly).
+func (l *ListenerManager) InboundStopped() bool {
+	return l != nil && l.Stopped != nil && *l.Stopped > 0
+}
+
+// listenerManagerFilter selects the two listener_manager stats, which Istio's default
+// inclusion list keeps (prefix listener_manager).
+const listenerManagerFilter = `^listener_manager\.(listener_stopped|total_listeners_active)$`
 
 // Port is one inbound port (Istio) or one named cluster / HTTP prefix (plain Envoy). A nil
 // value is a stat the sidecar does not expose: unknown, never zero.
@@ -192,8 +222,25 @@ func Gather(ctx context.Context, admin Admin, adminURL string, sel inbound.Selec
 	}
 
 	r.Mesh = detectMesh(ctx, admin, snap)
-	if len(sel.Ports) > 0 && !r.generic && r.Signal.Rank() > inbound.SignalClusterRequests.Rank() {
-		r.otherPorts = portsWithRequests(ctx, admin)
+	r.ListenerManager = listenerManager(ctx, admin)
+	if len(sel.Ports) > 0 && !r.generic {
+		missing := portsWithoutStats(snap)
+		if len(missing) > 0 || r.Signal.Rank() > inbound.SignalClusterRequests.Rank() {
+			known, withRequests := inboundPorts(ctx, admin)
+			if r.Signal.Rank() > inbound.SignalClusterRequests.Rank() {
+				r.otherPorts = withRequests
+			}
+			if len(known) > 0 {
+				for _, p := range missing {
+					if !containsInt(known, p) {
+						r.UnknownPorts = append(r.UnknownPorts, p)
+					}
+				}
+				if len(r.UnknownPorts) > 0 {
+					r.InboundPorts = known
+				}
+			}
+		}
 	}
 	r.Hints = append(r.Hints, hints(r)...)
 	return r, nil
@@ -237,6 +284,10 @@ const (
 	hintDraining = "the server is DRAINING (POST /healthcheck/fail was called, or the pod is terminating): /ready answers 503 " +
 		"and new requests may already be steered away; POST /healthcheck/ok makes it LIVE again"
 	hintStarting = "the server is still starting (%s): inbound stats appear once it is LIVE"
+	// hintListenersStopped: a drained sidecar still says LIVE; only the listener manager shows it.
+	hintListenersStopped = "%s listener(s) stopped (listener_manager.listener_stopped): the inbound listeners refuse new connections " +
+		"although the server is LIVE; a drain's time ended (graceful, without skip_exit) or /drain_listeners was called without graceful. " +
+		"Only a restart makes this Envoy accept again"
 )
 
 // hints explains what the operator should change for prestop to see a request-level signal.
@@ -248,6 +299,9 @@ func hints(r Report) []string {
 	case StatePreInitializing, StateInitializing:
 		out = append(out, fmt.Sprintf(hintStarting, r.ServerState))
 	}
+	if r.ListenerManager.InboundStopped() {
+		out = append(out, fmt.Sprintf(hintListenersStopped, num(r.ListenerManager.Stopped)))
+	}
 	if r.generic {
 		for _, p := range r.Inbound {
 			if p.Signal == inbound.SignalNone {
@@ -256,6 +310,10 @@ func hints(r Report) []string {
 			}
 		}
 		return out
+	}
+	if len(r.UnknownPorts) > 0 {
+		return append(out, fmt.Sprintf("--port %v: this sidecar has no inbound endpoint for it; its inbound ports are %v "+
+			"(Istio names inbound stats by the target port the pod receives on)", r.UnknownPorts, r.InboundPorts))
 	}
 	if len(r.otherPorts) > 0 {
 		return append(out, fmt.Sprintf("no inbound request stats for --port %v, but the sidecar has them for port(s) %v: "+
@@ -283,19 +341,81 @@ func hints(r Report) []string {
 	return out
 }
 
-// portsWithRequests lists every inbound port that has a request-level signal.
-func portsWithRequests(ctx context.Context, admin Admin) []int {
-	snap, err := admin.Inbound(ctx, inbound.Selector{})
+// listenerManager reads the listener manager's counts; nil when the sidecar does not answer
+// them (the check then cannot tell, and says nothing).
+func listenerManager(ctx context.Context, admin Admin) *ListenerManager {
+	families, err := admin.Stats(ctx, listenerManagerFilter)
 	if err != nil {
 		return nil
 	}
-	var ports []int
-	for _, e := range snap.Endpoints {
-		if e.Port != nil && requestSignal(e) != inbound.SignalNone {
-			ports = append(ports, *e.Port)
+	var lm ListenerManager
+	for name, fam := range families {
+		var v float64
+		for _, m := range fam.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+		}
+		switch name {
+		case "envoy_listener_manager_listener_stopped", "listener_manager_listener_stopped":
+			lm.Stopped = &v
+		case "envoy_listener_manager_total_listeners_active", "listener_manager_total_listeners_active":
+			lm.Active = &v
 		}
 	}
-	return ports
+	if lm.Stopped == nil && lm.Active == nil {
+		return nil
+	}
+	return &lm
+}
+
+// inboundPorts lists every inbound port the sidecar has any stat for, and those with a
+// request-level signal.
+func inboundPorts(ctx context.Context, admin Admin) (known, withRequests []int) {
+	snap, err := admin.Inbound(ctx, inbound.Selector{})
+	if err != nil {
+		return nil, nil
+	}
+	for _, e := range snap.Endpoints {
+		if e.Port == nil || !hasAnyStat(e) {
+			continue
+		}
+		known = append(known, *e.Port)
+		if requestSignal(e) != inbound.SignalNone {
+			withRequests = append(withRequests, *e.Port)
+		}
+	}
+	sort.Ints(known)
+	sort.Ints(withRequests)
+	return known, withRequests
+}
+
+// portsWithoutStats are the selected ports for which the sidecar exposes nothing at all.
+func portsWithoutStats(snap inbound.Snapshot) []int {
+	var out []int
+	for _, e := range snap.Endpoints {
+		if e.Port != nil && !hasAnyStat(e) {
+			out = append(out, *e.Port)
+		}
+	}
+	return out
+}
+
+func hasAnyStat(e inbound.Endpoint) bool {
+	for _, v := range []*float64{e.HTTPRequestsTotal, e.HTTPRequestsActive, e.HTTPConnectionsActive,
+		e.ClusterRequestsTotal, e.ClusterRequestsActive, e.ClusterConnsActive, e.CompletedRequests} {
+		if v != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func containsInt(list []int, v int) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 func portsWithoutRequests(r Report) (missing, found []string) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/output"
 )
 
 // Options configure one status run.
@@ -15,7 +16,7 @@ type Options struct {
 	// AdminURL is only used in messages; Admin does the requests.
 	AdminURL string
 	Selector inbound.Selector
-	Output   string // OutputText (default) or OutputJSON
+	Output   string // OutputText (default), OutputJSON or OutputYAML
 	// Watch samples every Interval until ctx ends (Ctrl-C), showing the request rate.
 	Watch    bool
 	Interval time.Duration // default 1s
@@ -96,8 +97,8 @@ func sample(ctx context.Context, admin Admin, o Options) (Report, error) {
 
 func write(out io.Writer, r Report, o Options) error {
 	switch {
-	case o.Output == OutputJSON:
-		return WriteJSON(out, r)
+	case o.Output == OutputJSON || o.Output == OutputYAML:
+		return output.Write(out, o.Output, r)
 	case o.Watch && o.Terminal:
 		if _, err := io.WriteString(out, clearScreen); err != nil {
 			return err
@@ -116,8 +117,8 @@ func write(out io.Writer, r Report, o Options) error {
 func writeError(out io.Writer, err error, o Options) error {
 	now := o.Clock.Now().UTC().Format(time.RFC3339)
 	switch {
-	case o.Output == OutputJSON:
-		return WriteJSON(out, map[string]string{"sampled_at": now, "error": err.Error()})
+	case o.Output == OutputJSON || o.Output == OutputYAML:
+		return output.Write(out, o.Output, map[string]string{"sampled_at": now, "error": err.Error()})
 	case o.Terminal:
 		_, werr := fmt.Fprintf(out, "%s%s error: %v\n\nretrying every %s, Ctrl-C to stop\n", clearScreen, now, err, o.Interval)
 		return werr

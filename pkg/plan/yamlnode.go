@@ -1,0 +1,233 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// The manifests are edited as yaml.v3 node trees rather than decoded into structs: a user's
+// Deployment carries fields, comments and key order that a round trip through structs would
+// lose, and a plan must change only what it names.
+
+func mappingNode() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
+
+func sequenceNode(items ...*yaml.Node) *yaml.Node {
+	return &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: items}
+}
+
+func strNode(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	switch {
+	case strings.Contains(s, "\n"):
+		// A multi-line value (a YAML proxy config) reads best as a literal block.
+		n.Style = yaml.LiteralStyle
+	case strings.Contains(s, `"`):
+		// JSON in an annotation reads better single-quoted than with escaped quotes.
+		n.Style = yaml.SingleQuotedStyle
+	}
+	// Otherwise the encoder quotes a value that YAML would read as another type ("true", "15").
+	return n
+}
+
+func intNode(v int64) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v, 10)}
+}
+
+func boolNode(v bool) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v)}
+}
+
+// nullNode is an explicit null: in a strategic-merge patch it deletes the field.
+func nullNode() *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"} }
+
+// mapOf builds a mapping from key, value pairs, in that order.
+func mapOf(pairs ...any) *yaml.Node {
+	m := mappingNode()
+	for i := 0; i+1 < len(pairs); i += 2 {
+		setKey(m, pairs[i].(string), pairs[i+1].(*yaml.Node))
+	}
+	return m
+}
+
+// resolve follows aliases, so an anchored value is read like any other.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+// lookup returns the value under key in mapping m, or nil.
+func lookup(m *yaml.Node, key string) *yaml.Node {
+	m = resolve(m)
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return resolve(m.Content[i+1])
+		}
+	}
+	return nil
+}
+
+// path follows keys through nested mappings; nil when any is missing.
+func path(m *yaml.Node, keys ...string) *yaml.Node {
+	for _, k := range keys {
+		m = lookup(m, k)
+	}
+	return m
+}
+
+// setKey sets key in mapping m to v, in place when the key exists (its comments stay).
+func setKey(m *yaml.Node, key string, v *yaml.Node) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			v.LineComment = m.Content[i+1].LineComment
+			m.Content[i+1] = v
+			return
+		}
+	}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+}
+
+// ensureMap returns the mapping under key, creating it (or replacing a null) when needed.
+func ensureMap(m *yaml.Node, key string) (*yaml.Node, error) {
+	if v := lookup(m, key); v != nil {
+		switch {
+		case v.Kind == yaml.MappingNode:
+			return v, nil
+		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null":
+		default:
+			return nil, fmt.Errorf("%s is not a mapping", key)
+		}
+	}
+	v := mappingNode()
+	setKey(m, key, v)
+	return v, nil
+}
+
+// ensureSeq returns the sequence under key, creating it when needed.
+func ensureSeq(m *yaml.Node, key string) (*yaml.Node, error) {
+	if v := lookup(m, key); v != nil {
+		switch {
+		case v.Kind == yaml.SequenceNode:
+			return v, nil
+		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null":
+		default:
+			return nil, fmt.Errorf("%s is not a list", key)
+		}
+	}
+	v := sequenceNode()
+	setKey(m, key, v)
+	return v, nil
+}
+
+// itemByKey finds the element of a sequence of mappings whose key field equals value
+// (strategic merge's merge key: containers and volumes by name, mounts by mountPath).
+func itemByKey(seq *yaml.Node, key, value string) (int, *yaml.Node) {
+	seq = resolve(seq)
+	if seq == nil || seq.Kind != yaml.SequenceNode {
+		return -1, nil
+	}
+	for i, item := range seq.Content {
+		if v := lookup(item, key); v != nil && v.Value == value {
+			return i, resolve(item)
+		}
+	}
+	return -1, nil
+}
+
+// upsert replaces the element with the same merge key, or appends item.
+func upsert(seq *yaml.Node, key string, item *yaml.Node) (added bool) {
+	i, _ := itemByKey(seq, key, lookup(item, key).Value)
+	if i < 0 {
+		seq.Content = append(seq.Content, item)
+		return true
+	}
+	seq.Content[i] = item
+	return false
+}
+
+// items are a sequence's elements; none when n is not a sequence.
+func items(n *yaml.Node) []*yaml.Node {
+	if n = resolve(n); n == nil || n.Kind != yaml.SequenceNode {
+		return nil
+	}
+	return n.Content
+}
+
+func scalar(n *yaml.Node) string {
+	if n = resolve(n); n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.Value
+}
+
+// stringsOf reads a sequence of scalars.
+func stringsOf(n *yaml.Node) []string {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.SequenceNode {
+		return nil
+	}
+	var out []string
+	for _, item := range n.Content {
+		out = append(out, scalar(item))
+	}
+	return out
+}
+
+// jsonOf writes a node as compact JSON with ", " and ": " separators, keys in their order:
+// how people write a proxy.istio.io/config annotation by hand.
+func jsonOf(n *yaml.Node) (string, error) {
+	n = resolve(n)
+	var b strings.Builder
+	switch n.Kind {
+	case yaml.MappingNode:
+		b.WriteByte('{')
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			k, _ := json.Marshal(n.Content[i].Value)
+			v, err := jsonOf(n.Content[i+1])
+			if err != nil {
+				return "", err
+			}
+			b.Write(k)
+			b.WriteString(": ")
+			b.WriteString(v)
+		}
+		b.WriteByte('}')
+	case yaml.SequenceNode:
+		b.WriteByte('[')
+		for i, item := range n.Content {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			v, err := jsonOf(item)
+			if err != nil {
+				return "", err
+			}
+			b.WriteString(v)
+		}
+		b.WriteByte(']')
+	case yaml.ScalarNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return "", err
+		}
+		data, err := json.Marshal(v)
+		if err != nil {
+			return "", err
+		}
+		b.Write(data)
+	default:
+		return "", fmt.Errorf("cannot write YAML node kind %d as JSON", n.Kind)
+	}
+	return b.String(), nil
+}
