@@ -27,7 +27,7 @@ func enumFlags() map[string]map[string][]string {
 			"output":     output.Formats,
 			"min-signal": {string(status.MinRequests), string(status.MinCompletions), string(status.MinConnections)},
 		},
-		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions()},
+		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions(), "mesh": meshCompletions()},
 		"version": {"output": output.Formats},
 		"simulate": {
 			"output":       output.Formats,
