@@ -6,6 +6,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
 	"github.com/meshdrain/meshdrain/pkg/output"
 	"github.com/meshdrain/meshdrain/pkg/podsim"
 	"github.com/meshdrain/meshdrain/pkg/status"
@@ -22,9 +23,10 @@ func enumFlags() map[string]map[string][]string {
 			"signal":     {"TERM", "INT", "QUIT", "HUP", "USR1", "USR2"},
 			"log-format": logFormats,
 		},
-		"status": {"output": output.Formats},
+		"status": {"output": output.Formats, "mesh": sidecarMeshes},
 		"check": {
 			"output":     output.Formats,
+			"mesh":       sidecarMeshes,
 			"min-signal": {string(status.MinRequests), string(status.MinCompletions), string(status.MinConnections)},
 		},
 		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions(), "mesh": meshCompletions()},
@@ -36,6 +38,8 @@ func enumFlags() map[string]map[string][]string {
 			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
 		},
 		"emulate": {
+			"mesh":           {meshIstio, meshLinkerd},
+			"injection":      {string(linkerdsim.InjectionNative), string(linkerdsim.InjectionClassic)},
 			"profile":        {string(envoysim.ProfileIstio), string(envoysim.ProfileIstioLegacy), string(envoysim.ProfileEnvoy)},
 			"inclusion":      {string(envoysim.InclusionAll), string(envoysim.InclusionIstioDefault)},
 			"agent":          {string(envoysim.AgentClassic), string(envoysim.AgentNative), string(envoysim.AgentExitOnZero), string(envoysim.AgentNone)},

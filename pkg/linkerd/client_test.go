@@ -288,3 +288,27 @@ func TestDetect(t *testing.T) {
 		t.Errorf("DetectAny with no sidecar: %v", err)
 	}
 }
+
+// TestDetectWithRemote: the loopback guard holds by default; AllowRemote lifts it. The
+// "remote" host is never dialled: the transport sends every connection to a loopback server.
+func TestDetectWithRemote(t *testing.T) {
+	proxy, _ := adminServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ready":
+			_, _ = w.Write([]byte("ready\n"))
+		case "/live":
+			_, _ = w.Write([]byte("live\n"))
+		}
+	})
+	loopback := strings.TrimPrefix(proxy.URL, "http://")
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, loopback)
+	}}}
+	const remote = "http://10.255.0.1:4191"
+	if _, err := DetectWith(context.Background(), remote, Options{HTTPClient: hc}); err == nil || !strings.Contains(err.Error(), "not loopback") {
+		t.Errorf("a remote admin URL without AllowRemote: %v", err)
+	}
+	if mesh, err := DetectWith(context.Background(), remote, Options{HTTPClient: hc, AllowRemote: true}); err != nil || mesh != MeshLinkerd {
+		t.Errorf("AllowRemote: %q %v", mesh, err)
+	}
+}

@@ -36,7 +36,15 @@ var ErrNotASidecar = errors.New("the admin port answered, but neither as a Linke
 // fetched for this. A refused connection is returned as is, so the caller can tell "no
 // sidecar here" from "something else here".
 func Detect(ctx context.Context, hc *http.Client, baseURL string) (Mesh, error) {
-	c, err := New(baseURL, Options{HTTPClient: hc})
+	return DetectWith(ctx, baseURL, Options{HTTPClient: hc})
+}
+
+// DetectWith is Detect with the client's options: RequestTimeout bounds each of its two
+// requests, and AllowRemote lets `meshdrain status` and `check`, which people run by hand
+// against a port-forward or from a debug pod, look at a sidecar that is not on loopback, as
+// they always could for Envoy. The drain keeps the loopback guard.
+func DetectWith(ctx context.Context, baseURL string, opts Options) (Mesh, error) {
+	c, err := New(baseURL, opts)
 	if err != nil {
 		return "", err
 	}
