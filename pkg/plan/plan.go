@@ -3,8 +3,9 @@
 // late the slowest client learns that the pod is gone, how long the app needs to finish its
 // in-flight work) and the kind of sidecar, it derives every bound of the pod's termination:
 // meshdrain's deadline, terminationGracePeriodSeconds, and the sidecar setting that keeps
-// Envoy alive until the app has finished. It is a plain function so `meshdrain simulate`
-// replays exactly the numbers `meshdrain plan` recommends.
+// the proxy serving until the app has finished (Istio's Envoy, or a Linkerd proxy: see
+// linkerd.go). It is a plain function so `meshdrain simulate` replays exactly the numbers
+// `meshdrain plan` recommends.
 package plan
 
 import (
