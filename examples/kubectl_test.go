@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/meshdrain/meshdrain/pkg/cli"
+	"github.com/meshdrain/meshdrain/pkg/plan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -299,4 +300,116 @@ func TestKustomizeComponent(t *testing.T) {
 	checkPodTemplate(t, "istio-native", after)
 	checkUntouched(t, decodeWorkload(t, "overlay deployment", before), after)
 	checkRestricted(t, "kustomize overlay", after.Spec)
+}
+
+// linkerdWorkloads are Linkerd workloads plan must change without adding an Istio setting:
+// injection and a proxy setting on the pod with a guessed sleep in the app; a classic proxy
+// whose own sleep is too short; injection asked for on the namespace (--mesh linkerd).
+var linkerdWorkloads = map[string]struct {
+	manifest string
+	args     []string
+}{
+	"native, exec sleep preStop": {manifest: `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: orders
+  namespace: shop
+spec:
+  selector:
+    matchLabels: {app: orders}
+  template:
+    metadata:
+      labels: {app: orders}
+      annotations:
+        linkerd.io/inject: enabled
+        config.linkerd.io/proxy-cpu-request: 100m
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: orders
+        image: registry.example.com/orders:1.2.3
+        ports:
+        - containerPort: 8080
+        lifecycle:
+          preStop:
+            exec:
+              command: ["sleep", "15"]
+`},
+	"classic, proxy sleep too short": {manifest: `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: orders
+spec:
+  selector:
+    matchLabels: {app: orders}
+  template:
+    metadata:
+      labels: {app: orders}
+      annotations:
+        linkerd.io/inject: enabled
+        config.linkerd.io/proxy-enable-native-sidecar: "false"
+        config.alpha.linkerd.io/proxy-wait-before-exit-seconds: "5"
+    spec:
+      containers:
+      - name: orders
+        image: registry.example.com/orders:1.2.3
+        ports:
+        - containerPort: 8080
+`},
+	"namespace injection, sleep action": {args: []string{"--mesh", "linkerd"}, manifest: `apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: orders
+spec:
+  serviceName: orders
+  selector:
+    matchLabels: {app: orders}
+  template:
+    metadata:
+      labels: {app: orders}
+    spec:
+      containers:
+      - name: orders
+        image: registry.example.com/orders:1.2.3
+        lifecycle:
+          preStop:
+            sleep:
+              seconds: 15
+`},
+}
+
+// TestPlanLinkerdPatchThroughKubectl applies plan's patch for each Linkerd workload with
+// kubectl patch --local, decodes the result strictly and checks it like the Linkerd examples;
+// plan's own changed manifest must be the same workload.
+func TestPlanLinkerdPatchThroughKubectl(t *testing.T) {
+	k := newKubectl(t)
+	for name, w := range linkerdWorkloads {
+		t.Run(name, func(t *testing.T) {
+			args := append(append(append([]string{}, storyArgs...), w.args...), "-f", "-", "--replace-prestop", "-o", "yaml")
+			patch := meshdrain(t, []byte(w.manifest), append(args, "--patch")...)
+			if strings.Contains(string(patch), "istio") {
+				t.Errorf("the patch of a Linkerd workload sets an Istio setting:\n%s", patch)
+			}
+			patched := k.patchLocal([]byte(w.manifest), patch)
+			before := decodeWorkload(t, "before", []byte(w.manifest))
+			after := decodeWorkload(t, "kubectl patch --local", patched)
+			checkUntouched(t, before, after)
+			judged := *after.DeepCopy()
+			if _, ok := judged.Annotations[plan.LinkerdInjectAnnotation]; !ok && len(w.args) > 0 {
+				// Injection asked for on the namespace: the pod would carry it once admitted.
+				if judged.Annotations == nil {
+					judged.Annotations = map[string]string{}
+				}
+				judged.Annotations[plan.LinkerdInjectAnnotation] = "enabled"
+			}
+			checkPodTemplate(t, "linkerd", judged)
+
+			own := decodeWorkload(t, "plan -o yaml", meshdrain(t, []byte(w.manifest), args...))
+			if !reflect.DeepEqual(own, after) {
+				a, _ := yaml.Marshal(after)
+				b, _ := yaml.Marshal(own)
+				t.Errorf("plan's changed manifest differs from kubectl's patch result:\nkubectl:\n%s\nplan:\n%s", a, b)
+			}
+		})
+	}
 }

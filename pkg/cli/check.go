@@ -16,6 +16,7 @@ type checkOptions struct {
 	gracePeriod              time.Duration
 	appDrain                 time.Duration
 	terminationDrainDuration time.Duration
+	proxyWaitBeforeExit      time.Duration
 }
 
 func newCheckCommand(s streams) *cobra.Command {
@@ -30,14 +31,21 @@ func newCheckCommand(s streams) *cobra.Command {
 		Short: "Smoke-check a pod for CI or readiness: exit 0 only if prestop will find a request-level signal",
 		Long: `check verifies that meshdrain prestop can do its job in this pod:
 
-  - the Envoy admin API answers (--admin),
-  - the server is LIVE,
-  - a request-level inbound signal (HTTP or inbound-cluster request counters) exists for every
-    --port given, or for at least one inbound port; --min-signal completions or connections
-    also accepts istio_requests_total or connection counts,
+  - the sidecar's admin API answers (--mesh auto finds which sidecar: Linkerd's admin port
+    4191, then Envoy's 15000; or --admin),
+  - the server is LIVE (Envoy) or ready (Linkerd's /ready),
+  - a request-level inbound signal (HTTP or inbound-cluster request counters; Linkerd's
+    request_total with response_total) exists for every --port given, or for at least one
+    inbound port; --min-signal completions or connections also accepts istio_requests_total
+    or connection counts,
   - with --grace-period: prestop's deadline (grace - app-drain - 1s) leaves time, and with
     --termination-drain-duration the classic sidecar outlives the app (the sidecar cannot tell
-    its own terminationDrainDuration: pass the value of the pod's proxy config).
+    its own terminationDrainDuration: pass the value of the pod's proxy config); for a classic
+    Linkerd proxy --proxy-wait-before-exit does the same for its preStop sleep.
+
+A Linkerd proxy needs no annotation for its metrics, but writes a port's series only once
+traffic has used it and drops them after 10 minutes idle: a --port with no series fails
+(quiet or wrong, the proxy cannot tell), one that only the kubelet's probes reached warns.
 
 Each problem is printed with its fix (e.g. the exact sidecar.istio.io/statsInclusionPrefixes
 annotation). Exit codes: 0 passed; 1 a problem was found; 2 bad flags.
@@ -48,6 +56,9 @@ environment is checked with the same settings.`,
 
   # Also verify the termination timing of a classic Istio sidecar:
   meshdrain check --grace-period 30s --app-drain 5s --termination-drain-duration 30s
+
+  # A classic Linkerd proxy, with its proxy-wait-before-exit-seconds:
+  meshdrain check --mesh linkerd --port 8080 --grace-period 52s --app-drain 5s --proxy-wait-before-exit 51s
 
   # Accept istio_requests_total when request-level stats cannot be enabled, as JSON:
   meshdrain check --min-signal completions -o json`,
@@ -65,7 +76,8 @@ environment is checked with the same settings.`,
 	f.StringVar(&o.minSignal, "min-signal", o.minSignal, "weakest signal accepted: requests, completions or connections")
 	f.DurationVar(&o.gracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds: enables the timing checks")
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM (as prestop's --app-drain)")
-	f.DurationVar(&o.terminationDrainDuration, "termination-drain-duration", 0, "the pod's proxy config terminationDrainDuration (classic sidecars), to verify it outlives the app")
+	f.DurationVar(&o.terminationDrainDuration, "termination-drain-duration", 0, "the pod's proxy config terminationDrainDuration (classic Istio sidecars), to verify it outlives the app")
+	f.DurationVar(&o.proxyWaitBeforeExit, "proxy-wait-before-exit", 0, "the pod's config.alpha.linkerd.io/proxy-wait-before-exit-seconds (classic Linkerd proxies), to verify it outlives the app")
 	return cmd
 }
 
@@ -78,23 +90,33 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 	if err != nil {
 		return usageError("--min-signal: %v", err)
 	}
-	if o.gracePeriod < 0 || o.appDrain < 0 || o.terminationDrainDuration < 0 {
-		return usageError("--grace-period, --app-drain and --termination-drain-duration must not be negative")
+	if o.gracePeriod < 0 || o.appDrain < 0 || o.terminationDrainDuration < 0 || o.proxyWaitBeforeExit < 0 {
+		return usageError("--grace-period, --app-drain, --termination-drain-duration and --proxy-wait-before-exit must not be negative")
 	}
 	if o.terminationDrainDuration > 0 && o.gracePeriod == 0 {
 		return usageError("--termination-drain-duration is judged against the app's latest exit: give --grace-period too")
 	}
-	client, sel, err := o.sidecar.client()
+	if o.proxyWaitBeforeExit > 0 && o.gracePeriod == 0 {
+		return usageError("--proxy-wait-before-exit is judged against the app's latest exit: give --grace-period too")
+	}
+	switch {
+	case o.sidecar.mesh == meshLinkerd && o.terminationDrainDuration > 0:
+		return usageError("--termination-drain-duration is Istio's pilot-agent setting; a classic Linkerd proxy has --proxy-wait-before-exit")
+	case (o.sidecar.mesh == meshIstio || o.sidecar.mesh == meshEnvoy) && o.proxyWaitBeforeExit > 0:
+		return usageError("--proxy-wait-before-exit is a Linkerd proxy's setting; a classic Istio sidecar has --termination-drain-duration")
+	}
+	sc, admin, sel, err := o.sidecar.sidecar()
 	if err != nil {
 		return err
 	}
-	res, err := status.Check(cmd.Context(), client, s.out, status.CheckOptions{
-		AdminURL:                 client.URL(),
+	res, err := status.Check(cmd.Context(), sc, s.out, status.CheckOptions{
+		AdminURL:                 admin,
 		Selector:                 sel,
 		MinSignal:                minSignal,
 		GracePeriod:              o.gracePeriod,
 		AppDrain:                 o.appDrain,
 		TerminationDrainDuration: o.terminationDrainDuration,
+		ProxyWaitBeforeExit:      o.proxyWaitBeforeExit,
 		Output:                   output,
 		Timeout:                  o.sidecar.connectTimeout,
 	})

@@ -80,9 +80,18 @@ func TestCheckCommandJSON(t *testing.T) {
 
 func TestCheckCommandUnreachable(t *testing.T) {
 	url := closedAdminURL(t)
-	code, out, _ := runMain(t, "check", "--admin", url)
+	code, out, _ := runMain(t, "check", "--mesh", "istio", "--admin", url)
 	if code != ExitFailure || !strings.Contains(out, "admin API at "+url+" not reachable: is this a pod with an Envoy sidecar? is the admin port 15000?") {
-		t.Errorf("exit %d:\n%s", code, out)
+		t.Errorf("--mesh istio: exit %d:\n%s", code, out)
+	}
+	// With --mesh auto (the default) nothing says which sidecar was meant.
+	code, out, _ = runMain(t, "check", "--admin", url)
+	if code != ExitFailure || !strings.Contains(out, "no sidecar admin port reachable at "+url+": is this a pod with a Linkerd proxy or an Envoy sidecar?") {
+		t.Errorf("--mesh auto: exit %d:\n%s", code, out)
+	}
+	code, out, _ = runMain(t, "check", "--mesh", "linkerd", "--admin", url)
+	if code != ExitFailure || !strings.Contains(out, "admin port at "+url+" not reachable: is this a pod with a Linkerd proxy? is its admin port 4191?") {
+		t.Errorf("--mesh linkerd: exit %d:\n%s", code, out)
 	}
 }
 

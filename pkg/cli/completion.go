@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
 	"github.com/meshdrain/meshdrain/pkg/output"
 	"github.com/meshdrain/meshdrain/pkg/podsim"
 	"github.com/meshdrain/meshdrain/pkg/status"
@@ -24,12 +25,13 @@ func enumFlags() map[string]map[string][]string {
 			"signal":     {"TERM", "INT", "QUIT", "HUP", "USR1", "USR2"},
 			"log-format": logFormats,
 		},
-		"status": {"output": output.Formats},
+		"status": {"output": output.Formats, "mesh": sidecarMeshes},
 		"check": {
 			"output":     output.Formats,
+			"mesh":       sidecarMeshes,
 			"min-signal": {string(status.MinRequests), string(status.MinCompletions), string(status.MinConnections)},
 		},
-		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions()},
+		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions(), "mesh": meshCompletions()},
 		"version": {"output": output.Formats},
 		"simulate": {
 			"output":       output.Formats,
@@ -38,6 +40,8 @@ func enumFlags() map[string]map[string][]string {
 			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
 		},
 		"emulate": {
+			"mesh":           {meshIstio, meshLinkerd},
+			"injection":      {string(linkerdsim.InjectionNative), string(linkerdsim.InjectionClassic)},
 			"profile":        {string(envoysim.ProfileIstio), string(envoysim.ProfileIstioLegacy), string(envoysim.ProfileEnvoy)},
 			"inclusion":      {string(envoysim.InclusionAll), string(envoysim.InclusionIstioDefault)},
 			"agent":          {string(envoysim.AgentClassic), string(envoysim.AgentNative), string(envoysim.AgentExitOnZero), string(envoysim.AgentNone)},

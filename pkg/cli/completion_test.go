@@ -62,6 +62,7 @@ var freeFormFlags = map[string]bool{
 	"admin": true, "cluster": true, "http-prefix": true, "pidfile": true, "shutdown-url": true, "exec": true,
 	"log-file": true, "source": true, "eds-lag": true, "meshdrain-bin": true, "inbound": true, "inclusion-prefix": true,
 	"bind-address": true, "filename": true, "workload": true, "container": true, "image": true, "dir": true,
+	"probe-path": true,
 }
 
 // TestEveryEnumFlagCompletes: every string flag of every command either completes its values
@@ -88,6 +89,8 @@ func TestEveryEnumFlagCompletes(t *testing.T) {
 		{[]string{"__complete", "emulate", "--agent", ""}, []string{"classic", "native", "exit-on-zero", "none"}},
 		{[]string{"__complete", "simulate", "--sidecar", ""}, []string{"istio-default", "recommended"}},
 		{[]string{"__complete", "version", "-o", ""}, []string{"yaml"}},
+		{[]string{"__complete", "status", "--mesh", ""}, []string{"auto", "istio", "envoy", "linkerd"}},
+		{[]string{"__complete", "plan", "--mesh", ""}, []string{"istio", "linkerd"}},
 	} {
 		code, out, _ := runMain(t, c.args...)
 		for _, want := range c.want {

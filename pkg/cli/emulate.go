@@ -11,18 +11,25 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
 )
 
 // emulateOptions are the flags of meshdrain emulate, with Istio's defaults.
 type emulateOptions struct {
-	cfg       envoysim.Config
-	admin     string
-	inbound   []string
-	profile   string
-	inclusion string
-	agent     string
-	logFormat string
+	cfg        envoysim.Config
+	mesh       string
+	injection  string
+	wait       time.Duration
+	admin      string
+	inbound    []string
+	probePaths []string
+	profile    string
+	inclusion  string
+	agent      string
+	logFormat  string
 }
 
 func defaultEmulateOptions() emulateOptions {
@@ -36,7 +43,8 @@ func defaultEmulateOptions() emulateOptions {
 			ExitOnZeroPoll:           time.Second,
 			Workers:                  2,
 		},
-		admin:     "http://127.0.0.1:15000",
+		mesh:      meshIstio,
+		injection: string(linkerdsim.InjectionNative),
 		profile:   string(envoysim.ProfileIstio),
 		inclusion: string(envoysim.InclusionAll),
 		agent:     string(envoysim.AgentClassic),
@@ -48,7 +56,7 @@ func newEmulateCommand(s streams) *cobra.Command {
 	opts := defaultEmulateOptions()
 	cmd := &cobra.Command{
 		Use:   "emulate --inbound PORT=APP_ADDR [flags]",
-		Short: "Run an emulated Istio sidecar (Envoy admin API, inbound proxy, pilot-agent) in the foreground",
+		Short: "Run an emulated Istio sidecar (Envoy admin API, inbound proxy, pilot-agent) or Linkerd proxy in the foreground",
 		Long: `emulate runs meshdrain's Envoy sidecar emulator: an admin API with Envoy's methods, status
 codes and stat names (plain Envoy, Istio >= 1.23 or Istio < 1.23), a real inbound HTTP/1.1
 proxy in front of your app that counts like Envoy, Envoy's drain semantics, and pilot-agent's
@@ -57,7 +65,15 @@ termination modes. Use it to smoke-test an app and its preStop hook in CI withou
 --inbound PORT=APP_ADDR listens on a free loopback port; PORT=LISTEN_ADDR>APP_ADDR listens
 where you say. PORT is the target port as it appears in stat names (inbound|PORT||).
 The admin URL and the inbound addresses are printed first; then one access log line per
-request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when Envoy has.`,
+request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when Envoy has.
+
+--mesh linkerd runs meshdrain's Linkerd proxy emulator instead (pkg/linkerdsim): an admin
+port (default http://127.0.0.1:4191) with /metrics, /ready and /live as linkerd2-proxy writes
+them, and an inbound HTTP/1.1 proxy that counts request_total, response_total and the
+transport metrics per target port (--probe-path requests on the "probe" route). On SIGTERM
+or SIGINT it stops accepting on every port at once and exits when its connections have
+closed: a native sidecar at once (the app is taken to have exited), a classic one after
+--wait-before-exit. The Envoy flags (--profile, --agent, ...) do not apply to it.`,
 		Example: `  # a sidecar in front of an app on :8080, clients connect to 127.0.0.1:15006
   meshdrain emulate --inbound '8080=127.0.0.1:15006>127.0.0.1:8080'
 
@@ -66,9 +82,21 @@ request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when
     --inclusion istio-default --agent exit-on-zero
 
   # a large mesh: 5000 outbound clusters (an unfiltered /stats of 100k+ lines)
-  meshdrain emulate --inbound 8080=127.0.0.1:8080 --extra-clusters 5000`,
+  meshdrain emulate --inbound 8080=127.0.0.1:8080 --extra-clusters 5000
+
+  # a Linkerd proxy in front of the same app, admin on 127.0.0.1:4191
+  meshdrain emulate --mesh linkerd --inbound '8080=127.0.0.1:14143>127.0.0.1:8080' --probe-path /healthz`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.mesh == meshLinkerd {
+				return runEmulateLinkerd(cmd, s, opts)
+			}
+			if opts.mesh != meshIstio {
+				return usageError("--mesh %q: want istio or linkerd", opts.mesh)
+			}
+			if opts.admin == "" {
+				opts.admin = envoyadmin.DefaultURL
+			}
 			cfg := opts.cfg
 			addr, err := adminListenAddr(opts.admin)
 			if err != nil {
@@ -95,7 +123,11 @@ request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.admin, "admin", opts.admin, "the admin API's base URL, as prestop, status and check take it (http://HOST:PORT; port 0 picks a free one)")
+	f.StringVar(&opts.mesh, "mesh", opts.mesh, "the sidecar to emulate: istio (an Envoy sidecar) or linkerd")
+	f.StringVar(&opts.admin, "admin", "", "the admin API's base URL, as prestop, status and check take it (http://HOST:PORT; port 0 picks a free one; default "+envoyadmin.DefaultURL+", Linkerd "+linkerd.DefaultAdminURL+")")
+	f.StringVar(&opts.injection, "injection", opts.injection, "linkerd: native (SIGTERM once the app has exited) or classic")
+	f.DurationVar(&opts.wait, "wait-before-exit", 0, "linkerd, classic: the proxy's preStop sleep (proxy-wait-before-exit-seconds)")
+	f.StringArrayVar(&opts.probePaths, "probe-path", nil, "linkerd: a kubelet probe path on the app's ports, counted on the probe route (repeatable)")
 	f.StringArrayVar(&opts.inbound, "inbound", nil, "inbound port, PORT=APP_ADDR or PORT=LISTEN_ADDR>APP_ADDR (repeatable)")
 	f.StringVar(&opts.profile, "profile", opts.profile, "stat naming: envoy, istio (>= 1.23) or istio-legacy (< 1.23)")
 	f.StringVar(&opts.inclusion, "inclusion", opts.inclusion, "stats kept: all, or istio-default (Istio's default inclusion list)")
@@ -113,6 +145,49 @@ request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when
 	f.IntVar(&opts.cfg.Workers, "workers", opts.cfg.Workers, "Envoy worker threads (per-worker listener stats)")
 	f.StringVar(&opts.logFormat, "log-format", opts.logFormat, "log format on stderr: json or console")
 	return cmd
+}
+
+// runEmulateLinkerd runs the Linkerd proxy emulator until it exits or the command's context
+// ends; the latter is the pod's deletion and, for a native sidecar, the app's exit.
+func runEmulateLinkerd(cmd *cobra.Command, s streams, opts emulateOptions) error {
+	if opts.admin == "" {
+		opts.admin = linkerd.DefaultAdminURL
+	}
+	addr, err := adminListenAddr(opts.admin)
+	if err != nil {
+		return usageError("--admin: %v", err)
+	}
+	cfg := linkerdsim.Config{AdminAddr: addr, Injection: linkerdsim.Injection(opts.injection), WaitBeforeExit: opts.wait, ProbePaths: opts.probePaths}
+	for _, spec := range opts.inbound {
+		in, err := envoysim.ParseInboundPort(spec)
+		if err != nil {
+			return usageError("--inbound: %v", err)
+		}
+		cfg.Inbound = append(cfg.Inbound, linkerdsim.InboundPort{Port: in.Port, ListenAddr: in.ListenAddr, AppAddr: in.AppAddr})
+	}
+	logger, closeLog, err := newLogger(opts.logFormat, "", s.err, zapcore.InfoLevel)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	cfg.Logger = logger
+	proxy, err := linkerdsim.Start(cfg)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	fmt.Fprintf(s.out, "admin: %s\n", proxy.AdminURL())
+	for _, in := range cfg.Inbound {
+		fmt.Fprintf(s.out, "inbound %d: %s -> %s\n", in.Port, proxy.InboundAddr(in.Port), in.AppAddr)
+	}
+	select {
+	case <-proxy.Done():
+	case <-cmd.Context().Done():
+		proxy.Terminate()
+		proxy.AppExited() // a native sidecar: the kubelet's SIGTERM once the app is gone
+		<-proxy.Done()
+	}
+	logger.Info("emulator stopped", zap.String("reason", proxy.ExitReason()))
+	return nil
 }
 
 // adminListenAddr turns the --admin URL into the address to listen on: the same spelling as

@@ -18,6 +18,7 @@ import (
 type planOptions struct {
 	in       plan.Input
 	edsLag   string
+	mesh     string
 	sidecar  string
 	output   string
 	file     string
@@ -42,6 +43,7 @@ func defaultPlanOptions() planOptions {
 			Poll:          plan.DefaultPoll,
 			DrainDuration: plan.DefaultDrainDuration,
 		},
+		mesh:    string(plan.MeshIstio),
 		sidecar: string(plan.Classic),
 		output:  outputText,
 		patch:   plan.PatchOptions{Image: plan.DefaultImage, Dir: "/meshdrain"},
@@ -64,6 +66,15 @@ injects them by default on kubelets >= 1.33), terminationDrainDuration for a cla
 sidecar, or EXIT_ON_ZERO_ACTIVE_CONNECTIONS with MINIMUM_DRAIN_DURATION. Every number comes
 with its arithmetic.
 
+--mesh linkerd plans for a Linkerd proxy instead: it has no drain call and stops accepting
+in both directions at SIGTERM, so what matters is when that SIGTERM comes. A native sidecar
+(--sidecar native, Linkerd's default since 2.20) gets it after the app has exited and needs
+no annotation; a classic proxy (--sidecar classic) needs
+config.alpha.linkerd.io/proxy-wait-before-exit-seconds to cover meshdrain's deadline and the
+app's drain, and config.linkerd.io/proxy-enable-native-sidecar: "false" so that Linkerd >=
+2.20 keeps it classic (its injector refuses the sleep with a native sidecar). The preStop
+then reads the proxy on its admin port 4191 (--mesh=linkerd --admin=http://127.0.0.1:4191).
+
 --eds-lag is how late clients stop sending to a deleted pod. Either the last client's lag
 (what meshdrain's own last_arrival_ms showed over past drains, with room to spare), or one
 client's distribution p50=D,p99=D (istiod's pilot_proxy_convergence_time quantiles) with
@@ -75,7 +86,9 @@ the clients actually stop.
 -f FILE (or - for stdin) reads your Deployment, StatefulSet or DaemonSet (multi-document YAML
 or JSON): its terminationGracePeriodSeconds, containers, ports, annotations and preStop. The
 plan then merges into its proxy.istio.io/config and statsInclusionPrefixes (every other key
-is kept), takes the sidecar kind from its annotations unless --sidecar is given, and refuses
+is kept), takes the mesh and the sidecar kind from its annotations unless --mesh and
+--sidecar are given (linkerd.io/inject or config.linkerd.io/... mean Linkerd; injection
+asked for on the namespace does not show in the workload: pass --mesh linkerd), and refuses
 to replace a preStop hook that is not meshdrain's without --replace-prestop.
 
 -o text (default) the timeline, settings, arithmetic and, with -f, the changes;
@@ -87,6 +100,12 @@ the container named by --container.`,
 
   # the user's case: classic Istio 1.19 sidecar, grace period 30s today
   meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s --sidecar classic --grace-period 30s
+
+  # Linkerd, native sidecar (its default since 2.20): no annotation, only the grace period
+  meshdrain plan --mesh linkerd --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s
+
+  # Linkerd, classic proxy: proxy-wait-before-exit-seconds covers the app's exit
+  meshdrain plan --mesh linkerd --sidecar classic --p99 450ms --eds-lag 8s
 
   # change your own Deployment, or get a patch for it
   meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
@@ -131,9 +150,10 @@ the container named by --container.`,
 	f.DurationVar(&opts.in.Quiet, "quiet", opts.in.Quiet, "meshdrain's quiet window: no new inbound request for this long = clients stopped")
 	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval")
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s)")
-	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native sidecars, which ignore terminationDrainDuration)")
+	f.StringVar(&opts.mesh, "mesh", opts.mesh, "the service mesh: "+meshNames()+" (with -f: from the pod's annotations unless given)")
+	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native Istio sidecars, which ignore terminationDrainDuration; Linkerd: native (default) or classic)")
 	f.DurationVar(&opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today, to compare with the plan (with -f: read from the manifest)")
-	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio proxyConfig drainDuration in force (how long Envoy keeps accepting once drained; with -f: read from proxy.istio.io/config)")
+	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio only: proxyConfig drainDuration in force (how long Envoy keeps accepting once drained; with -f: read from proxy.istio.io/config)")
 	f.StringVarP(&opts.output, "output", "o", opts.output, "output format: text, json or yaml (see above)")
 	f.StringVarP(&opts.file, "filename", "f", "", "the workload's manifest (Deployment, StatefulSet or DaemonSet; - for stdin)")
 	f.StringVar(&opts.workload, "workload", "", "with -f: the workload's NAME or KIND/NAME when the file holds several")
@@ -150,6 +170,7 @@ the container named by --container.`,
 // runPlan reads the workload (with -f), derives the plan and prints it in the requested format.
 func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	opts.in.Sidecar = plan.Sidecar(opts.sidecar)
+	opts.in.Mesh = plan.Mesh(opts.mesh)
 	var manifests *plan.Manifests
 	var workload *plan.Workload
 	if opts.file != "" {
@@ -157,20 +178,21 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		if manifests, workload, err = readWorkload(s.in, opts); err != nil {
 			return err
 		}
-		if !changed("grace-period") {
-			opts.in.CurrentGracePeriod = workload.GracePeriod
+		if m, _ := workload.Mesh(); m != "" && !changed("mesh") {
+			opts.in.Mesh = m
 		}
-		if sc, _ := workload.Sidecar(); sc != "" && !changed("sidecar") {
-			opts.in.Sidecar = sc
+	}
+	if opts.in.Mesh == plan.MeshLinkerd {
+		if changed("drain-duration") {
+			return usageError("--drain-duration is Istio's proxyConfig drainDuration: a Linkerd proxy has no drain time (it stops accepting at SIGTERM)")
 		}
-		if !changed("drain-duration") {
-			d, err := workload.DrainDuration()
-			if err != nil {
-				return usageError("%v", err)
-			}
-			if d > 0 {
-				opts.in.DrainDuration = d
-			}
+		if !changed("sidecar") {
+			opts.in.Sidecar = "" // Linkerd's default, native, unless the workload says otherwise
+		}
+	}
+	if workload != nil {
+		if err := fromWorkload(&opts.in, workload, changed); err != nil {
+			return err
 		}
 	}
 	p, err := plan.Recommend(opts.in)
@@ -204,6 +226,38 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	return nil
 }
 
+// fromWorkload takes what the manifest says about the pod into the plan's input, where the
+// flags did not say it.
+func fromWorkload(in *plan.Input, workload *plan.Workload, changed func(string) bool) error {
+	if !changed("grace-period") {
+		in.CurrentGracePeriod = workload.GracePeriod
+	}
+	if in.Mesh == plan.MeshLinkerd {
+		if sc, _ := workload.LinkerdSidecar(); sc != "" && !changed("sidecar") {
+			in.Sidecar = sc
+		}
+		wait, err := workload.WaitBeforeExit()
+		if err != nil {
+			return usageError("%v", err)
+		}
+		in.CurrentWaitBeforeExit = wait
+		return nil
+	}
+	if sc, _ := workload.Sidecar(); sc != "" && !changed("sidecar") {
+		in.Sidecar = sc
+	}
+	if !changed("drain-duration") {
+		d, err := workload.DrainDuration()
+		if err != nil {
+			return usageError("%v", err)
+		}
+		if d > 0 {
+			in.DrainDuration = d
+		}
+	}
+	return nil
+}
+
 // readWorkload reads -f (a file or stdin) and finds the workload and its app container.
 func readWorkload(stdin io.Reader, opts planOptions) (*plan.Manifests, *plan.Workload, error) {
 	var r io.Reader = stdin
@@ -228,6 +282,18 @@ func readWorkload(stdin io.Reader, opts planOptions) (*plan.Manifests, *plan.Wor
 
 func sidecarNames() string {
 	return strings.Join(sidecarCompletions(), "|")
+}
+
+func meshNames() string {
+	return strings.Join(meshCompletions(), "|")
+}
+
+func meshCompletions() []string {
+	var names []string
+	for _, m := range plan.Meshes {
+		names = append(names, string(m))
+	}
+	return names
 }
 
 func sidecarCompletions() []string {

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -9,12 +11,14 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/status"
 )
 
 // sidecarFlags are the flags that say which sidecar and which inbound endpoints to read,
 // spelled as prestop spells them so an operator can copy a hook's flags to status or check.
 type sidecarFlags struct {
+	mesh           string
 	admin          string
 	ports          []int
 	clusters       []string
@@ -22,38 +26,113 @@ type sidecarFlags struct {
 	connectTimeout time.Duration
 }
 
+// Values of --mesh. istio and envoy both read an Envoy admin API (which of the two it is,
+// status still tells from the stats); linkerd reads a Linkerd proxy; auto asks the admin port.
+const (
+	meshAuto    = "auto"
+	meshIstio   = "istio"
+	meshEnvoy   = "envoy"
+	meshLinkerd = "linkerd"
+)
+
+// sidecarMeshes are the --mesh values of status and check.
+var sidecarMeshes = []string{meshAuto, meshIstio, meshEnvoy, meshLinkerd}
+
 func defaultSidecarFlags() sidecarFlags {
-	return sidecarFlags{admin: envoyadmin.DefaultURL, connectTimeout: 2 * time.Second}
+	return sidecarFlags{mesh: meshAuto, connectTimeout: 2 * time.Second}
 }
 
 func (s *sidecarFlags) bind(f *pflag.FlagSet) {
-	f.StringVar(&s.admin, "admin", s.admin, "Envoy admin API base URL")
+	f.StringVar(&s.mesh, "mesh", s.mesh, "the sidecar: auto (ask the admin port: Linkerd's 4191, then Envoy's 15000), istio, envoy or linkerd")
+	f.StringVar(&s.admin, "admin", "", "the sidecar's admin base URL (default per mesh: Envoy "+envoyadmin.DefaultURL+", Linkerd "+linkerd.DefaultAdminURL+")")
 	f.IntSliceVar(&s.ports, "port", nil, "inbound target port to read (repeatable; default: every inbound port found)")
 	f.StringSliceVar(&s.clusters, "cluster", nil, "generic Envoy: inbound cluster name, e.g. local_app (repeatable)")
 	f.StringSliceVar(&s.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix, e.g. public_listener (repeatable)")
 	f.DurationVar(&s.connectTimeout, "connect-timeout", s.connectTimeout, "bound on one sample's admin calls")
 }
 
-// client validates the flags and builds the admin client and the selector.
-func (s *sidecarFlags) client() (*envoyadmin.Client, inbound.Selector, error) {
+// sidecar validates the flags and returns the sidecar to sample, the admin URL to show (""
+// while the mesh is still to be detected) and the selector.
+func (s *sidecarFlags) sidecar() (status.Sidecar, string, inbound.Selector, error) {
 	var sel inbound.Selector
+	if !contains(sidecarMeshes, s.mesh) {
+		return nil, "", sel, usageError("--mesh %q: want %s", s.mesh, strings.Join(sidecarMeshes, ", "))
+	}
 	if s.connectTimeout <= 0 {
-		return nil, sel, usageError("--connect-timeout must be positive, got %v", s.connectTimeout)
+		return nil, "", sel, usageError("--connect-timeout must be positive, got %v", s.connectTimeout)
 	}
 	for _, p := range s.ports {
 		if p < 1 || p > 65535 {
-			return nil, sel, usageError("--port %d: not a port number", p)
+			return nil, "", sel, usageError("--port %d: not a port number", p)
 		}
 	}
-	if len(s.ports) > 0 && (len(s.clusters) > 0 || len(s.httpPrefixes) > 0) {
-		return nil, sel, usageError("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
+	generic := len(s.clusters) > 0 || len(s.httpPrefixes) > 0
+	if len(s.ports) > 0 && generic {
+		return nil, "", sel, usageError("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
 	}
-	client, err := envoyadmin.New(s.admin, envoyadmin.Options{RequestTimeout: min(s.connectTimeout, time.Second)})
-	if err != nil {
-		return nil, sel, usageError("--admin: %v", err)
+	if s.mesh == meshLinkerd && generic {
+		return nil, "", sel, usageError("--cluster and --http-prefix name Envoy stats; a Linkerd proxy counts per target port: use --port")
 	}
 	sel = inbound.Selector{Ports: s.ports, Clusters: s.clusters, HTTPPrefixes: s.httpPrefixes}
-	return client, sel, nil
+	if s.mesh == meshAuto {
+		candidates := []string{s.admin}
+		if s.admin == "" {
+			candidates = linkerd.DefaultCandidates
+		}
+		for _, u := range candidates {
+			if _, err := newAdminSidecar(linkerd.MeshLinkerd, u, s.connectTimeout); err != nil {
+				return nil, "", sel, usageError("--admin: %v", err)
+			}
+		}
+		detect := func(ctx context.Context, u string) (linkerd.Mesh, error) {
+			return linkerd.DetectWith(ctx, u, linkerd.Options{RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: true})
+		}
+		build := func(mesh linkerd.Mesh, u string) (status.Sidecar, error) {
+			return newAdminSidecar(mesh, u, s.connectTimeout)
+		}
+		return status.Detect(candidates, detect, build), s.admin, sel, nil
+	}
+	mesh, admin := linkerd.MeshEnvoy, s.admin
+	if s.mesh == meshLinkerd {
+		mesh = linkerd.MeshLinkerd
+	}
+	if admin == "" {
+		admin = defaultAdminURL(mesh)
+	}
+	sc, err := newAdminSidecar(mesh, admin, s.connectTimeout)
+	if err != nil {
+		return nil, "", sel, usageError("--admin: %v", err)
+	}
+	return sc, admin, sel, nil
+}
+
+// defaultAdminURL is where each sidecar's admin answers in the pod.
+func defaultAdminURL(mesh linkerd.Mesh) string {
+	if mesh == linkerd.MeshLinkerd {
+		return linkerd.DefaultAdminURL
+	}
+	return envoyadmin.DefaultURL
+}
+
+// newAdminSidecar is the one place status and check build their admin clients (issue 8
+// replaces the Envoy client's HTTP layer; this is where the two meet). Each call is bounded by
+// the sample's timeout, at most 1s. Status and check are run by hand, also against a
+// port-forward, so the Linkerd client accepts an admin that is not on loopback, as the
+// Envoy one always has.
+func newAdminSidecar(mesh linkerd.Mesh, adminURL string, timeout time.Duration) (status.Sidecar, error) {
+	perCall := min(timeout, time.Second)
+	if mesh == linkerd.MeshLinkerd {
+		c, err := linkerd.New(adminURL, linkerd.Options{RequestTimeout: perCall, AllowRemote: true})
+		if err != nil {
+			return nil, err
+		}
+		return status.Linkerd(c), nil
+	}
+	c, err := envoyadmin.New(adminURL, envoyadmin.Options{RequestTimeout: perCall})
+	if err != nil {
+		return nil, err
+	}
+	return status.Envoy(c), nil
 }
 
 type statusOptions struct {
@@ -68,11 +147,18 @@ func newStatusCommand(s streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [flags]",
 		Short: "Show what the sidecar's inbound side is doing now: state, signal, requests per port",
-		Long: `status reads the Envoy sidecar's admin API (the same filtered stats prestop reads) and shows:
-the server state, the stat naming profile and the signal prestop would use, and per inbound
-port the new-request counter, its rate, the active requests and the active connections. A
-value the sidecar does not expose is shown as "-" (null in JSON), never as 0. Hints say what
-to change when the stats prestop needs are missing.
+		Long: `status reads the sidecar's admin API (the same stats prestop reads) and shows: the server
+state, the stat naming profile and the signal prestop would use, and per inbound port the
+new-request counter, its rate, the active requests and the active connections. A value the
+sidecar does not expose is shown as "-" (null in JSON), never as 0. Hints say what to change
+when the stats prestop needs are missing.
+
+--mesh auto (the default) asks the admin port which sidecar it is: Linkerd's (4191) is tried
+first, then Envoy's (15000), or only --admin when given. For a Linkerd proxy status reads
+/metrics (the proxy cannot filter it): request_total per target port, request_total minus
+response_total as the requests in flight (Linkerd has no in-flight gauge), the client
+connections, and the kubelet's probes apart. A port no traffic has used for 10 minutes has no
+series at all: Linkerd drops idle label sets.
 
 --watch refreshes every --interval until Ctrl-C: in place on a terminal, one line per sample
 otherwise (-o json: one JSON object per line; -o yaml: one YAML document per sample). The rate is the counter's change between two
@@ -85,6 +171,9 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
 
   # Watch one port's request rate while a rollout runs:
   meshdrain status --port 8080 --watch --interval 500ms
+
+  # A Linkerd proxy (found by itself; --mesh linkerd skips the question):
+  kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080
 
   # A plain Envoy or Consul sidecar, as JSON:
   meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`,
@@ -112,12 +201,12 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 	if o.interval <= 0 {
 		return usageError("--interval must be positive, got %v", o.interval)
 	}
-	client, sel, err := o.sidecar.client()
+	sc, admin, sel, err := o.sidecar.sidecar()
 	if err != nil {
 		return err
 	}
-	err = status.Run(cmd.Context(), client, s.out, status.Options{
-		AdminURL:      client.URL(),
+	err = status.Run(cmd.Context(), sc, s.out, status.Options{
+		AdminURL:      admin,
 		Selector:      sel,
 		Output:        output,
 		Watch:         o.watch,

@@ -111,12 +111,16 @@ func TestStatusCommandIstioDefaultInclusionHint(t *testing.T) {
 
 func TestStatusCommandUnreachable(t *testing.T) {
 	url := closedAdminURL(t)
-	code, out, errOut := runMain(t, "status", "--admin", url)
+	code, out, errOut := runMain(t, "status", "--mesh", "envoy", "--admin", url)
 	if code != ExitFailure || out != "" {
 		t.Errorf("exit %d, stdout %q; want 1 and nothing on stdout", code, out)
 	}
 	if !strings.Contains(errOut, "admin API at "+url+" not reachable: is this a pod with an Envoy sidecar?") {
 		t.Errorf("stderr: %s", errOut)
+	}
+	code, _, errOut = runMain(t, "status", "--admin", url)
+	if code != ExitFailure || !strings.Contains(errOut, "no sidecar admin port reachable at "+url+": is this a pod with a Linkerd proxy or an Envoy sidecar") {
+		t.Errorf("--mesh auto: exit %d, stderr: %s", code, errOut)
 	}
 }
 

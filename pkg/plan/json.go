@@ -18,6 +18,8 @@ const DefaultImage = "ghcr.io/meshdrain/meshdrain:" + Release
 // jsonPlan is plan -o json: every derived number, as the flags and manifests spell it
 // ("15s"), plus the whole-second grace period, so scripts need no duration parser.
 type jsonPlan struct {
+	// Mesh is written for Linkerd only, so that an Istio plan's JSON stays what it was.
+	Mesh                        Mesh              `json:"mesh,omitempty"`
 	Sidecar                     Sidecar           `json:"sidecar"`
 	Inputs                      map[string]any    `json:"inputs"`
 	LastClientLag               string            `json:"last_client_lag"`
@@ -33,6 +35,7 @@ type jsonPlan struct {
 	ExitOnZeroActiveConnections bool              `json:"exit_on_zero_active_connections,omitempty"`
 	MinimumDrainDuration        string            `json:"minimum_drain_duration,omitempty"`
 	DrainDuration               string            `json:"drain_duration,omitempty"`
+	WaitBeforeExitSeconds       int               `json:"proxy_wait_before_exit_seconds,omitempty"`
 	Annotations                 map[string]string `json:"annotations"`
 	PrestopCommand              []string          `json:"prestop_command"`
 	Timeline                    []jsonStep        `json:"timeline"`
@@ -72,6 +75,14 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		"p99": fmtD(in.P99), "eds_lag": fmtD(in.EDSLag), "quiet": fmtD(in.Quiet), "poll": fmtD(in.Poll),
 		"app_drain": fmtD(p.AppDrain), "drain_duration": fmtD(in.DrainDuration),
 	}
+	var mesh Mesh
+	if in.Mesh == MeshLinkerd {
+		mesh = MeshLinkerd
+		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time
+		if in.CurrentWaitBeforeExit > 0 {
+			inputs["current_proxy_wait_before_exit"] = fmtD(in.CurrentWaitBeforeExit)
+		}
+	}
 	if in.EDSLagMedian > 0 {
 		inputs["eds_lag"] = fmt.Sprintf("p50=%s,p99=%s", fmtD(in.EDSLagMedian), fmtD(in.EDSLag))
 		inputs["clients"] = in.Clients
@@ -80,6 +91,7 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
 	}
 	out := jsonPlan{
+		Mesh:                        mesh,
 		Sidecar:                     in.Sidecar,
 		Inputs:                      inputs,
 		LastClientLag:               fmtD(p.LastClientLag),
@@ -95,6 +107,7 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		ExitOnZeroActiveConnections: p.ExitOnZeroActiveConnections,
 		MinimumDrainDuration:        optD(p.MinimumDrainDuration),
 		DrainDuration:               optD(p.DrainDuration),
+		WaitBeforeExitSeconds:       int(p.WaitBeforeExit / time.Second),
 		Annotations:                 map[string]string{},
 		PrestopCommand:              append([]string{strings.TrimRight(dir, "/") + "/meshdrain"}, p.PrestopArgs()...),
 		Warnings:                    append([]string{}, p.Warnings...),
@@ -159,12 +172,18 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 // CheckCommand is the `meshdrain check` that verifies a pod rolled out with the plan.
 func CheckCommand(p Plan, dir string, ports []int) []string {
 	cmd := []string{strings.TrimRight(dir, "/") + "/meshdrain", "check"}
+	if p.Input.Mesh == MeshLinkerd {
+		cmd = append(cmd, "--mesh="+string(MeshLinkerd))
+	}
 	for _, port := range ports {
 		cmd = append(cmd, fmt.Sprintf("--port=%d", port))
 	}
 	cmd = append(cmd, "--grace-period="+fmtD(p.GracePeriod), "--app-drain="+fmtD(p.AppDrain))
 	if p.TerminationDrainDuration > 0 {
 		cmd = append(cmd, "--termination-drain-duration="+fmtD(p.TerminationDrainDuration))
+	}
+	if p.WaitBeforeExit > 0 {
+		cmd = append(cmd, "--proxy-wait-before-exit="+fmtD(p.WaitBeforeExit))
 	}
 	return cmd
 }

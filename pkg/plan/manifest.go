@@ -197,6 +197,69 @@ func (w *Workload) Sidecar() (Sidecar, string) {
 	return "", ""
 }
 
+// Mesh is the mesh the pod's annotations or containers name, and why; "" when they name
+// none, or both. Linkerd's injection is often asked for on the namespace, which a workload
+// manifest does not show: --mesh is then the way to say it.
+func (w *Workload) Mesh() (Mesh, string) {
+	var linkerdWhy, istioWhy string
+	for _, key := range sortedKeys(w.Annotations) {
+		switch {
+		case linkerdWhy == "" && (key == LinkerdInjectAnnotation || strings.HasPrefix(key, "config.linkerd.io/") ||
+			strings.HasPrefix(key, "config.alpha.linkerd.io/") || strings.HasPrefix(key, "config.beta.linkerd.io/")):
+			linkerdWhy = "annotation " + key
+		case istioWhy == "" && (strings.HasPrefix(key, "sidecar.istio.io/") || strings.HasPrefix(key, "proxy.istio.io/")):
+			istioWhy = "annotation " + key
+		}
+	}
+	for _, c := range w.Containers {
+		switch {
+		case c == "linkerd-proxy" && linkerdWhy == "":
+			linkerdWhy = "container linkerd-proxy"
+		case c == "istio-proxy" && istioWhy == "":
+			istioWhy = "container istio-proxy"
+		}
+	}
+	switch {
+	case linkerdWhy != "" && istioWhy == "":
+		return MeshLinkerd, linkerdWhy
+	case istioWhy != "" && linkerdWhy == "":
+		return MeshIstio, istioWhy
+	}
+	return "", ""
+}
+
+// LinkerdSidecar is the Linkerd injection the pod's annotations ask for, and why; "" when
+// they say nothing (then Linkerd's default applies: native since 2.20). A wait-before-exit
+// sleep without a native-sidecar annotation means a classic proxy: only a classic one runs it.
+func (w *Workload) LinkerdSidecar() (Sidecar, string) {
+	for _, key := range linkerdNativeKeys {
+		switch strings.ToLower(w.Annotations[key]) {
+		case "true":
+			return Native, key + `: "true"`
+		case "false":
+			return Classic, key + `: "false"`
+		}
+	}
+	if _, ok := w.Annotations[LinkerdWaitBeforeExitAnnotation]; ok {
+		return Classic, LinkerdWaitBeforeExitAnnotation
+	}
+	return "", ""
+}
+
+// WaitBeforeExit is the pod's proxy-wait-before-exit-seconds, 0 when unset.
+func (w *Workload) WaitBeforeExit() (time.Duration, error) {
+	v, ok := w.Annotations[LinkerdWaitBeforeExitAnnotation]
+	if !ok {
+		return 0, nil
+	}
+	secs, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+	if err != nil {
+		// The injector logs and ignores a value that is not a number; plan says so at once.
+		return 0, fmt.Errorf("%s/%s: annotation %s %q is not a whole number of seconds", w.Kind, w.Name, LinkerdWaitBeforeExitAnnotation, v)
+	}
+	return time.Duration(secs) * time.Second, nil
+}
+
 // DrainDuration is the drainDuration of the pod's proxy.istio.io/config, 0 when unset.
 func (w *Workload) DrainDuration() (time.Duration, error) {
 	cfg, err := w.proxyConfig()
@@ -578,7 +641,7 @@ func (e *Edit) WritePatch(w io.Writer) error {
 	if p.Input.EDSLagMedian > 0 {
 		lag = fmt.Sprintf("p50=%s,p99=%s, %d clients (the last by %s)", fmtD(p.Input.EDSLagMedian), fmtD(p.Input.EDSLag), p.Input.Clients, lag)
 	}
-	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.Input.Sidecar, fmtD(p.Input.P99), lag, fmtD(p.AppDrain))
+	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.sidecarName(), fmtD(p.Input.P99), lag, fmtD(p.AppDrain))
 	ew.printf("# Apply with: kubectl patch %s %s%s --type strategic --patch-file FILE\n", kind, name, ns)
 	ew.printf("# grace %s = meshdrain deadline %s + app-drain %s + %s.\n", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
 	if e.Replaced != "" {
@@ -641,6 +704,15 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func orNone(list []string) string {

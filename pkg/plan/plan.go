@@ -3,8 +3,9 @@
 // late the slowest client learns that the pod is gone, how long the app needs to finish its
 // in-flight work) and the kind of sidecar, it derives every bound of the pod's termination:
 // meshdrain's deadline, terminationGracePeriodSeconds, and the sidecar setting that keeps
-// Envoy alive until the app has finished. It is a plain function so `meshdrain simulate`
-// replays exactly the numbers `meshdrain plan` recommends.
+// the proxy serving until the app has finished (Istio's Envoy, or a Linkerd proxy: see
+// linkerd.go). It is a plain function so `meshdrain simulate` replays exactly the numbers
+// `meshdrain plan` recommends.
 package plan
 
 import (
@@ -81,14 +82,20 @@ type Input struct {
 	// AppDrain is the time the app needs after SIGTERM to finish its in-flight requests and
 	// exit. Zero: 4 × P99 rounded up to a whole second, at least 1s.
 	AppDrain time.Duration
-	// Sidecar is the kind of sidecar; empty means Classic.
+	// Mesh is the service mesh; empty means MeshIstio.
+	Mesh Mesh
+	// Sidecar is the kind of sidecar; empty means Classic for Istio, Native for Linkerd
+	// (its default since 2.20). ExitOnZero is Istio's only.
 	Sidecar Sidecar
 	// CurrentGracePeriod is the pod's terminationGracePeriodSeconds today (0: not given);
 	// the plan then says whether it is enough.
 	CurrentGracePeriod time.Duration
 	// DrainDuration is Istio's proxyConfig.drainDuration (Envoy --drain-time-s): how long
-	// Envoy's inbound listeners keep accepting after the drain starts. Zero: 45s.
+	// Envoy's inbound listeners keep accepting after the drain starts. Zero: 45s. Istio only.
 	DrainDuration time.Duration
+	// CurrentWaitBeforeExit is the pod's config.alpha.linkerd.io/proxy-wait-before-exit-seconds
+	// today (0: not set), so that the plan can warn about it with a native Linkerd sidecar.
+	CurrentWaitBeforeExit time.Duration
 }
 
 // Plan is the recommended configuration and the termination timeline it implies. All times
@@ -142,6 +149,9 @@ type Plan struct {
 	// DrainDuration is the proxyConfig.drainDuration to set, or zero when the current one
 	// (Input.DrainDuration) already keeps Envoy accepting until the app has exited.
 	DrainDuration time.Duration
+	// WaitBeforeExit is the proxy-wait-before-exit-seconds to set (classic Linkerd only;
+	// zero otherwise): the proxy's SIGTERM must not come before the app has exited.
+	WaitBeforeExit time.Duration
 
 	// Steps is the timeline, in order.
 	Steps []Step
@@ -211,6 +221,12 @@ func Recommend(in Input) (Plan, error) {
 		Line{"app exits by (worst)", p.AppExitWorst, fmt.Sprintf("deadline %s + app-drain %s", fmtD(p.Deadline), fmtD(in.AppDrain))},
 	)
 
+	if in.Mesh == MeshLinkerd {
+		p.recommendLinkerd()
+		p.Warnings = append(currentGraceWarnings(p), p.Warnings...)
+		p.Steps = timeline(p)
+		return p, nil
+	}
 	switch in.Sidecar {
 	case Classic:
 		p.TerminationDrainDuration = p.AppExitWorst + KillMargin
@@ -282,10 +298,23 @@ func normalize(in Input) (Input, error) {
 	if in.DrainDuration == 0 {
 		in.DrainDuration = DefaultDrainDuration
 	}
+	switch in.Mesh {
+	case "":
+		in.Mesh = MeshIstio
+	case MeshIstio, MeshLinkerd:
+	default:
+		errs = append(errs, fmt.Errorf("mesh %q is not one of istio, linkerd", in.Mesh))
+	}
 	if in.Sidecar == "" {
 		in.Sidecar = Classic
+		if in.Mesh == MeshLinkerd {
+			in.Sidecar = Native
+		}
 	}
-	if in.Quiet < 0 || in.Poll < 0 || in.AppDrain < 0 || in.CurrentGracePeriod < 0 || in.DrainDuration < 0 {
+	if in.Mesh == MeshLinkerd && in.Sidecar == ExitOnZero {
+		errs = append(errs, errors.New("sidecar exit-on-zero is Istio's pilot-agent mode (EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a Linkerd proxy is native or classic"))
+	}
+	if in.Quiet < 0 || in.Poll < 0 || in.AppDrain < 0 || in.CurrentGracePeriod < 0 || in.DrainDuration < 0 || in.CurrentWaitBeforeExit < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	if in.Poll > 0 && in.Quiet <= in.Poll {
@@ -319,7 +348,11 @@ func currentGraceWarnings(p Plan) []string {
 			fmtD(cur), fmtD(cur), fmtD(p.AppDrain), fmtD(KillMargin), fmtD(derived), fmtD(p.ExpectedFinish+p.Margin), fmtD(p.GracePeriod)))
 	case cur > p.GracePeriod:
 		extra := ""
-		if p.Input.Sidecar == Classic {
+		switch {
+		case p.Input.Sidecar == Classic && p.Input.Mesh == MeshLinkerd:
+			extra = fmt.Sprintf("; if you keep it, set proxy-wait-before-exit-seconds to %d (not %d), since meshdrain's deadline becomes %s",
+				int((cur-KillMargin)/time.Second), int(p.WaitBeforeExit/time.Second), fmtD(cur-p.AppDrain-KillMargin))
+		case p.Input.Sidecar == Classic:
 			extra = fmt.Sprintf("; if you keep it, set terminationDrainDuration to %s (not %s), since meshdrain's deadline becomes %s",
 				fmtD(cur), fmtD(p.TerminationDrainDuration), fmtD(cur-p.AppDrain-KillMargin))
 		}

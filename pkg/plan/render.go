@@ -32,6 +32,9 @@ type Annotation struct{ Key, Value string }
 
 // Annotations are the pod-template annotations the plan needs.
 func (p Plan) Annotations() []Annotation {
+	if p.Input.Mesh == MeshLinkerd {
+		return p.linkerdAnnotations()
+	}
 	out := []Annotation{{StatsInclusionAnnotation, StatsInclusionPrefixes}}
 	if cfg := p.ProxyConfig(); cfg != "" {
 		out = append(out, Annotation{ProxyConfigAnnotation, cfg})
@@ -43,8 +46,11 @@ func (p Plan) Annotations() []Annotation {
 }
 
 // ProxyConfig is the JSON for the proxy.istio.io/config annotation, or "" if the sidecar
-// needs no per-pod setting.
+// needs no per-pod setting (always, for Linkerd).
 func (p Plan) ProxyConfig() string {
+	if p.Input.Mesh == MeshLinkerd {
+		return ""
+	}
 	var fields []string
 	if p.DrainDuration > 0 {
 		fields = append(fields, fmt.Sprintf(`"drainDuration": "%s"`, fmtD(p.DrainDuration)))
@@ -63,14 +69,18 @@ func (p Plan) ProxyConfig() string {
 
 // PrestopArgs are the arguments of `meshdrain prestop` that realise the plan. --deadline is
 // left out on purpose: prestop derives it as grace − app-drain − 1s, which is the plan's
-// Deadline, and it then follows the grace period if someone changes it.
+// Deadline, and it then follows the grace period if someone changes it. For Linkerd the
+// hook is told the mesh and the proxy's admin port: prestop's own defaults are Envoy's.
 func (p Plan) PrestopArgs() []string {
-	args := []string{
-		"prestop",
-		"--grace-period=" + fmtD(p.GracePeriod),
-		"--app-drain=" + fmtD(p.AppDrain),
-		"--quiet=" + fmtD(p.Quiet),
+	args := []string{"prestop"}
+	if p.Input.Mesh == MeshLinkerd {
+		args = append(args, "--mesh="+string(MeshLinkerd), "--admin="+LinkerdAdminURL)
 	}
+	args = append(args,
+		"--grace-period="+fmtD(p.GracePeriod),
+		"--app-drain="+fmtD(p.AppDrain),
+		"--quiet="+fmtD(p.Quiet),
+	)
 	if p.Poll != DefaultPoll {
 		args = append(args, "--poll="+fmtD(p.Poll))
 	}
@@ -82,7 +92,7 @@ func (p Plan) PrestopArgs() []string {
 func WriteText(w io.Writer, p Plan) error {
 	ew := &errWriter{w: w}
 	in := p.Input
-	ew.printf("Termination timeline (t0 = the pod is deleted; sidecar: %s)\n\n", in.Sidecar)
+	ew.printf("Termination timeline (t0 = the pod is deleted; sidecar: %s)\n\n", p.sidecarName())
 	writeSteps(ew, p.Steps)
 
 	ew.printf("\nRecommended settings\n\n")
@@ -90,25 +100,10 @@ func WriteText(w io.Writer, p Plan) error {
 	ew.printf("  app container preStop:         /meshdrain/meshdrain %s\n", strings.Join(p.PrestopArgs(), " "))
 	ew.printf("                                 (its --deadline is then %s)\n", fmtD(p.Deadline))
 	ew.printf("  app graceful shutdown:         finish in-flight requests within %s of SIGTERM\n", fmtD(p.AppDrain))
-	ew.printf("  pod annotations:\n")
-	for _, a := range p.Annotations() {
-		ew.printf("    %s: '%s'\n", a.Key, a.Value)
-	}
-	switch in.Sidecar {
-	case Classic:
-		ew.printf("  sidecar:                       terminationDrainDuration %s: Envoy outlives the app (Istio's default %s does not)\n",
-			fmtD(p.TerminationDrainDuration), fmtD(IstioTerminationDrainDuration))
-	case ExitOnZero:
-		ew.printf("  sidecar:                       EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true, MINIMUM_DRAIN_DURATION=%s (terminationDrainDuration is then ignored)\n",
-			fmtD(p.MinimumDrainDuration))
-		ew.printf("                                 caveat: idle keep-alive and outbound connections hold Envoy until the grace period; no deadline of its own\n")
-	case Native:
-		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited\n")
-		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
-	}
-	if p.DrainDuration == 0 {
-		ew.printf("  drainDuration:                 keep %s (≥ app exit %s: Envoy accepts until the app is gone); parentShutdownDuration is unused for termination\n",
-			fmtD(in.DrainDuration), fmtD(p.AppExitWorst))
+	if in.Mesh == MeshLinkerd {
+		writeLinkerdSettings(ew, p)
+	} else {
+		writeIstioSettings(ew, p)
 	}
 
 	ew.printf("\nArithmetic\n\n")
@@ -129,6 +124,63 @@ func WriteText(w io.Writer, p Plan) error {
 		}
 	}
 	return ew.err
+}
+
+// writeIstioSettings prints the pod annotations and the sidecar setting of an Istio plan.
+func writeIstioSettings(ew *errWriter, p Plan) {
+	in := p.Input
+	ew.printf("  pod annotations:\n")
+	for _, a := range p.Annotations() {
+		ew.printf("    %s: '%s'\n", a.Key, a.Value)
+	}
+	switch in.Sidecar {
+	case Classic:
+		ew.printf("  sidecar:                       terminationDrainDuration %s: Envoy outlives the app (Istio's default %s does not)\n",
+			fmtD(p.TerminationDrainDuration), fmtD(IstioTerminationDrainDuration))
+	case ExitOnZero:
+		ew.printf("  sidecar:                       EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true, MINIMUM_DRAIN_DURATION=%s (terminationDrainDuration is then ignored)\n",
+			fmtD(p.MinimumDrainDuration))
+		ew.printf("                                 caveat: idle keep-alive and outbound connections hold Envoy until the grace period; no deadline of its own\n")
+	case Native:
+		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited\n")
+		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
+	}
+	if p.DrainDuration == 0 {
+		ew.printf("  drainDuration:                 keep %s (≥ app exit %s: Envoy accepts until the app is gone); parentShutdownDuration is unused for termination\n",
+			fmtD(in.DrainDuration), fmtD(p.AppExitWorst))
+	}
+}
+
+// writeLinkerdSettings prints the pod annotations and the proxy setting of a Linkerd plan.
+func writeLinkerdSettings(ew *errWriter, p Plan) {
+	if anns := p.Annotations(); len(anns) > 0 {
+		ew.printf("  pod annotations:\n")
+		for _, a := range anns {
+			ew.printf("    %s: '%s'\n", a.Key, a.Value)
+		}
+	} else {
+		ew.printf("  pod annotations:               none needed: the proxy's request and connection metrics are on by default\n")
+	}
+	if p.Input.Sidecar == Native {
+		ew.printf("  sidecar:                       none needed: the kubelet stops linkerd-proxy after the app has exited\n")
+		ew.printf("                                 (native is Linkerd's default since 2.20, Kubernetes >= 1.29; %s: \"true\" asks for it per pod)\n",
+			LinkerdNativeSidecarAnnotation)
+		ew.printf("                                 do not set %s: the injector refuses it with a native sidecar (linkerd2#12164)\n",
+			LinkerdWaitBeforeExitAnnotation)
+		return
+	}
+	ew.printf("  sidecar:                       proxy-wait-before-exit-seconds %d: the proxy's preStop sleep outlives the app (Linkerd's default 0 does not)\n",
+		int(p.WaitBeforeExit/time.Second))
+	ew.printf("                                 %s: \"false\" keeps the proxy classic on Linkerd >= 2.20, whose injector refuses the sleep with a native sidecar\n",
+		LinkerdNativeSidecarAnnotation)
+}
+
+// sidecarName names the proxy in the timeline's title: the sidecar kind alone for Istio.
+func (p Plan) sidecarName() string {
+	if p.Input.Mesh == MeshLinkerd {
+		return string(p.Input.Sidecar) + " linkerd-proxy"
+	}
+	return string(p.Input.Sidecar)
 }
 
 // usualRollout says when meshdrain returns when nothing is late: the deadline is only a bound.

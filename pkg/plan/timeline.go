@@ -5,6 +5,10 @@ import "fmt"
 // timeline lays out who does what from t0, for p's sidecar kind. It is derived from the same
 // numbers as the recommendation, so the text cannot disagree with the arithmetic.
 func timeline(p Plan) []Step {
+	if p.Input.Mesh == MeshLinkerd {
+		steps := append(linkerdTimelineStart(p), clientSteps(p, "the proxy")...)
+		return append(append(steps, linkerdTimelineEnd(p)...), killStep(p))
+	}
 	in := p.Input
 	steps := []Step{{
 		Who: "kubelet",
@@ -31,23 +35,9 @@ func timeline(p Plan) []Step {
 		// (drain_manager_impl.cc): without skip_exit, the listeners then stop.
 		joins = fmt.Sprintf("joins the drain already running; the inbound listeners stop at its end, t0+%s, instead of with Envoy", fmtD(in.DrainDuration))
 	}
-	steps = append(steps,
-		Step{Who: "meshdrain", What: fmt.Sprintf(
-			"drains the inbound listeners (graceful; %s), then reads the inbound request counters every %s", joins, fmtD(in.Poll))},
-		Step{Until: p.LastClientLag, Who: "clients", What: fmt.Sprintf(
-			"each client sidecar learns of the removal at its own time (%s, the slowest by %s); until then it keeps sending "+
-				"new requests here, which Envoy forwards to the app, still serving", clientsTypical(p), fmtD(p.LastClientLag))},
-		Step{At: p.LastRequestDone, Who: "app", What: fmt.Sprintf(
-			"answers the last client requests (arrived by %s, each ≤ p99 %s)", fmtD(p.LastClientLag), fmtD(in.P99))},
-		Step{At: p.ExpectedFinish, Worst: p.Deadline, Who: "meshdrain", What: fmt.Sprintf(
-			"waits for the clients: no new inbound request for %s and none active → the preStop returns "+
-				"(%s + %s + one poll %s); bounded by --deadline %s, where it returns anyway and says so",
-			fmtD(in.Quiet), fmtD(p.LastClientLag), fmtD(max(in.Quiet, in.P99)), fmtD(in.Poll), fmtD(p.Deadline))},
-		Step{At: p.ExpectedFinish, Worst: p.Deadline, Who: "kubelet", What: "sends SIGTERM to the app as soon as its preStop returns"},
-		Step{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "app", What: fmt.Sprintf(
-			"waits for its own in-flight requests (≤ p99 %s) and exits; bounded by --app-drain %s (e.g. Spring Boot server.shutdown=graceful, "+
-				"spring.lifecycle.timeout-per-shutdown-phase=%s)", fmtD(in.P99), fmtD(p.AppDrain), fmtD(p.AppDrain))},
-	)
+	steps = append(steps, Step{Who: "meshdrain", What: fmt.Sprintf(
+		"drains the inbound listeners (graceful; %s), then reads the inbound request counters every %s", joins, fmtD(in.Poll))})
+	steps = append(steps, clientSteps(p, "Envoy")...)
 	switch in.Sidecar {
 	case Classic:
 		steps = append(steps, Step{At: p.TerminationDrainDuration, Who: "pilot-agent", What: fmt.Sprintf(
@@ -60,9 +50,35 @@ func timeline(p Plan) []Step {
 	case Native:
 		steps = append(steps, Step{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "kubelet", What: "the app has exited: sends SIGTERM to the istio-proxy sidecar, which exits at once"})
 	}
-	steps = append(steps, Step{At: p.GracePeriod, Who: "kubelet", What: fmt.Sprintf(
-		"terminationGracePeriodSeconds %d is over: SIGKILL to whatever is left (nothing, if the bounds above hold)", int(p.GracePeriod.Seconds()))})
-	return steps
+	return append(steps, killStep(p))
+}
+
+// clientSteps are the mesh-independent middle of the timeline: the clients still sending,
+// meshdrain waiting for them, the app answering, stopping and exiting. forwarder names the
+// proxy that forwards the late clients' requests to the app.
+func clientSteps(p Plan, forwarder string) []Step {
+	in := p.Input
+	return []Step{
+		{Until: p.LastClientLag, Who: "clients", What: fmt.Sprintf(
+			"each client sidecar learns of the removal at its own time (%s, the slowest by %s); until then it keeps sending "+
+				"new requests here, which %s forwards to the app, still serving", clientsTypical(p), fmtD(p.LastClientLag), forwarder)},
+		{At: p.LastRequestDone, Who: "app", What: fmt.Sprintf(
+			"answers the last client requests (arrived by %s, each ≤ p99 %s)", fmtD(p.LastClientLag), fmtD(in.P99))},
+		{At: p.ExpectedFinish, Worst: p.Deadline, Who: "meshdrain", What: fmt.Sprintf(
+			"waits for the clients: no new inbound request for %s and none active → the preStop returns "+
+				"(%s + %s + one poll %s); bounded by --deadline %s, where it returns anyway and says so",
+			fmtD(in.Quiet), fmtD(p.LastClientLag), fmtD(max(in.Quiet, in.P99)), fmtD(in.Poll), fmtD(p.Deadline))},
+		{At: p.ExpectedFinish, Worst: p.Deadline, Who: "kubelet", What: "sends SIGTERM to the app as soon as its preStop returns"},
+		{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "app", What: fmt.Sprintf(
+			"waits for its own in-flight requests (≤ p99 %s) and exits; bounded by --app-drain %s (e.g. Spring Boot server.shutdown=graceful, "+
+				"spring.lifecycle.timeout-per-shutdown-phase=%s)", fmtD(in.P99), fmtD(p.AppDrain), fmtD(p.AppDrain))},
+	}
+}
+
+// killStep is the grace period's end.
+func killStep(p Plan) Step {
+	return Step{At: p.GracePeriod, Who: "kubelet", What: fmt.Sprintf(
+		"terminationGracePeriodSeconds %d is over: SIGKILL to whatever is left (nothing, if the bounds above hold)", int(p.GracePeriod.Seconds()))}
 }
 
 // clientsTypical describes how late most clients are: measured when a lag distribution was

@@ -63,9 +63,13 @@ type CheckOptions struct {
 	// TerminationDrainDuration is pilot-agent's setting from the pod's proxy config (0: not
 	// given). No admin endpoint shows it, so it can only be verified when the operator says it.
 	TerminationDrainDuration time.Duration
-	Output                   string
-	Timeout                  time.Duration // bounds the admin calls; default 2s
-	Clock                    clock.Clock
+	// ProxyWaitBeforeExit is a classic Linkerd proxy's preStop sleep,
+	// config.alpha.linkerd.io/proxy-wait-before-exit-seconds (0: not given). The proxy does not
+	// show it either.
+	ProxyWaitBeforeExit time.Duration
+	Output              string
+	Timeout             time.Duration // bounds the admin calls; default 2s
+	Clock               clock.Clock
 }
 
 // Check outcomes.
@@ -106,7 +110,7 @@ func (c CheckResult) Problems() []Item {
 
 // Check runs every rule against the sidecar, writes the outcome to out and returns it. The
 // error is only for options or a failed write: a sidecar that fails the rules is a result.
-func Check(ctx context.Context, admin Admin, out io.Writer, o CheckOptions) (CheckResult, error) {
+func Check(ctx context.Context, sc Sidecar, out io.Writer, o CheckOptions) (CheckResult, error) {
 	if o.Output == "" {
 		o.Output = OutputText
 	}
@@ -125,7 +129,7 @@ func Check(ctx context.Context, admin Admin, out io.Writer, o CheckOptions) (Che
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	res := Evaluate(ctx, admin, o)
+	res := Evaluate(ctx, sc, o)
 	var err error
 	if o.Output == OutputJSON || o.Output == OutputYAML {
 		err = output.Write(out, o.Output, res)
@@ -136,7 +140,7 @@ func Check(ctx context.Context, admin Admin, out io.Writer, o CheckOptions) (Che
 }
 
 // Evaluate runs the rules without printing.
-func Evaluate(ctx context.Context, admin Admin, o CheckOptions) CheckResult {
+func Evaluate(ctx context.Context, sc Sidecar, o CheckOptions) CheckResult {
 	if o.MinSignal == "" {
 		o.MinSignal = MinRequests
 	}
@@ -149,26 +153,26 @@ func Evaluate(ctx context.Context, admin Admin, o CheckOptions) CheckResult {
 		timeout = 2 * time.Second
 	}
 	sampleCtx, cancel := context.WithTimeout(ctx, timeout)
-	r, err := Gather(sampleCtx, admin, o.AdminURL, o.Selector, o.Clock.Now())
+	r, err := sc.Sample(sampleCtx, o.AdminURL, o.Selector, o.Clock.Now())
 	cancel()
-	var unreachable *UnreachableError
+	if r.Admin != "" {
+		res.Admin = r.Admin // the detected one, when the mesh was detected
+	}
 	switch {
-	case errors.As(err, &unreachable):
-		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Fail,
-			Message: fmt.Sprintf("admin API at %s not reachable: is this a pod with an Envoy sidecar? is the admin port 15000?", o.AdminURL),
-			Fix: fmt.Sprintf("run the check in the pod (kubectl exec POD -c APP -- meshdrain check) or pass --admin http://127.0.0.1:PORT; cause: %v",
-				unreachable.Err)})
 	case err != nil:
-		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Fail,
-			Message: fmt.Sprintf("admin API at %s answered, but its inbound stats could not be read: %v", o.AdminURL, err),
-			Fix:     "check that --admin points at Envoy's admin listener (GET /stats/prometheus must answer)"})
+		res.Checks = append(res.Checks, adminErrorItem(res.Admin, r.Mesh, err))
+	case r.Mesh == MeshLinkerd:
+		res.Status = &r
+		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Pass, Message: fmt.Sprintf("admin port at %s answers (linkerd-proxy %s)", res.Admin, orDash(r.ProxyVersion))})
+		res.Checks = append(res.Checks, linkerdServerStateItem(r))
+		res.Checks = append(res.Checks, linkerdSignalItems(r, o.MinSignal)...)
 	default:
 		res.Status = &r
 		version := ""
 		if r.EnvoyVersion != "" {
 			version = " (" + r.EnvoyVersion + ")"
 		}
-		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Pass, Message: fmt.Sprintf("admin API at %s answers%s", o.AdminURL, version)})
+		res.Checks = append(res.Checks, Item{Name: "admin-api", Status: Pass, Message: fmt.Sprintf("admin API at %s answers%s", res.Admin, version)})
 		res.Checks = append(res.Checks, serverStateItem(r))
 		if it, ok := listenersItem(r); ok {
 			res.Checks = append(res.Checks, it)
@@ -178,6 +182,39 @@ func Evaluate(ctx context.Context, admin Admin, o CheckOptions) CheckResult {
 	res.Checks = append(res.Checks, timingItems(res.Status, o)...)
 	res.OK = len(res.Problems()) == 0
 	return res
+}
+
+// adminErrorItem says why the sidecar could not be read, and what to do about it.
+func adminErrorItem(admin string, mesh Mesh, err error) Item {
+	var unreachable *UnreachableError
+	var notSidecar *NotASidecarError
+	switch {
+	case errors.As(err, &unreachable) && unreachable.Mesh == MeshLinkerd:
+		return Item{Name: "admin-api", Status: Fail,
+			Message: fmt.Sprintf("admin port at %s not reachable: is this a pod with a Linkerd proxy? is its admin port 4191?", admin),
+			Fix: fmt.Sprintf("run the check in the pod (kubectl exec POD -c APP -- meshdrain check --mesh linkerd) or pass --admin http://127.0.0.1:PORT; cause: %v",
+				unreachable.Err)}
+	case errors.As(err, &unreachable) && unreachable.Mesh == meshAny:
+		return Item{Name: "admin-api", Status: Fail,
+			Message: fmt.Sprintf("no sidecar admin port reachable at %s: is this a pod with a Linkerd proxy or an Envoy sidecar?", admin),
+			Fix: fmt.Sprintf("run the check in the pod (kubectl exec POD -c APP -- meshdrain check) or pass --mesh and --admin http://127.0.0.1:PORT; cause: %v",
+				unreachable.Err)}
+	case errors.As(err, &unreachable):
+		return Item{Name: "admin-api", Status: Fail,
+			Message: fmt.Sprintf("admin API at %s not reachable: is this a pod with an Envoy sidecar? is the admin port 15000?", admin),
+			Fix: fmt.Sprintf("run the check in the pod (kubectl exec POD -c APP -- meshdrain check) or pass --admin http://127.0.0.1:PORT; cause: %v",
+				unreachable.Err)}
+	case errors.As(err, &notSidecar):
+		return Item{Name: "admin-api", Status: Fail, Message: err.Error(),
+			Fix: "pass --mesh and --admin naming the sidecar's admin port (Linkerd http://127.0.0.1:4191, Envoy http://127.0.0.1:15000)"}
+	case mesh == MeshLinkerd:
+		return Item{Name: "admin-api", Status: Fail,
+			Message: fmt.Sprintf("admin port at %s answered, but the proxy's metrics could not be read: %v", admin, err),
+			Fix:     "check that --admin points at the Linkerd proxy's admin port (GET /metrics must answer)"}
+	}
+	return Item{Name: "admin-api", Status: Fail,
+		Message: fmt.Sprintf("admin API at %s answered, but its inbound stats could not be read: %v", admin, err),
+		Fix:     "check that --admin points at Envoy's admin listener (GET /stats/prometheus must answer)"}
 }
 
 func serverStateItem(r Report) Item {
@@ -230,6 +267,9 @@ func effectiveSignal(r Report, p Port) inbound.Signal {
 // fix is how to get request-level stats on this sidecar: the exact setting to change, the
 // explanation being in the item's message.
 func fix(r Report) string {
+	if r.Mesh == MeshLinkerd {
+		return linkerdFix(r)
+	}
 	for _, h := range hints(r) {
 		// A wrong --port or a wrong cluster / prefix name is fixed on meshdrain's side.
 		if strings.Contains(h, "check --port") || strings.Contains(h, "under this name") {
@@ -336,6 +376,17 @@ func timingItems(r *Report, o CheckOptions) []Item {
 	items := []Item{{Name: "deadline", Status: Pass,
 		Message: fmt.Sprintf("prestop deadline %s (grace %s - app-drain %s - 1s)", deadline, o.GracePeriod, o.AppDrain)}}
 	appExit := deadline + o.AppDrain
+	if o.ProxyWaitBeforeExit > 0 || (r != nil && r.Mesh == MeshLinkerd) {
+		items = append(items, waitBeforeExitItems(o, appExit)...)
+		if r != nil && r.Mesh == MeshLinkerd {
+			if o.TerminationDrainDuration > 0 {
+				items = append(items, Item{Name: "termination-drain-duration", Status: Warn,
+					Message: "terminationDrainDuration is Istio's pilot-agent setting: a Linkerd proxy has none",
+					Fix:     "for a classic Linkerd proxy pass --proxy-wait-before-exit (its proxy-wait-before-exit-seconds) instead"})
+			}
+			return items // Envoy's drain time and pilot-agent's settings do not apply
+		}
+	}
 	needed := ceilSecond(appExit + plan.KillMargin)
 	setting := fmt.Sprintf(`set the pod annotation proxy.istio.io/config: '{"terminationDrainDuration": "%ds"}' (needs a pod restart), `+
 		`or use native sidecars or EXIT_ON_ZERO_ACTIVE_CONNECTIONS`, int(needed/time.Second))
@@ -364,6 +415,32 @@ func timingItems(r *Report, o CheckOptions) []Item {
 		}
 	}
 	return items
+}
+
+// waitBeforeExitItems check a classic Linkerd proxy's preStop sleep: at its end the proxy
+// gets SIGTERM and stops accepting in both directions, so it must not end before the app's
+// latest exit, and the grace period must leave the proxy time to shut down after it.
+func waitBeforeExitItems(o CheckOptions, appExit time.Duration) []Item {
+	wait := o.ProxyWaitBeforeExit
+	if wait <= 0 {
+		return nil
+	}
+	needed := ceilSecond(appExit)
+	setting := fmt.Sprintf(`set the pod annotations config.alpha.linkerd.io/proxy-wait-before-exit-seconds: "%d" and `+
+		`config.linkerd.io/proxy-enable-native-sidecar: "false" (needs a pod restart), or use a native sidecar, which needs neither`, int(needed/time.Second))
+	switch {
+	case wait < needed:
+		return []Item{{Name: "proxy-wait-before-exit", Status: Fail,
+			Message: fmt.Sprintf("proxy-wait-before-exit %s ends before the app's latest exit at t0+%s: the proxy then gets SIGTERM and stops accepting "+
+				"in both directions, refusing late clients and the app's own calls", wait, appExit),
+			Fix: setting}}
+	case wait+plan.KillMargin > o.GracePeriod:
+		return []Item{{Name: "proxy-wait-before-exit", Status: Fail,
+			Message: fmt.Sprintf("the grace period %s leaves the proxy less than %s to shut down after its SIGTERM at t0+%s", o.GracePeriod, plan.KillMargin, wait),
+			Fix:     fmt.Sprintf("raise terminationGracePeriodSeconds to %d, or lower proxy-wait-before-exit-seconds to %d", int(ceilSecond(wait+plan.KillMargin)/time.Second), int(needed/time.Second))}}
+	}
+	return []Item{{Name: "proxy-wait-before-exit", Status: Pass,
+		Message: fmt.Sprintf("proxy-wait-before-exit %s outlives the app's latest exit at t0+%s", wait, appExit)}}
 }
 
 func joinInts(list []int) string {

@@ -72,7 +72,7 @@ func (e emulated) send(t *testing.T, port, n int) {
 func (e emulated) statusJSON(t *testing.T, sel inbound.Selector) map[string]any {
 	t.Helper()
 	var out bytes.Buffer
-	if err := Run(context.Background(), e.client, &out, Options{AdminURL: e.sim.AdminURL(), Selector: sel, Output: OutputJSON}); err != nil {
+	if err := Run(context.Background(), Envoy(e.client), &out, Options{AdminURL: e.sim.AdminURL(), Selector: sel, Output: OutputJSON}); err != nil {
 		t.Fatalf("status: %v", err)
 	}
 	var doc map[string]any
@@ -171,7 +171,7 @@ func TestStatusAgainstEmulatorDraining(t *testing.T) {
 	if doc["server_state"] != "DRAINING" || !strings.Contains(hintsOf(doc), "DRAINING") {
 		t.Errorf("state %v hints %s, want DRAINING noted", doc["server_state"], hintsOf(doc))
 	}
-	res := Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL()})
+	res := Evaluate(context.Background(), Envoy(e.client), CheckOptions{AdminURL: e.sim.AdminURL()})
 	if it, _ := item(res, "server-state"); res.OK || it.Status != Fail {
 		t.Errorf("check of a DRAINING server: ok %v, item %+v", res.OK, it)
 	}
@@ -181,7 +181,7 @@ func TestStatusAgainstEmulatorTextWatch(t *testing.T) {
 	e := startEmulated(t, envoysim.Config{})
 	e.send(t, 8080, 1)
 	var out bytes.Buffer
-	err := Run(context.Background(), e.client, &out, Options{AdminURL: e.sim.AdminURL(), Watch: true, Interval: 10 * time.Millisecond, Samples: 2})
+	err := Run(context.Background(), Envoy(e.client), &out, Options{AdminURL: e.sim.AdminURL(), Watch: true, Interval: 10 * time.Millisecond, Samples: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestCheckAgainstEmulator(t *testing.T) {
 			e := startEmulated(t, c.cfg)
 			e.send(t, 8080, c.requests)
 			var out bytes.Buffer
-			res, err := Check(context.Background(), e.client, &out, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: c.sel, MinSignal: c.min})
+			res, err := Check(context.Background(), Envoy(e.client), &out, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: c.sel, MinSignal: c.min})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,11 +241,11 @@ func TestCheckAgainstEmulator(t *testing.T) {
 
 func TestCheckAgainstEmulatorPorts(t *testing.T) {
 	e := startEmulated(t, envoysim.Config{}, 8080, 9090)
-	res := Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 9090}}})
+	res := Evaluate(context.Background(), Envoy(e.client), CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 9090}}})
 	if !res.OK || len(res.Checks) != 5 {
 		t.Errorf("two good ports: want ok with admin, state, listeners and one signal item per port, got %+v", res.Checks)
 	}
-	res = Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 7070}}})
+	res = Evaluate(context.Background(), Envoy(e.client), CheckOptions{AdminURL: e.sim.AdminURL(), Selector: inbound.Selector{Ports: []int{8080, 7070}}})
 	it := res.Problems()
 	if res.OK || len(it) != 1 || !strings.Contains(it[0].Message, "port 7070") || !strings.Contains(it[0].Fix, "8080, 9090") {
 		t.Errorf("a wrong --port must fail alone, naming the ports that have stats: %+v", res.Checks)
@@ -258,7 +258,7 @@ func TestCheckAgainstEmulatorUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	res, err := Check(context.Background(), e.client, &out, CheckOptions{AdminURL: e.sim.AdminURL(), Output: OutputJSON, Timeout: 500 * time.Millisecond})
+	res, err := Check(context.Background(), Envoy(e.client), &out, CheckOptions{AdminURL: e.sim.AdminURL(), Output: OutputJSON, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestStoppedInboundListeners(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := startEmulated(t, c.cfg)
 			e.send(t, 8080, 1)
-			res := Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), MinSignal: MinConnections})
+			res := Evaluate(context.Background(), Envoy(e.client), CheckOptions{AdminURL: e.sim.AdminURL(), MinSignal: MinConnections})
 			if it, ok := item(res, "inbound-listeners"); !ok || it.Status != Pass {
 				t.Fatalf("before the drain: %+v", res.Checks)
 			}
@@ -326,13 +326,13 @@ func TestStoppedInboundListeners(t *testing.T) {
 				t.Errorf("status: state %v listener_manager %v hints %q; want LIVE, 1 stopped, a hint", doc["server_state"], lm, hintsOf(doc))
 			}
 			var out bytes.Buffer
-			if err := Run(context.Background(), e.client, &out, Options{AdminURL: e.sim.AdminURL()}); err != nil {
+			if err := Run(context.Background(), Envoy(e.client), &out, Options{AdminURL: e.sim.AdminURL()}); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(out.String(), "1 STOPPED: new inbound connections are refused") {
 				t.Errorf("status text:\n%s", out.String())
 			}
-			res = Evaluate(context.Background(), e.client, CheckOptions{AdminURL: e.sim.AdminURL(), MinSignal: MinConnections})
+			res = Evaluate(context.Background(), Envoy(e.client), CheckOptions{AdminURL: e.sim.AdminURL(), MinSignal: MinConnections})
 			if it, _ := item(res, "inbound-listeners"); res.OK || it.Status != Fail || !strings.Contains(it.Fix, "restart") {
 				t.Errorf("check of a drained sidecar: ok %v, %+v", res.OK, res.Checks)
 			}
@@ -346,7 +346,7 @@ func TestCheckUnknownPortWithWeakSignal(t *testing.T) {
 	e := startEmulated(t, envoysim.Config{})
 	e.send(t, 8080, 1)
 	var out bytes.Buffer
-	res, err := Check(context.Background(), e.client, &out, CheckOptions{AdminURL: e.sim.AdminURL(),
+	res, err := Check(context.Background(), Envoy(e.client), &out, CheckOptions{AdminURL: e.sim.AdminURL(),
 		Selector: inbound.Selector{Ports: []int{9090}}, MinSignal: MinConnections})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,9 @@ func ParseOutput(s string) (string, error) { return output.Parse(s) }
 // WriteText writes the report for a person: a header, one row per inbound endpoint, hints.
 // Unknown values print as "-", never as 0, so a missing stat is not mistaken for silence.
 func WriteText(w io.Writer, r Report) error {
+	if r.Mesh == MeshLinkerd {
+		return writeLinkerdText(w, r)
+	}
 	var b strings.Builder
 	version := ""
 	if r.EnvoyVersion != "" {
@@ -82,6 +85,9 @@ func WriteLine(w io.Writer, r Report) error {
 	for _, p := range r.Inbound {
 		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s", portText(p.Port), p.Name,
 			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
+		if r.Mesh == MeshLinkerd {
+			fmt.Fprintf(&b, " responses=%s probes=%s", num(p.ResponsesTotal), num(p.ProbeRequestsTotal))
+		}
 	}
 	if r.Listener != nil {
 		fmt.Fprintf(&b, " | listener=%s connections=%s", r.Listener.Address, num(r.Listener.ConnectionsActive))
@@ -90,6 +96,39 @@ func WriteLine(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, " | completed=%s", num(r.CompletedRequestsTotal))
 	}
 	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeLinkerdText is WriteText for a Linkerd proxy: its state is /ready's, its active
+// requests are an estimate, and the kubelet's probes are shown apart.
+func writeLinkerdText(w io.Writer, r Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "admin:   %s (linkerd-proxy %s)\n", r.Admin, orDash(r.ProxyVersion))
+	fmt.Fprintf(&b, "server:  %s (no drain call: the proxy stops accepting only at SIGTERM)\n", r.ServerState)
+	fmt.Fprintf(&b, "naming:  %s (mesh: %s, port labels: %s)\n", r.Naming, r.Mesh, orDash(r.LabelScheme))
+	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tIN FLIGHT*\tRESPONSES\tCONNECTIONS\tPROBES")
+	if len(r.Inbound) == 0 {
+		fmt.Fprintln(tw, "-\t(no app port has series)\t-\t-\t-\t-\t-\t-\t-")
+	}
+	for _, p := range r.Inbound {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal, num(p.RequestsTotal), rate(p.RequestsRate),
+			num(p.RequestsActive), num(p.ResponsesTotal), num(p.ConnectionsActive), num(p.ProbeRequestsTotal))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	b.WriteString("\n* request_total - response_total: Linkerd has no in-flight gauge. A request a client gave up on before its response\n" +
+		"  stays counted for the proxy's life; prestop then waits until its deadline. Probes (route \"probe\") are not counted.\n")
+	if r.Listener != nil {
+		fmt.Fprintf(&b, "\nclient connections (tcp_open_connections, peer=\"src\"): %s open, %s opened\n",
+			num(r.Listener.ConnectionsActive), num(r.Listener.ConnectionsTotal))
+	}
+	for _, h := range r.Hints {
+		fmt.Fprintf(&b, "\nhint: %s\n", h)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

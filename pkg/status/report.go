@@ -39,13 +39,17 @@ const (
 var gaugeStates = [...]string{StateLive, StateDraining, StatePreInitializing, StateInitializing}
 
 // Mesh says who wrote the sidecar's stat names, because the fix for missing stats differs:
-// an Istio pod needs an annotation, a plain Envoy needs --cluster/--http-prefix.
+// an Istio pod needs an annotation, a plain Envoy needs --cluster/--http-prefix, a Linkerd
+// proxy needs nothing but traffic.
 type Mesh string
 
 // Meshes.
 const (
-	MeshIstio Mesh = "istio"
-	MeshEnvoy Mesh = "envoy" // plain Envoy or another mesh (Consul, ...): no Istio bootstrap stats
+	MeshIstio   Mesh = "istio"
+	MeshEnvoy   Mesh = "envoy" // plain Envoy or another mesh (Consul, ...): no Istio bootstrap stats
+	MeshLinkerd Mesh = "linkerd"
+	// meshAny marks an error from detection, before the mesh was known.
+	meshAny Mesh = "any"
 )
 
 // istioProbeFilter matches a stat every Istio sidecar has even with its default inclusion
@@ -59,6 +63,10 @@ type Report struct {
 	Admin        string `json:"admin"`
 	ServerState  string `json:"server_state"`
 	EnvoyVersion string `json:"envoy_version,omitempty"`
+	// ProxyVersion and LabelScheme are a Linkerd proxy's (proxy_build_info; how its series
+	// name the target port, see linkerd.LabelScheme).
+	ProxyVersion string `json:"proxy_version,omitempty"`
+	LabelScheme  string `json:"label_scheme,omitempty"`
 	// DrainTime and DrainStrategy are Envoy's --drain-time-s and --drain-strategy (Istio's
 	// drainDuration), not pilot-agent's terminationDrainDuration, which no admin endpoint shows.
 	DrainTime     string         `json:"drain_time,omitempty"`
@@ -79,8 +87,13 @@ type Report struct {
 	UnknownPorts []int `json:"unknown_ports,omitempty"`
 	// InboundPorts are the inbound ports the sidecar has any stat for; filled when a --port
 	// had none, so the operator sees the right ones.
-	InboundPorts []int    `json:"inbound_ports,omitempty"`
-	Hints        []string `json:"hints"`
+	InboundPorts []int `json:"inbound_ports,omitempty"`
+	// SilentPorts are --port values a Linkerd proxy has no series for. Unlike Envoy, whose
+	// stats exist from the start, a Linkerd proxy writes a label set only once traffic has
+	// used it and drops it after 10 minutes idle: such a port is either quiet or wrong, and
+	// the proxy cannot tell which.
+	SilentPorts []int    `json:"silent_ports,omitempty"`
+	Hints       []string `json:"hints"`
 	// SampledAt is when the sample was taken, on the injected clock: rates divide by it.
 	SampledAt time.Time `json:"sampled_at"`
 
@@ -124,6 +137,11 @@ type Port struct {
 	RequestsRate      *float64       `json:"requests_rate"`
 	RequestsActive    *float64       `json:"requests_active"`
 	ConnectionsActive *float64       `json:"connections_active"`
+	// ResponsesTotal and ProbeRequestsTotal are a Linkerd proxy's: response_total (the
+	// in-flight estimate is RequestsTotal − ResponsesTotal) and the kubelet's probe route,
+	// which RequestsTotal leaves out.
+	ResponsesTotal     *float64 `json:"responses_total,omitempty"`
+	ProbeRequestsTotal *float64 `json:"probe_requests_total,omitempty"`
 }
 
 // key identifies the endpoint across two samples, for the rate.
@@ -151,9 +169,18 @@ func requestSignal(e inbound.Endpoint) inbound.Signal {
 type UnreachableError struct {
 	URL string
 	Err error
+	// Mesh is the sidecar looked for: Envoy's (the zero value, istio or envoy), Linkerd's,
+	// or meshAny when detection found nothing at any candidate.
+	Mesh Mesh
 }
 
 func (e *UnreachableError) Error() string {
+	switch e.Mesh {
+	case MeshLinkerd:
+		return fmt.Sprintf("admin port at %s not reachable: is this a pod with a Linkerd proxy? is its admin port 4191 (set --admin)? (%v)", e.URL, e.Err)
+	case meshAny:
+		return fmt.Sprintf("no sidecar admin port reachable at %s: is this a pod with a Linkerd proxy or an Envoy sidecar (set --mesh and --admin)? (%v)", e.URL, e.Err)
+	}
 	return fmt.Sprintf("admin API at %s not reachable: is this a pod with an Envoy sidecar? is the admin port 15000 (set --admin)? (%v)", e.URL, e.Err)
 }
 

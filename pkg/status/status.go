@@ -38,7 +38,7 @@ const clearScreen = "\x1b[H\x1b[2J"
 // its error (an *UnreachableError when nothing answers). With Watch it keeps sampling until
 // ctx ends, showing failures in place of a sample rather than stopping: watching a sidecar
 // restart or come up is a use, not an error. The end of ctx is the normal end of a watch.
-func Run(ctx context.Context, admin Admin, out io.Writer, o Options) error {
+func Run(ctx context.Context, sc Sidecar, out io.Writer, o Options) error {
 	if o.Output == "" {
 		o.Output = OutputText
 	}
@@ -55,7 +55,7 @@ func Run(ctx context.Context, admin Admin, out io.Writer, o Options) error {
 		o.Clock = clock.Real{}
 	}
 	if !o.Watch {
-		r, err := sample(ctx, admin, o)
+		r, err := sample(ctx, sc, o)
 		if err != nil {
 			return err
 		}
@@ -64,7 +64,7 @@ func Run(ctx context.Context, admin Admin, out io.Writer, o Options) error {
 
 	var prev *Report
 	for n := 1; ; n++ {
-		r, err := sample(ctx, admin, o)
+		r, err := sample(ctx, sc, o)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -89,10 +89,10 @@ func Run(ctx context.Context, admin Admin, out io.Writer, o Options) error {
 	}
 }
 
-func sample(ctx context.Context, admin Admin, o Options) (Report, error) {
+func sample(ctx context.Context, sc Sidecar, o Options) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.SampleTimeout)
 	defer cancel()
-	return Gather(ctx, admin, o.AdminURL, o.Selector, o.Clock.Now())
+	return sc.Sample(ctx, o.AdminURL, o.Selector, o.Clock.Now())
 }
 
 func write(out io.Writer, r Report, o Options) error {

@@ -101,7 +101,7 @@ func TestWatchRateIsDeltaOverElapsed(t *testing.T) {
 		{snap: httpSnapshot(10, 1)}, {snap: httpSnapshot(15, 0)}, {snap: httpSnapshot(25, 0)},
 	}}
 	var out bytes.Buffer
-	err := Run(context.Background(), admin, &out, Options{
+	err := Run(context.Background(), Envoy(admin), &out, Options{
 		AdminURL: "http://admin", Output: OutputJSON, Watch: true, Interval: 2 * time.Second,
 		Samples: 3, Clock: clock.NewAutoFake(time.Unix(0, 0)),
 	})
@@ -123,7 +123,7 @@ func TestWatchRateIsDeltaOverElapsed(t *testing.T) {
 func TestWatchOnTerminalRedrawsInPlace(t *testing.T) {
 	admin := &scriptedAdmin{state: StateLive, script: []scripted{{snap: httpSnapshot(10, 1)}, {snap: httpSnapshot(11, 0)}}}
 	var out bytes.Buffer
-	err := Run(context.Background(), admin, &out, Options{
+	err := Run(context.Background(), Envoy(admin), &out, Options{
 		AdminURL: "http://admin", Watch: true, Terminal: true, Interval: time.Second,
 		Samples: 2, Clock: clock.NewAutoFake(time.Unix(0, 0)),
 	})
@@ -145,7 +145,7 @@ func TestWatchWithoutTerminalPrintsOneLinePerSample(t *testing.T) {
 		{snap: httpSnapshot(12, 0)},
 	}}
 	var out bytes.Buffer
-	err := Run(context.Background(), admin, &out, Options{
+	err := Run(context.Background(), Envoy(admin), &out, Options{
 		AdminURL: "http://admin", Watch: true, Interval: time.Second, Samples: 3,
 		Clock: clock.NewAutoFake(time.Unix(0, 0)),
 	})
@@ -191,7 +191,7 @@ func TestWatchEndsCleanlyOnInterrupt(t *testing.T) {
 	defer cancel()
 	admin := &scriptedAdmin{state: StateLive, script: []scripted{{snap: httpSnapshot(1, 0)}}}
 	var out bytes.Buffer
-	err := Run(ctx, admin, &cancelAfter{w: &out, n: 4, cancel: cancel}, Options{
+	err := Run(ctx, Envoy(admin), &cancelAfter{w: &out, n: 4, cancel: cancel}, Options{
 		AdminURL: "http://admin", Output: OutputJSON, Watch: true, Interval: time.Second,
 		Clock: clock.NewAutoFake(time.Unix(0, 0)),
 	})
@@ -205,7 +205,7 @@ func TestWatchEndsCleanlyOnInterrupt(t *testing.T) {
 
 func TestRunUnreachableIsAnError(t *testing.T) {
 	admin := &scriptedAdmin{infoErr: fmt.Errorf("GET /server_info: %w", envoyadmin.ErrRefused), script: []scripted{{}}}
-	err := Run(context.Background(), admin, io.Discard, Options{AdminURL: "http://127.0.0.1:15000"})
+	err := Run(context.Background(), Envoy(admin), io.Discard, Options{AdminURL: "http://127.0.0.1:15000"})
 	if !IsUnreachable(err) {
 		t.Fatalf("want an UnreachableError, got %v", err)
 	}
@@ -320,7 +320,7 @@ func TestCheckTiming(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			res := Evaluate(context.Background(), live(), CheckOptions{AdminURL: "u", GracePeriod: c.grace, AppDrain: c.app, TerminationDrainDuration: c.tdd})
+			res := Evaluate(context.Background(), Envoy(live()), CheckOptions{AdminURL: "u", GracePeriod: c.grace, AppDrain: c.app, TerminationDrainDuration: c.tdd})
 			if res.OK != c.ok {
 				t.Errorf("ok = %v, want %v: %+v", res.OK, c.ok, res.Checks)
 			}

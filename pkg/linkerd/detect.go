@@ -1,0 +1,107 @@
+package linkerd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Mesh is the kind of sidecar an admin port belongs to.
+type Mesh string
+
+// Sidecars meshdrain can drain behind.
+const (
+	MeshLinkerd Mesh = "linkerd"
+	MeshEnvoy   Mesh = "envoy" // Istio's istio-proxy or any other Envoy
+)
+
+// EnvoyAdminURL is where an Istio sidecar's Envoy admin answers.
+const EnvoyAdminURL = "http://127.0.0.1:15000"
+
+// DefaultCandidates are the admin ports Detect tries, Linkerd's first: a pod has one mesh,
+// and which port answers (and how) tells which.
+var DefaultCandidates = []string{DefaultAdminURL, EnvoyAdminURL}
+
+// ErrNotASidecar means the port answered, but not as a Linkerd proxy or an Envoy admin.
+var ErrNotASidecar = errors.New("the admin port answered, but neither as a Linkerd proxy nor as Envoy")
+
+// Detect tells what answers at baseURL by its /ready, which both sidecars serve and answer
+// differently: a Linkerd proxy with "ready" or "not ready" (linkerd/app/admin/src/server.rs),
+// Envoy with its server state, "LIVE", "DRAINING", ... (domain.md §2). The guess is then
+// confirmed by an endpoint only that sidecar has: Linkerd's /live ("live"), Envoy's
+// /server_info (JSON with a state). Both are a few bytes; /metrics and /stats are never
+// fetched for this. A refused connection is returned as is, so the caller can tell "no
+// sidecar here" from "something else here".
+func Detect(ctx context.Context, hc *http.Client, baseURL string) (Mesh, error) {
+	return DetectWith(ctx, baseURL, Options{HTTPClient: hc})
+}
+
+// DetectWith is Detect with the client's options: RequestTimeout bounds each of its two
+// requests, and AllowRemote lets `meshdrain status` and `check`, which people run by hand
+// against a port-forward or from a debug pod, look at a sidecar that is not on loopback, as
+// they always could for Envoy. The drain keeps the loopback guard.
+func DetectWith(ctx context.Context, baseURL string, opts Options) (Mesh, error) {
+	c, err := New(baseURL, opts)
+	if err != nil {
+		return "", err
+	}
+	var readyBody string
+	err = c.get(ctx, "/ready", maxSmallBody, func(_ int, body []byte) error {
+		readyBody = strings.TrimSpace(string(body))
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	switch readyBody {
+	case "ready", "not ready":
+		err := c.get(ctx, "/live", maxSmallBody, func(code int, body []byte) error {
+			if code != http.StatusOK || strings.TrimSpace(string(body)) != "live" {
+				return errStatus
+			}
+			return nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("%w: /ready looked like Linkerd's but /live did not: %w", ErrNotASidecar, err)
+		}
+		return MeshLinkerd, nil
+	case "LIVE", "DRAINING", "PRE_INITIALIZING", "INITIALIZING":
+		err := c.get(ctx, "/server_info", 1<<20, func(code int, body []byte) error {
+			var info struct {
+				State string `json:"state"`
+			}
+			if code != http.StatusOK || json.Unmarshal(body, &info) != nil || info.State == "" {
+				return errStatus
+			}
+			return nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("%w: /ready looked like Envoy's but /server_info did not: %w", ErrNotASidecar, err)
+		}
+		return MeshEnvoy, nil
+	}
+	if len(readyBody) > 64 {
+		readyBody = readyBody[:64] + "..."
+	}
+	return "", fmt.Errorf("%w: GET %s/ready answered %q", ErrNotASidecar, strings.TrimSuffix(baseURL, "/"), readyBody)
+}
+
+// DetectAny tries each candidate admin URL in order and returns the first that answers as a
+// sidecar, with its URL. When none does, the error joins what each candidate answered.
+func DetectAny(ctx context.Context, hc *http.Client, candidates []string) (Mesh, string, error) {
+	var errs []error
+	for _, u := range candidates {
+		mesh, err := Detect(ctx, hc, u)
+		if err == nil {
+			return mesh, u, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", u, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return "", "", fmt.Errorf("no sidecar admin port found: %w", errors.Join(errs...))
+}
