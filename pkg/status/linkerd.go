@@ -83,7 +83,7 @@ func GatherLinkerd(ctx context.Context, admin LinkerdAdmin, adminURL string, sel
 			ResponsesTotal:     e.ResponsesTotal,
 			ProbeRequestsTotal: e.ProbeRequestsTotal,
 		})
-		if e.Port != nil && len(sel.Ports) > 0 && silent(e) {
+		if e.Port != nil && len(sel.Ports) > 0 && e.Silent() {
 			r.SilentPorts = append(r.SilentPorts, *e.Port)
 		}
 	}
@@ -96,21 +96,10 @@ func GatherLinkerd(ctx context.Context, admin LinkerdAdmin, adminURL string, sel
 	return r, nil
 }
 
-// silent reports an endpoint the proxy wrote no series for at all: no request, no probe, no
-// connection since it started or in the last 10 minutes.
-func silent(e linkerd.Endpoint) bool {
-	for _, v := range []*float64{e.RequestsTotal, e.ResponsesTotal, e.ProbeRequestsTotal, e.ConnectionsOpen, e.ConnectionsOpened, e.ConnectionsClosed} {
-		if v != nil {
-			return false
-		}
-	}
-	return true
-}
-
 func portsWithSeries(s linkerd.Snapshot) []int {
 	var out []int
 	for _, e := range s.Endpoints {
-		if e.Port != nil && !silent(e) {
+		if e.Port != nil && !e.Silent() {
 			out = append(out, *e.Port)
 		}
 	}
