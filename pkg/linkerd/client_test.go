@@ -3,8 +3,8 @@ package linkerd
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"

@@ -65,11 +65,11 @@ type normaliser struct {
 	// admin and defaultAdmin collect the admin port's request counter, at Selector.AdminPort
 	// and at the proxy's default 4191 (a port-forwarded URL's port is not the proxy's).
 	admin, defaultAdmin *float64
-	byPort  map[int]*Endpoint
-	unport  *Endpoint
-	scheme  LabelScheme
-	snap    Snapshot
-	counted map[*Endpoint]bool // endpoints whose requests came from request_total
+	byPort              map[int]*Endpoint
+	unport              *Endpoint
+	scheme              LabelScheme
+	snap                Snapshot
+	counted             map[*Endpoint]bool // endpoints whose requests came from request_total
 }
 
 // requests adds request_total or response_total series.
