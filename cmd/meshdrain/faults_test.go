@@ -257,9 +257,10 @@ func busyAdmin(t *testing.T) *httptest.Server {
 // or the case ends (atEnd): traffic of the cases that are not running would load the machine
 // and distort the timing of those that are.
 type emulation struct {
-	sim  *envoysim.Sidecar
-	done chan struct{}
-	once sync.Once
+	sim     *envoysim.Sidecar
+	inbound string // the inbound listener of port 8080 the client sends to
+	done    chan struct{}
+	once    sync.Once
 }
 
 func emulated(t *testing.T, cfg envoysim.Config) *emulation {
@@ -273,7 +274,7 @@ func emulated(t *testing.T, cfg envoysim.Config) *emulation {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
-	e := &emulation{sim: sim, done: make(chan struct{})}
+	e := &emulation{sim: sim, inbound: sim.InboundAddr(8080), done: make(chan struct{})}
 	t.Cleanup(e.stop)
 	return e
 }
@@ -287,7 +288,7 @@ func (e *emulation) start() {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if resp, err := client.Get("http://" + e.sim.InboundAddr(8080) + "/"); err == nil {
+			if resp, err := client.Get("http://" + e.inbound + "/"); err == nil {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
@@ -749,7 +750,7 @@ func faultCases() []faultCase {
 			},
 			check: contains("went down")},
 	)
-	return cases
+	return append(cases, linkerdFaultCases()...)
 }
 
 // istioWithInboundStats is an Istio sidecar with its default stats plus the inbound stats
@@ -871,6 +872,8 @@ func boundName(c faultCase) string {
 		return "grace 2 s − 0.5 s margin"
 	case c.name == "sighup-interrupts":
 		return "SIGHUP sent at 0.3 s"
+	case c.name == "auto-nothing-listens":
+		return "--connect-timeout 0.5 s"
 	case c.reason == "config-error" && c.bound == fmDeadline:
 		return "hold: --min-wait, capped by the deadline 1.5 s"
 	case c.bound == fmDeadline:

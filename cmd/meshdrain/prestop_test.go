@@ -282,6 +282,10 @@ func TestPrestopBadFlags(t *testing.T) {
 		{"prestop", "--log-format", "xml"},
 		{"prestop", "--nope"},
 		{"prestop", "extra"},
+		{"prestop", "--mesh", "consul"},
+		{"prestop", "--mesh", "linkerd", "--cluster", "local_app"},
+		{"prestop", "--mesh", "linkerd", "--port", "4191"},
+		{"prestop", "--mesh", "linkerd", "--admin", "http://10.0.0.1:4191"},
 	}
 	results := make([]runResult, len(cases))
 	took := make([]time.Duration, len(cases))

@@ -51,7 +51,7 @@ func TestPrestopMesh(t *testing.T) {
 	}
 	h := hook.Hints()
 	if !strings.Contains(h.SidecarGone, `proxy-wait-before-exit-seconds: "29"`) || strings.Contains(h.MissingStats, "istio") || h.NoDrainCall == "" ||
-		h.AdminCounter != `request_total{direction="inbound",target_port="4191"}` {
+		h.AdminCounter != linkerd.AdminCounter {
 		t.Errorf("hints %+v (deadline 24s + app drain 5s = 29)", h)
 	}
 	if len(setup.warnings) != 0 {
@@ -209,5 +209,28 @@ func TestLinkerdHookWarnsAboutSilentPorts(t *testing.T) {
 	warned := logs.FilterMessageSnippet("no series for").All()
 	if len(warned) != 1 || warned[0].ContextMap()["ports_with_series"] == nil {
 		t.Errorf("warnings %v", warned)
+	}
+}
+
+// status and check call the loopback only, for both meshes, unless --allow-remote; nothing
+// is dialled here.
+func TestStatusCheckAllowRemote(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "--admin", "http://10.0.0.7:15000"},
+		{"status", "--mesh", "linkerd", "--admin", "http://10.0.0.7:4191"},
+		{"check", "--mesh", "istio", "--admin", "http://169.254.169.254:15000"},
+		{"check", "--admin", "http://metadata.google.internal:4191"},
+	} {
+		code, _, errOut := runMain(t, args...)
+		if code != ExitUsage || !strings.Contains(errOut, "not a loopback address") || !strings.Contains(errOut, "--allow-remote") {
+			t.Errorf("%v: exit %d %s", args, code, errOut)
+		}
+	}
+	for _, mesh := range []string{meshAuto, meshIstio, meshLinkerd} {
+		flags := defaultSidecarFlags()
+		flags.mesh, flags.admin, flags.allowRemote = mesh, "http://10.0.0.7:4191", true
+		if _, _, _, err := flags.sidecar(); err != nil {
+			t.Errorf("--mesh %s --allow-remote: %v", mesh, err)
+		}
 	}
 }

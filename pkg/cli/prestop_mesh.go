@@ -44,7 +44,7 @@ func (o *prestopOptions) sidecarFor(mesh, adminURL string, drainModeSet bool, cf
 	// No drain call: the coordinator then claims none (drain_called false), and the hints
 	// say why (no_drain_call).
 	cfg.DrainMode = envoyadmin.DrainNone
-	return &linkerdHook{Client: client, hints: linkerdHints(cfg.Deadline, o.appDrain, client.AdminPort())}, warnings, problems
+	return &linkerdHook{Client: client, hints: linkerdHints(cfg.Deadline, o.appDrain)}, warnings, problems
 }
 
 // linkerdChecks are the start checks of a Linkerd drain.
@@ -62,13 +62,13 @@ func (o *prestopOptions) linkerdChecks(adminPort int, drainModeSet bool) (warnin
 }
 
 // linkerdHints are a Linkerd drain's fixes, with the numbers of this hook.
-func linkerdHints(deadline, appDrain time.Duration, adminPort int) drain.Hints {
+func linkerdHints(deadline, appDrain time.Duration) drain.Hints {
 	return drain.Hints{
 		MissingStats: linkerd.NoSeriesHint,
 		SidecarGone:  linkerd.SidecarGoneFix(deadline, appDrain),
 		Unreachable:  linkerd.UnreachableHint(deadline, appDrain),
 		NoDrainCall:  linkerd.NoDrainCallReason,
-		AdminCounter: linkerd.AdminCounterName(adminPort),
+		AdminCounter: linkerd.AdminCounter,
 	}
 }
 

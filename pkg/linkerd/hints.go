@@ -35,10 +35,9 @@ func UnreachableHint(deadline, appDrain time.Duration) string {
 		`are refused (set the annotation to at least "%d", or use a native sidecar)`, waitSeconds(deadline+appDrain))
 }
 
-// AdminCounterName names the admin port's request counter in messages.
-func AdminCounterName(adminPort int) string {
-	return fmt.Sprintf(`request_total{direction="inbound",target_port="%d"}`, adminPort)
-}
+// AdminCounter names the admin port's request counter in messages. Which port's series it
+// is (the URL's, or 4191 behind a port-forward) is not known in advance.
+const AdminCounter = `the admin port's request_total{direction="inbound"}`
 
 // waitSeconds is proxy-wait-before-exit-seconds for a duration: whole seconds, rounded up.
 func waitSeconds(d time.Duration) int {
