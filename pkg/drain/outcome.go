@@ -118,7 +118,7 @@ func (c *coordinator) sidecarGone() Reason {
 	if !arrivedLately && (active == nil || *active == 0) {
 		return ReasonSidecarGone
 	}
-	c.log.Warn("the sidecar went away while requests were still arriving or in flight: they failed (503 UC at the callers, or refused)",
+	c.log.Warn("the sidecar went away while requests were still arriving or in flight: they failed (cut, or refused at the callers; behind Envoy: 503 UC)",
 		zap.Float64("arrivals_recent", recent),
 		zap.Int64("recent_window_ms", c.result.RecentWindow.Milliseconds()),
 		zap.Int64("last_arrival_ms", c.result.LastArrival.Milliseconds()),
