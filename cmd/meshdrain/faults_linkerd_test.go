@@ -159,9 +159,7 @@ func linkerdFaultCases() []faultCase {
 			check: contains("cannot tell which sidecar")},
 		{name: "auto-nothing-listens", item: "5", bound: 500 * time.Millisecond, reason: "no-sidecar", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				srv := httptest.NewServer(http.NotFoundHandler())
-				srv.Close()
-				return faultSetup{args: append(fmFlags(srv.URL), "--mesh", "auto")}
+				return faultSetup{args: append(fmFlags(refusingAdmin(t)), "--mesh", "auto")}
 			}},
 	}
 }

@@ -528,9 +528,7 @@ func faultCases() []faultCase {
 			check: contains("MESHDRAIN_GRACEPERIOD is not a prestop setting")},
 		{name: "min-wait-on-no-sidecar", item: "5", bound: 1200 * time.Millisecond, minEnd: 1200 * time.Millisecond, reason: "no-sidecar", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				srv := httptest.NewServer(http.NotFoundHandler())
-				srv.Close()
-				return faultSetup{args: append(fmFlags(srv.URL), "--min-wait", "1200ms")}
+				return faultSetup{args: append(fmFlags(refusingAdmin(t)), "--min-wait", "1200ms")}
 			}},
 		{name: "min-wait-on-no-signal", item: "5", bound: 1300 * time.Millisecond, minEnd: 1300 * time.Millisecond, reason: "no-signal", code: 4,
 			setup: func(t *testing.T) faultSetup {
@@ -894,4 +892,25 @@ func tail(s string) string {
 		lines = lines[len(lines)-8:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// refusingAdmin is an admin URL on 127.0.0.1 that refuses every connection, for as long as
+// the test runs: its port is bound by a socket that never listens, so no server started by
+// another case can take it over (a closed httptest server's port can be reused by the next
+// one, and a "no sidecar" case then finds a sidecar).
+func refusingAdmin(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }

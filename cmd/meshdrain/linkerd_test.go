@@ -190,7 +190,7 @@ func TestPrestopMeshAuto(t *testing.T) {
 	}
 
 	start := time.Now()
-	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", "http://127.0.0.1:1", "--connect-timeout", "300ms")
+	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", refusingAdmin(t), "--connect-timeout", "300ms")
 	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" || res.exited.Sub(start) > 2*time.Second {
 		t.Errorf("auto, nothing: exit %d after %v\n%s", res.code, res.exited.Sub(start), res.stderr)
 	}

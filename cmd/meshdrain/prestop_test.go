@@ -257,10 +257,7 @@ func TestPrestopSidecarGoneSignalsTheApp(t *testing.T) {
 }
 
 func TestPrestopNoSidecar(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	url := srv.URL
-	srv.Close()
-	res := runBinary(t, nil, fastFlags(url)...)
+	res := runBinary(t, nil, fastFlags(refusingAdmin(t))...)
 	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" {
 		t.Fatalf("exit %d\n%s", res.code, res.stderr)
 	}

@@ -2,10 +2,11 @@ package cli
 
 import (
 	"context"
-	"net"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,14 +127,23 @@ func notASidecar(t *testing.T) string {
 	return srv.URL
 }
 
+// closedURL refuses every connection while the test runs: its port is bound by a socket that
+// never listens, so no server started later can take it.
 func closedURL(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := "http://" + ln.Addr().String()
-	ln.Close()
-	return u
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
 
 // --mesh auto at start: the first candidate that answers as a sidecar, within
