@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 // The fault matrix's Linkerd cases: where a Linkerd proxy's admin port differs from Envoy's.
@@ -33,21 +34,24 @@ const frozenMetrics = "# TYPE request_total counter\n" +
 	`response_total{direction="inbound",target_port="8080",route_name="default",status_code="200"} 500` + "\n" +
 	"# TYPE proxy_build_info gauge\nproxy_build_info{version=\"v2.340.0\"} 1\n"
 
-// linkerdEmulation is the Linkerd emulator in front of an app, with a client sending a
-// request every 5 ms while its case runs, as emulation does for Envoy.
+// linkerdEmulation is the Linkerd emulator in front of an app, with a client that sends a
+// request every 5 ms while its case runs (emulation), as for Envoy.
 func linkerdEmulation(t *testing.T, cfg linkerdsim.Config) (*linkerdsim.Sidecar, *emulation) {
 	t.Helper()
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
-	t.Cleanup(app.Close)
-	cfg.Inbound = []linkerdsim.InboundPort{{Port: 8080, AppAddr: strings.TrimPrefix(app.URL, "http://")}}
+	cfg.Inbound = []linkerdsim.InboundPort{{Port: 8080, AppAddr: testApp(t)}}
 	proxy, err := linkerdsim.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	e := &emulation{inbound: proxy.InboundAddr(8080), done: make(chan struct{})}
-	t.Cleanup(e.stop)
-	return proxy, e
+	return proxy, newEmulation(t, proxy.InboundAddr(8080))
+}
+
+// staticAdmin answers every request with body, as a cache in front of the admin port would.
+func staticAdmin(t *testing.T, body string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 func linkerdFaultCases() []faultCase {
@@ -94,10 +98,7 @@ func linkerdFaultCases() []faultCase {
 						b.WriteString(line)
 					}
 				}
-				body := b.String()
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
-				t.Cleanup(srv.Close)
-				return faultSetup{args: linkerdFM(srv.URL)}
+				return faultSetup{args: linkerdFM(staticAdmin(t, b.String()))}
 			}},
 		{name: "linkerd-metrics-endless-line", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {
@@ -109,10 +110,8 @@ func linkerdFaultCases() []faultCase {
 			check: contains("longer than 64 KiB")},
 		{name: "linkerd-metrics-frozen", item: "7", bound: fmDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, frozenMetrics) }))
-				t.Cleanup(srv.Close)
 				// The replayed counter names 4191, the proxy's admin port, not the server's.
-				return faultSetup{args: linkerdFM(srv.URL)}
+				return faultSetup{args: linkerdFM(staticAdmin(t, frozenMetrics))}
 			},
 			check: func(t *testing.T, r faultRun) {
 				frozenSeen(t, r)
@@ -152,14 +151,12 @@ func linkerdFaultCases() []faultCase {
 			check: contains("not a loopback address")},
 		{name: "auto-not-a-sidecar", item: "4", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,
 			setup: func(t *testing.T) faultSetup {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "<html>hello</html>") }))
-				t.Cleanup(srv.Close)
-				return faultSetup{args: append(fmFlags(srv.URL), "--mesh", "auto")}
+				return faultSetup{args: append(fmFlags(staticAdmin(t, "<html>hello</html>")), "--mesh", "auto")}
 			},
 			check: contains("cannot tell which sidecar")},
 		{name: "auto-nothing-listens", item: "5", bound: 500 * time.Millisecond, reason: "no-sidecar", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				return faultSetup{args: append(fmFlags(refusingAdmin(t)), "--mesh", "auto")}
+				return faultSetup{args: append(fmFlags(localhttptest.RefusingURL(t)), "--mesh", "auto")}
 			}},
 	}
 }

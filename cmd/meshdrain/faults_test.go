@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 // The fault matrix runs the real binary against misbehaving admin servers, shutdown
@@ -261,37 +262,67 @@ type emulation struct {
 	inbound string // the inbound listener of port 8080 the client sends to
 	done    chan struct{}
 	once    sync.Once
+
+	mu       sync.Mutex
+	lastSent time.Time // when a request last got its answer
+}
+
+// newEmulation is the client side of an emulated sidecar's inbound port 8080.
+func newEmulation(t *testing.T, inbound string) *emulation {
+	e := &emulation{inbound: inbound, done: make(chan struct{})}
+	t.Cleanup(e.stop)
+	return e
+}
+
+// testApp is the app behind an emulated sidecar: it answers "ok" at once.
+func testApp(t *testing.T) string {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(app.Close)
+	return strings.TrimPrefix(app.URL, "http://")
 }
 
 func emulated(t *testing.T, cfg envoysim.Config) *emulation {
 	t.Helper()
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
-	t.Cleanup(app.Close)
-	cfg.Inbound = []envoysim.InboundPort{{Port: 8080, AppAddr: strings.TrimPrefix(app.URL, "http://")}}
+	cfg.Inbound = []envoysim.InboundPort{{Port: 8080, AppAddr: testApp(t)}}
 	cfg.DrainTime, cfg.TerminationDrainDuration = time.Hour, time.Hour
 	sim, err := envoysim.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
-	e := &emulation{sim: sim, inbound: sim.InboundAddr(8080), done: make(chan struct{})}
-	t.Cleanup(e.stop)
+	e := newEmulation(t, sim.InboundAddr(8080))
+	e.sim = sim
 	return e
+}
+
+// send sends one request and notes when it was answered.
+func (e *emulation) send(client *http.Client) {
+	if resp, err := client.Get("http://" + e.inbound + "/"); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		e.mu.Lock()
+		e.lastSent = time.Now()
+		e.mu.Unlock()
+	}
+}
+
+// last is when a request was last answered.
+func (e *emulation) last() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastSent
 }
 
 func (e *emulation) start() {
 	go func() {
-		client := &http.Client{Timeout: time.Second}
+		client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
 		for {
 			select {
 			case <-e.done:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if resp, err := client.Get("http://" + e.inbound + "/"); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
+			e.send(client)
 		}
 	}()
 }
@@ -528,7 +559,7 @@ func faultCases() []faultCase {
 			check: contains("MESHDRAIN_GRACEPERIOD is not a prestop setting")},
 		{name: "min-wait-on-no-sidecar", item: "5", bound: 1200 * time.Millisecond, minEnd: 1200 * time.Millisecond, reason: "no-sidecar", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				return faultSetup{args: append(fmFlags(refusingAdmin(t)), "--min-wait", "1200ms")}
+				return faultSetup{args: append(fmFlags(localhttptest.RefusingURL(t)), "--min-wait", "1200ms")}
 			}},
 		{name: "min-wait-on-no-signal", item: "5", bound: 1300 * time.Millisecond, minEnd: 1300 * time.Millisecond, reason: "no-signal", code: 4,
 			setup: func(t *testing.T) faultSetup {
@@ -892,25 +923,4 @@ func tail(s string) string {
 		lines = lines[len(lines)-8:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// refusingAdmin is an admin URL on 127.0.0.1 that refuses every connection, for as long as
-// the test runs: its port is bound by a socket that never listens, so no server started by
-// another case can take it over (a closed httptest server's port can be reused by the next
-// one, and a "no sidecar" case then finds a sidecar).
-func refusingAdmin(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }

@@ -1,78 +1,36 @@
 package main
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/envoysim"
 	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 // These run the binary as the kubelet would against pkg/linkerdsim, the Linkerd proxy
 // emulator, on 127.0.0.1: the app's preStop of a Linkerd pod.
 
-// linkerdPod is an emulated proxy with inbound port 8080 in front of an app, and a client
-// sending a request every 5 ms through it while traffic runs.
+// linkerdPod is an emulated proxy with inbound port 8080 in front of an app, and its client.
 type linkerdPod struct {
-	proxy    *linkerdsim.Sidecar
-	mu       sync.Mutex
-	stopped  chan struct{}
-	once     sync.Once
-	lastSent time.Time
+	proxy *linkerdsim.Sidecar
+	*emulation
 }
 
 func startLinkerdPod(t *testing.T, cfg linkerdsim.Config) *linkerdPod {
 	t.Helper()
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
-	t.Cleanup(app.Close)
-	cfg.Inbound = []linkerdsim.InboundPort{{Port: 8080, AppAddr: strings.TrimPrefix(app.URL, "http://")}}
-	proxy, err := linkerdsim.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	p := &linkerdPod{proxy: proxy, stopped: make(chan struct{})}
-	t.Cleanup(p.stop)
-	return p
+	proxy, e := linkerdEmulation(t, cfg)
+	return &linkerdPod{proxy: proxy, emulation: e}
 }
 
-// traffic sends requests until stop; the first is answered before it returns, so the port
-// has its series when prestop starts.
+// traffic sends a request every 5 ms until stop; the first is answered before it returns, so
+// the port has its series when prestop starts.
 func (p *linkerdPod) traffic(t *testing.T) {
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
-	send := func() {
-		if resp, err := client.Get("http://" + p.proxy.InboundAddr(8080) + "/"); err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			p.mu.Lock()
-			p.lastSent = time.Now()
-			p.mu.Unlock()
-		}
-	}
-	send()
-	go func() {
-		for {
-			select {
-			case <-p.stopped:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			send()
-		}
-	}()
-}
-
-func (p *linkerdPod) stop() { p.once.Do(func() { close(p.stopped) }) }
-
-func (p *linkerdPod) last() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.lastSent
+	p.send(&http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}})
+	p.start()
 }
 
 func linkerdFlags(admin string) []string {
@@ -190,14 +148,12 @@ func TestPrestopMeshAuto(t *testing.T) {
 	}
 
 	start := time.Now()
-	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", refusingAdmin(t), "--connect-timeout", "300ms")
+	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", localhttptest.RefusingURL(t), "--connect-timeout", "300ms")
 	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" || res.exited.Sub(start) > 2*time.Second {
 		t.Errorf("auto, nothing: exit %d after %v\n%s", res.code, res.exited.Sub(start), res.stderr)
 	}
 
-	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello") }))
-	t.Cleanup(other.Close)
-	res = runBinary(t, []string{"MESHDRAIN_FALLBACK_WAIT=300ms"}, "prestop", "--mesh", "auto", "--admin", other.URL)
+	res = runBinary(t, []string{"MESHDRAIN_FALLBACK_WAIT=300ms"}, "prestop", "--mesh", "auto", "--admin", staticAdmin(t, "hello"))
 	if res.code != 2 || res.final(t)["reason"] != "config-error" || !strings.Contains(res.stderr, "cannot tell which sidecar") {
 		t.Errorf("auto, not a sidecar: exit %d\n%s", res.code, res.stderr)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 // These tests run the compiled binary, as the kubelet would, against an admin server that
@@ -257,7 +259,7 @@ func TestPrestopSidecarGoneSignalsTheApp(t *testing.T) {
 }
 
 func TestPrestopNoSidecar(t *testing.T) {
-	res := runBinary(t, nil, fastFlags(refusingAdmin(t))...)
+	res := runBinary(t, nil, fastFlags(localhttptest.RefusingURL(t))...)
 	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" {
 		t.Fatalf("exit %d\n%s", res.code, res.stderr)
 	}

@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/inbound"
 	"github.com/meshdrain/meshdrain/pkg/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 func problemsText(setup *prestopSetup) string {
@@ -127,25 +126,6 @@ func notASidecar(t *testing.T) string {
 	return srv.URL
 }
 
-// closedURL refuses every connection while the test runs: its port is bound by a socket that
-// never listens, so no server started later can take it.
-func closedURL(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-}
-
 // --mesh auto at start: the first candidate that answers as a sidecar, within
 // --connect-timeout; something that answers as neither ends the detection at once.
 func TestDetectSidecar(t *testing.T) {
@@ -161,7 +141,7 @@ func TestDetectSidecar(t *testing.T) {
 	t.Cleanup(func() { envoy.Close() })
 	o := defaultPrestopOptions()
 	o.connectTimeout, o.poll = 300*time.Millisecond, 20*time.Millisecond
-	closed := closedURL(t)
+	closed := localhttptest.RefusingURL(t)
 
 	for _, c := range []struct {
 		name        string
