@@ -13,8 +13,8 @@ package linkerd
 import "github.com/meshdrain/meshdrain/pkg/inbound"
 
 // NamingLinkerd marks a snapshot read from a Linkerd proxy. It is an inbound.Naming so that
-// the drain logic, status and the final log event can report it unchanged; phase 2 is to move
-// this constant into package inbound beside the Envoy namings.
+// the drain logic, status and the final log event can report it unchanged. It belongs in
+// package inbound beside the Envoy namings; moving it waits for issue 9's changes there.
 const NamingLinkerd inbound.Naming = "linkerd"
 
 // DefaultAdminURL is the admin address of a Linkerd proxy: the injector binds it on every
