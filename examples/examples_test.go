@@ -259,9 +259,8 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 
 	// The flags are ones prestop accepts: cobra parses every flag before it honours --help.
 	var out, errOut bytes.Buffer
-	args := withoutPendingFlags(ps.args)
-	if code := cli.Main(append(args, "--help"), strings.NewReader(""), &out, &errOut); code != 0 {
-		t.Errorf("meshdrain %s: exit %d: %s", strings.Join(args, " "), code, errOut.String())
+	if code := cli.Main(append(ps.args, "--help"), strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Errorf("meshdrain %s: exit %d: %s", strings.Join(ps.args, " "), code, errOut.String())
 	}
 
 	// The sidecar outlives the app.
@@ -379,34 +378,6 @@ func checkLinkerd(t reporter, tpl corev1.PodTemplateSpec, ps prestop, grace, app
 	}
 	if want := mustRecommend(t, linkerdScenario(plan.Classic)); grace != want.GracePeriod || wait != want.WaitBeforeExit {
 		t.Errorf("grace %s, proxy-wait-before-exit %s; meshdrain plan --mesh linkerd --sidecar classic recommends %s, %s", grace, wait, want.GracePeriod, want.WaitBeforeExit)
-	}
-}
-
-// pendingPrestopFlags are flags plan already writes into Linkerd preStop hooks and that
-// `meshdrain prestop` gains in issue 11's phase 2b. Until then the flag check above leaves
-// them out; TestPendingPrestopFlags fails as soon as prestop accepts one, so that it leaves
-// this list and is checked like every other flag.
-var pendingPrestopFlags = []string{"--mesh"}
-
-func withoutPendingFlags(args []string) []string {
-	var out []string
-	for _, a := range args {
-		name, _, _ := strings.Cut(a, "=")
-		if !contains(pendingPrestopFlags, name) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-func TestPendingPrestopFlags(t *testing.T) {
-	for _, flag := range pendingPrestopFlags {
-		var out, errOut bytes.Buffer
-		if code := cli.Main([]string{"prestop", flag + "=linkerd", "--help"}, strings.NewReader(""), &out, &errOut); code == 0 {
-			t.Errorf("prestop accepts %s now: remove it from pendingPrestopFlags so the examples' hooks are checked whole", flag)
-		} else if !strings.Contains(errOut.String(), "unknown flag") {
-			t.Errorf("prestop %s: %s", flag, errOut.String())
-		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 // The fault matrix runs the real binary against misbehaving admin servers, shutdown
@@ -257,40 +258,71 @@ func busyAdmin(t *testing.T) *httptest.Server {
 // or the case ends (atEnd): traffic of the cases that are not running would load the machine
 // and distort the timing of those that are.
 type emulation struct {
-	sim  *envoysim.Sidecar
-	done chan struct{}
-	once sync.Once
+	sim     *envoysim.Sidecar
+	inbound string // the inbound listener of port 8080 the client sends to
+	done    chan struct{}
+	once    sync.Once
+
+	mu       sync.Mutex
+	lastSent time.Time // when a request last got its answer
+}
+
+// newEmulation is the client side of an emulated sidecar's inbound port 8080.
+func newEmulation(t *testing.T, inbound string) *emulation {
+	e := &emulation{inbound: inbound, done: make(chan struct{})}
+	t.Cleanup(e.stop)
+	return e
+}
+
+// testApp is the app behind an emulated sidecar: it answers "ok" at once.
+func testApp(t *testing.T) string {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(app.Close)
+	return strings.TrimPrefix(app.URL, "http://")
 }
 
 func emulated(t *testing.T, cfg envoysim.Config) *emulation {
 	t.Helper()
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
-	t.Cleanup(app.Close)
-	cfg.Inbound = []envoysim.InboundPort{{Port: 8080, AppAddr: strings.TrimPrefix(app.URL, "http://")}}
+	cfg.Inbound = []envoysim.InboundPort{{Port: 8080, AppAddr: testApp(t)}}
 	cfg.DrainTime, cfg.TerminationDrainDuration = time.Hour, time.Hour
 	sim, err := envoysim.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
-	e := &emulation{sim: sim, done: make(chan struct{})}
-	t.Cleanup(e.stop)
+	e := newEmulation(t, sim.InboundAddr(8080))
+	e.sim = sim
 	return e
+}
+
+// send sends one request and notes when it was answered.
+func (e *emulation) send(client *http.Client) {
+	if resp, err := client.Get("http://" + e.inbound + "/"); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		e.mu.Lock()
+		e.lastSent = time.Now()
+		e.mu.Unlock()
+	}
+}
+
+// last is when a request was last answered.
+func (e *emulation) last() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastSent
 }
 
 func (e *emulation) start() {
 	go func() {
-		client := &http.Client{Timeout: time.Second}
+		client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
 		for {
 			select {
 			case <-e.done:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if resp, err := client.Get("http://" + e.sim.InboundAddr(8080) + "/"); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
+			e.send(client)
 		}
 	}()
 }
@@ -527,9 +559,7 @@ func faultCases() []faultCase {
 			check: contains("MESHDRAIN_GRACEPERIOD is not a prestop setting")},
 		{name: "min-wait-on-no-sidecar", item: "5", bound: 1200 * time.Millisecond, minEnd: 1200 * time.Millisecond, reason: "no-sidecar", code: 0,
 			setup: func(t *testing.T) faultSetup {
-				srv := httptest.NewServer(http.NotFoundHandler())
-				srv.Close()
-				return faultSetup{args: append(fmFlags(srv.URL), "--min-wait", "1200ms")}
+				return faultSetup{args: append(fmFlags(localhttptest.RefusingURL(t)), "--min-wait", "1200ms")}
 			}},
 		{name: "min-wait-on-no-signal", item: "5", bound: 1300 * time.Millisecond, minEnd: 1300 * time.Millisecond, reason: "no-signal", code: 4,
 			setup: func(t *testing.T) faultSetup {
@@ -749,7 +779,7 @@ func faultCases() []faultCase {
 			},
 			check: contains("went down")},
 	)
-	return cases
+	return append(cases, linkerdFaultCases()...)
 }
 
 // istioWithInboundStats is an Istio sidecar with its default stats plus the inbound stats
@@ -871,6 +901,8 @@ func boundName(c faultCase) string {
 		return "grace 2 s − 0.5 s margin"
 	case c.name == "sighup-interrupts":
 		return "SIGHUP sent at 0.3 s"
+	case c.name == "auto-nothing-listens":
+		return "--connect-timeout 0.5 s"
 	case c.reason == "config-error" && c.bound == fmDeadline:
 		return "hold: --min-wait, capped by the deadline 1.5 s"
 	case c.bound == fmDeadline:

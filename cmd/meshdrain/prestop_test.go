@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 // These tests run the compiled binary, as the kubelet would, against an admin server that
@@ -257,10 +259,7 @@ func TestPrestopSidecarGoneSignalsTheApp(t *testing.T) {
 }
 
 func TestPrestopNoSidecar(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	url := srv.URL
-	srv.Close()
-	res := runBinary(t, nil, fastFlags(url)...)
+	res := runBinary(t, nil, fastFlags(localhttptest.RefusingURL(t))...)
 	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" {
 		t.Fatalf("exit %d\n%s", res.code, res.stderr)
 	}
@@ -282,6 +281,10 @@ func TestPrestopBadFlags(t *testing.T) {
 		{"prestop", "--log-format", "xml"},
 		{"prestop", "--nope"},
 		{"prestop", "extra"},
+		{"prestop", "--mesh", "consul"},
+		{"prestop", "--mesh", "linkerd", "--cluster", "local_app"},
+		{"prestop", "--mesh", "linkerd", "--port", "4191"},
+		{"prestop", "--mesh", "linkerd", "--admin", "http://10.0.0.1:4191"},
 	}
 	results := make([]runResult, len(cases))
 	took := make([]time.Duration, len(cases))

@@ -47,6 +47,9 @@ A Linkerd proxy needs no annotation for its metrics, but writes a port's series 
 traffic has used it and drops them after 10 minutes idle: a --port with no series fails
 (quiet or wrong, the proxy cannot tell), one that only the kubelet's probes reached warns.
 
+--admin must be the loopback or a unix socket, as prestop's (kubectl exec, or kubectl
+port-forward, which listens on your loopback); --allow-remote lets it name another host.
+
 Each problem is printed with its fix (e.g. the exact sidecar.istio.io/statsInclusionPrefixes
 annotation). Exit codes: 0 passed; 1 a problem was found; 2 bad flags.
 Every flag can also be set as MESHDRAIN_<FLAG>, so a pod configured for prestop through its

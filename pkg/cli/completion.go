@@ -24,6 +24,7 @@ func enumFlags() map[string]map[string][]string {
 			"drain-mode": {string(envoyadmin.DrainGraceful), string(envoyadmin.DrainImmediate), string(envoyadmin.DrainNone)},
 			"signal":     {"TERM", "INT", "QUIT", "HUP", "USR1", "USR2"},
 			"log-format": logFormats,
+			"mesh":       sidecarMeshes,
 		},
 		"status": {"output": output.Formats, "mesh": sidecarMeshes},
 		"check": {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
 )
 
@@ -30,12 +31,15 @@ func fuzzSafe(s string) bool {
 // it must not panic; the fail-safe hold must never be negative; and a configuration accepted
 // without problems must be one the drain can run: a positive deadline within the grace
 // period, polls of at least 20ms, a quiet window of two polls or more that fits the deadline,
-// --min-wait within it, a selection whose filter is a valid regex, an admin client, and no
+// --min-wait within it, a selection whose filter is a valid regex, a sidecar to drain (or, for
+// --mesh auto, candidates to ask), no drain call for Linkerd, and no
 // URL password in the settings it logs. Seeds: testdata/fuzz/FuzzPrestopConfig.
 func FuzzPrestopConfig(f *testing.F) {
 	f.Add("--grace-period\n30s\n--app-drain\n5s", "")
 	f.Add("--quiet=40s\n--min-wait=60s", "MESHDRAIN_POLL=1ns")
 	f.Add("--admin\nhttp://u:secret@[::1]\n--port\n8080,9090", "MESHDRAIN_GRACEPERIOD=45s")
+	f.Add("--mesh=linkerd\n--port=4191\n--drain-mode=graceful", "MESHDRAIN_ADMIN=http://127.0.0.1:4191")
+	f.Add("--mesh\nauto\n--cluster\nlocal_app", "MESHDRAIN_MESH=linkerd")
 	f.Fuzz(func(t *testing.T, argLines, envLines string) {
 		var args, env []string
 		for _, a := range strings.Split(argLines, "\n") {
@@ -67,8 +71,10 @@ func FuzzPrestopConfig(f *testing.F) {
 			t.Fatalf("poll %v quiet %v deadline %v", cfg.Poll, cfg.Quiet, cfg.Deadline)
 		case cfg.MinWait < 0 || cfg.MinWait > cfg.Deadline:
 			t.Fatalf("min-wait %v deadline %v", cfg.MinWait, cfg.Deadline)
-		case setup.admin == nil:
-			t.Fatal("no admin client")
+		case setup.sidecar == nil && (setup.opts.mesh != meshAuto || len(setup.candidates) == 0):
+			t.Fatal("no sidecar to drain and nothing to detect")
+		case setup.opts.mesh == meshLinkerd && cfg.DrainMode != envoyadmin.DrainNone:
+			t.Fatalf("a Linkerd drain with drain mode %s", cfg.DrainMode)
 		}
 		if _, err := regexp.Compile(inbound.StatsFilter(cfg.Selector)); err != nil {
 			t.Fatalf("filter for %+v: %v", cfg.Selector, err)

@@ -128,7 +128,7 @@ func TestSidecarFlagsLinkerdUsage(t *testing.T) {
 		{[]string{"check", "--mesh", "linkerd", "--grace-period", "30s", "--termination-drain-duration", "30s"}, "Istio's pilot-agent setting"},
 		{[]string{"check", "--mesh", "istio", "--grace-period", "30s", "--proxy-wait-before-exit", "29s"}, "a Linkerd proxy's setting"},
 		{[]string{"check", "--proxy-wait-before-exit", "29s"}, "give --grace-period too"},
-		{[]string{"status", "--mesh", "linkerd", "--admin", "https://127.0.0.1:4191"}, "want http://host:port"},
+		{[]string{"status", "--mesh", "linkerd", "--admin", "https://127.0.0.1:4191"}, "want http://HOST"},
 	} {
 		code, _, errOut := runMain(t, c.args...)
 		if code != ExitUsage || !strings.Contains(errOut, c.want) {

@@ -18,10 +18,12 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
+	"github.com/meshdrain/meshdrain/pkg/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 type prestopOptions struct {
+	mesh             string
 	admin            string
 	allowRemote      bool
 	ports            []int
@@ -54,7 +56,7 @@ type prestopOptions struct {
 
 func defaultPrestopOptions() prestopOptions {
 	return prestopOptions{
-		admin:            envoyadmin.DefaultURL,
+		mesh:             defaultPrestopMesh,
 		gracePeriod:      30 * time.Second,
 		appDrain:         5 * time.Second,
 		quiet:            time.Second,
@@ -70,7 +72,8 @@ func defaultPrestopOptions() prestopOptions {
 // prestopFlags registers prestop's flags on fs. The command parses its own flag set (see
 // newPrestopCommand), so the same registration serves the help text and the parsing.
 func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
-	f.StringVar(&o.admin, "admin", o.admin, "Envoy admin API: http://127.0.0.1:15000, http://[::1]:15000, http://localhost:15000 or unix:/path/admin.sock")
+	f.StringVar(&o.mesh, "mesh", o.mesh, "the sidecar: istio or envoy (Envoy's admin API, drained with /drain_listeners), linkerd (a Linkerd proxy: no drain call), or auto (ask the admin port at start, within --connect-timeout)")
+	f.StringVar(&o.admin, "admin", "", "the sidecar's admin API (default per mesh: "+envoyadmin.DefaultURL+"; linkerd "+linkerd.DefaultAdminURL+"; auto tries "+linkerd.DefaultAdminURL+" then "+envoyadmin.DefaultURL+"); also http://[::1]:PORT, http://localhost:PORT or unix:/path/admin.sock")
 	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --admin and --shutdown-url name a host other than the pod's loopback")
 	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found)")
 	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
@@ -84,7 +87,7 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "give up on an unreachable admin API after this long (also bounds each admin call)")
 	f.DurationVar(&o.latencyAllowance, "latency-allowance", o.latencyAllowance, "added to --quiet when only completed-request stats exist (they lag arrivals by the latency)")
 	f.DurationVar(&o.fallbackWait, "fallback-wait", o.fallbackWait, "fixed wait when the sidecar exposes no inbound stats or the configuration is wrong (capped by the grace period)")
-	f.StringVar(&o.drainMode, "drain-mode", o.drainMode, "graceful (POST /drain_listeners?inboundonly&graceful), immediate (?inboundonly) or none")
+	f.StringVar(&o.drainMode, "drain-mode", o.drainMode, "Envoy: graceful (POST /drain_listeners?inboundonly&graceful), immediate (?inboundonly) or none; a Linkerd proxy gets no drain call whatever this says")
 	f.StringVar(&o.signal, "signal", "", "when drained, send this signal (TERM, SIGTERM or 15; never KILL or STOP) to --pid or --pidfile")
 	f.IntVar(&o.pid, "pid", 0, "process to signal (with --signal); checked at start, and signalled only if it is still that process")
 	f.StringVar(&o.pidFile, "pidfile", "", "file holding the process to signal (with --signal): read at start, and again when drained (it must name the same process)")
@@ -116,6 +119,9 @@ func newPrestopCommand(s streams) *cobra.Command {
   # Watch a live sidecar by hand without draining it or touching the app:
   meshdrain prestop --dry-run --log-format console --port 8080
 
+  # A Linkerd pod (as plan --mesh linkerd writes it):
+  /meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
+
   # A generic Envoy (Consul-style names), signalling the app itself:
   meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener \
     --signal TERM --pidfile /var/run/app.pid
@@ -143,16 +149,25 @@ func prestopLong() string {
 	var b strings.Builder
 	b.WriteString(`prestop is meant to be the app container's preStop hook. It:
 
-  1. reads the sidecar's inbound stats from Envoy's admin API (filtered server-side),
-  2. POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect elsewhere,
+  1. reads the sidecar's inbound stats: Envoy's admin API (filtered server-side), or with
+     --mesh linkerd a Linkerd proxy's /metrics on 127.0.0.1:4191,
+  2. Envoy only: POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect
+     elsewhere (a Linkerd proxy has no drain endpoint: no call is made, and the final line
+     says so),
   3. waits until the inbound new-request counter has not moved for --quiet and no inbound
      request is active: the clients' sidecars have stopped routing to this pod,
   4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you
      configure, always by --deadline (default: grace-period - app-drain - 1s); the actions'
      own timeout is cut so that they end before the grace period.
 
+--mesh istio (the default) and envoy read Envoy; linkerd reads a Linkerd proxy; auto asks the
+admin port at start which sidecar it is (--admin, else 4191 then 15000), within
+--connect-timeout: no admin port at all ends no-sidecar, one that answers as neither is a
+start error. A hook whose sidecar is known should name it: detecting costs requests at the
+worst moment.
+
 It fails safe: any start error (a bad flag or MESHDRAIN_* value, a --pidfile, --pid or --exec
-that does not check out, a remote --admin) is logged, the app is held for --fallback-wait
+that does not check out, a remote --admin, an admin port --mesh auto cannot identify) is logged, the app is held for --fallback-wait
 (capped by the grace period; --min-wait if longer), and the exit code is 2. An unusable
 --log-file does not stop the drain: it logs to stderr and exits 2 at the end. --admin and
 --shutdown-url must be the pod's loopback (127.0.0.0/8, [::1], localhost) or a unix socket
@@ -260,10 +275,22 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 			cfg.Actions[i] = exec
 		}
 	}
+	sidecar := setup.sidecar
+	if o.mesh == meshAuto {
+		var problems []error
+		sidecar, problems = detectForDrain(ctx, logger, setup, &cfg, start)
+		if len(problems) > 0 {
+			res := drain.FailSafe(ctx, drain.FailSafeConfig{Problems: problems, Hold: setup.hold, Start: start, Logger: logger})
+			return &ExitError{Code: res.ExitCode()}
+		}
+	}
+	if hook, ok := sidecar.(*linkerdHook); ok {
+		hook.log = logger
+	}
 	cfg.Clock = clock.Real{}
 	cfg.Logger = logger
 	cfg.Start = start
-	res := drain.Run(ctx, cfg, setup.admin)
+	res := drain.Run(ctx, cfg, sidecar)
 	if code := res.ExitCode(); code != 0 {
 		// The final event says why; nothing more is printed after it.
 		return &ExitError{Code: code}
@@ -285,7 +312,16 @@ func reportValidation(s streams, setup *prestopSetup) error {
 	}
 	cfg := setup.cfg
 	fmt.Fprintf(s.out, "prestop configuration ok\n")
-	fmt.Fprintf(s.out, "  admin     %s\n", setup.admin.URL())
+	switch o := setup.opts; {
+	case o.mesh == meshAuto:
+		fmt.Fprintf(s.out, "  mesh      auto: asks %s at start, within --connect-timeout %v\n", strings.Join(redactAll(setup.candidates), ", then "), o.connectTimeout)
+	case o.mesh == meshLinkerd:
+		fmt.Fprintf(s.out, "  mesh      linkerd: reads /metrics, no drain call (%s)\n", linkerd.NoDrainCallReason)
+		fmt.Fprintf(s.out, "  admin     %s\n", setup.adminURL)
+	default:
+		fmt.Fprintf(s.out, "  mesh      %s: reads Envoy's /stats, drain call %s\n", o.mesh, cfg.DrainMode)
+		fmt.Fprintf(s.out, "  admin     %s\n", setup.adminURL)
+	}
 	fmt.Fprintf(s.out, "  deadline  %v (grace period %v, actions end by %v)\n", cfg.Deadline, cfg.GracePeriod, cfg.GracePeriod-drain.DefaultActionMargin)
 	fmt.Fprintf(s.out, "  wait      quiet %v, poll %v, min-wait %v, fallback %v\n", cfg.Quiet, cfg.Poll, cfg.MinWait, cfg.FallbackWait)
 	actions := "none (the kubelet sends SIGTERM when prestop returns)"
@@ -303,6 +339,42 @@ func reportValidation(s streams, setup *prestopSetup) error {
 		}
 	}
 	return nil
+}
+
+func redactAll(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = localhttp.Redact(u)
+	}
+	return out
+}
+
+// detectForDrain is --mesh auto at run time: it asks the candidates which sidecar answers
+// (detectSidecar) and builds that sidecar's drain. An admin port that answers as neither
+// sidecar, or keeps failing, is a start problem (the fail-safe path); no admin port at all
+// is the drain's no-sidecar, as for a chosen mesh.
+func detectForDrain(ctx context.Context, logger *zap.Logger, setup *prestopSetup, cfg *drain.Config, start time.Time) (drain.Sidecar, []error) {
+	o := setup.opts
+	found := detectSidecar(ctx, o, setup.candidates, start, cfg.Deadline)
+	switch {
+	case found.mesh != "":
+		mesh := meshIstio
+		if found.mesh == linkerd.MeshLinkerd {
+			mesh = meshLinkerd
+		}
+		logger.Info("sidecar detected", zap.String("mesh", string(found.mesh)), zap.String("admin", localhttp.Redact(found.url)),
+			zap.Int64("took_ms", found.took.Milliseconds()))
+		sidecar, warnings, problems := o.sidecarFor(mesh, found.url, setup.drainModeSet, cfg)
+		for _, w := range warnings {
+			logger.Warn(w)
+		}
+		return sidecar, problems
+	case found.unreachable:
+		logger.Warn("--mesh auto: no sidecar admin port answered", zap.Strings("candidates", redactAll(setup.candidates)),
+			zap.String("error", found.err.Error()), zap.Int64("took_ms", found.took.Milliseconds()))
+		return undetected{}, nil
+	}
+	return nil, []error{fmt.Errorf("--mesh auto: cannot tell which sidecar answers (pass --mesh istio, envoy or linkerd, and --admin): %w", found.err)}
 }
 
 // redactedValue is a flag's value as it may be logged.

@@ -14,6 +14,8 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 // Bounds checked at start.
@@ -28,9 +30,15 @@ const (
 
 // prestopSetup is prestop's configuration as loaded and checked at start.
 type prestopSetup struct {
-	opts  prestopOptions
-	cfg   drain.Config
-	admin *envoyadmin.Client
+	opts prestopOptions
+	cfg  drain.Config
+	// sidecar is what the drain reads; nil with --mesh auto, which detects it at start
+	// among candidates. adminURL is the admin URL to show (credentials redacted).
+	sidecar    drain.Sidecar
+	adminURL   string
+	candidates []string
+	// drainModeSet: --drain-mode was given (flag or variable), worth a warning for Linkerd.
+	drainModeSet bool
 	// warnings are logged at start; problems send prestop down the fail-safe path.
 	warnings []string
 	problems []error
@@ -90,13 +98,8 @@ func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
 	}
 	cfg, problems := o.check(ctx)
 	setup.problems = append(setup.problems, problems...)
-	// Each admin request may take up to --connect-timeout: filtering still walks every stat
-	// of a large sidecar on Envoy's main thread.
-	admin, err := envoyadmin.New(o.admin, envoyadmin.Options{RequestTimeout: o.connectTimeout, AllowRemote: o.allowRemote})
-	if err != nil {
-		setup.problems = append(setup.problems, usageError("--admin: %v", err))
-	}
-	setup.admin = admin
+	setup.drainModeSet = sources["drain-mode"] != sourceDefault
+	setup.chooseSidecar(&cfg)
 	if o.validate && o.logFile != "" {
 		if err := checkLogFile(o.logFile); err != nil {
 			setup.problems = append(setup.problems, fmt.Errorf("--log-file: %w", err))
@@ -106,10 +109,57 @@ func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
 		if flagsNotFromEnv[f.Name] {
 			return
 		}
-		cfg.Settings = append(cfg.Settings, drain.Setting{Name: f.Name, Value: redactedValue(f.Name, f.Value.String()), Source: sources[f.Name]})
+		value := f.Value.String()
+		switch {
+		case f.Name == "admin" && value == "":
+			value = strings.Join(setup.adminURLs(), ",")
+		case f.Name == "drain-mode" && o.mesh == meshLinkerd && value != string(envoyadmin.DrainNone):
+			value += " (not used: a Linkerd proxy gets no drain call)"
+		}
+		cfg.Settings = append(cfg.Settings, drain.Setting{Name: f.Name, Value: redactedValue(f.Name, value), Source: sources[f.Name]})
 	})
 	setup.cfg = cfg
 	return setup
+}
+
+// chooseSidecar builds the sidecar of the chosen mesh, or, with --mesh auto, checks the
+// candidate admin URLs that detection will ask at start.
+func (setup *prestopSetup) chooseSidecar(cfg *drain.Config) {
+	o := &setup.opts
+	if !contains(sidecarMeshes, o.mesh) {
+		setup.problems = append(setup.problems, usageError("--mesh %q: want %s", o.mesh, strings.Join(sidecarMeshes, ", ")))
+		return
+	}
+	if o.mesh == meshAuto {
+		setup.candidates = setup.adminURLs()
+		for _, u := range setup.candidates {
+			// The same parse as the client detection will build: loopback unless allowed.
+			if _, err := linkerd.New(u, linkerd.Options{AllowRemote: o.allowRemote}); err != nil {
+				setup.problems = append(setup.problems, usageError("--admin: %v", err))
+			}
+		}
+		return
+	}
+	adminURL := setup.adminURLs()[0]
+	sidecar, warnings, problems := o.sidecarFor(o.mesh, adminURL, setup.drainModeSet, cfg)
+	setup.warnings = append(setup.warnings, warnings...)
+	setup.problems = append(setup.problems, problems...)
+	setup.sidecar, setup.adminURL = sidecar, localhttp.Redact(adminURL)
+}
+
+// adminURLs are the admin URLs the drain will read: --admin, or the mesh's default; with
+// --mesh auto and no --admin, the candidates in the order detection asks them.
+func (setup *prestopSetup) adminURLs() []string {
+	o := setup.opts
+	switch {
+	case o.admin != "":
+		return []string{o.admin}
+	case o.mesh == meshAuto:
+		return linkerd.DefaultCandidates
+	case o.mesh == meshLinkerd:
+		return []string{linkerd.DefaultAdminURL}
+	}
+	return []string{envoyadmin.DefaultURL}
 }
 
 // CheckPrestopConfig checks a prestop configuration (its arguments and environment) as the

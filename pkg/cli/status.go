@@ -24,6 +24,7 @@ type sidecarFlags struct {
 	clusters       []string
 	httpPrefixes   []string
 	connectTimeout time.Duration
+	allowRemote    bool
 }
 
 // Values of --mesh. istio and envoy both read an Envoy admin API (which of the two it is,
@@ -49,6 +50,7 @@ func (s *sidecarFlags) bind(f *pflag.FlagSet) {
 	f.StringSliceVar(&s.clusters, "cluster", nil, "generic Envoy: inbound cluster name, e.g. local_app (repeatable)")
 	f.StringSliceVar(&s.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix, e.g. public_listener (repeatable)")
 	f.DurationVar(&s.connectTimeout, "connect-timeout", s.connectTimeout, "bound on one sample's admin calls")
+	f.BoolVar(&s.allowRemote, "allow-remote", false, "let --admin name a host other than the loopback (a pod's IP); kubectl port-forward keeps it loopback")
 }
 
 // sidecar validates the flags and returns the sidecar to sample, the admin URL to show (""
@@ -80,15 +82,15 @@ func (s *sidecarFlags) sidecar() (status.Sidecar, string, inbound.Selector, erro
 			candidates = linkerd.DefaultCandidates
 		}
 		for _, u := range candidates {
-			if _, err := newAdminSidecar(linkerd.MeshLinkerd, u, s.connectTimeout); err != nil {
+			if _, err := newAdminSidecar(linkerd.MeshLinkerd, u, s.connectTimeout, s.allowRemote); err != nil {
 				return nil, "", sel, usageError("--admin: %v", err)
 			}
 		}
 		detect := func(ctx context.Context, u string) (linkerd.Mesh, error) {
-			return linkerd.DetectWith(ctx, u, linkerd.Options{RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: true})
+			return linkerd.DetectWith(ctx, u, linkerd.Options{RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: s.allowRemote})
 		}
 		build := func(mesh linkerd.Mesh, u string) (status.Sidecar, error) {
-			return newAdminSidecar(mesh, u, s.connectTimeout)
+			return newAdminSidecar(mesh, u, s.connectTimeout, s.allowRemote)
 		}
 		return status.Detect(candidates, detect, build), s.admin, sel, nil
 	}
@@ -99,7 +101,7 @@ func (s *sidecarFlags) sidecar() (status.Sidecar, string, inbound.Selector, erro
 	if admin == "" {
 		admin = defaultAdminURL(mesh)
 	}
-	sc, err := newAdminSidecar(mesh, admin, s.connectTimeout)
+	sc, err := newAdminSidecar(mesh, admin, s.connectTimeout, s.allowRemote)
 	if err != nil {
 		return nil, "", sel, usageError("--admin: %v", err)
 	}
@@ -114,21 +116,21 @@ func defaultAdminURL(mesh linkerd.Mesh) string {
 	return envoyadmin.DefaultURL
 }
 
-// newAdminSidecar is the one place status and check build their admin clients (issue 8
-// replaces the Envoy client's HTTP layer; this is where the two meet). Each call is bounded by
-// the sample's timeout, at most 1s. Status and check are run by hand, also against a
-// port-forward, so the Linkerd client accepts an admin that is not on loopback, as the
-// Envoy one always has.
-func newAdminSidecar(mesh linkerd.Mesh, adminURL string, timeout time.Duration) (status.Sidecar, error) {
+// newAdminSidecar is the one place status and check build their admin clients, both on
+// localhttp as prestop's are. Each call is bounded by the sample's timeout, at most 1s. Like
+// prestop, they call only the loopback unless --allow-remote is given, for either mesh: a
+// person reaches a pod with kubectl exec or kubectl port-forward (both loopback), and a
+// MESHDRAIN_ADMIN variable must not turn a CI job's check into a request to any host.
+func newAdminSidecar(mesh linkerd.Mesh, adminURL string, timeout time.Duration, allowRemote bool) (status.Sidecar, error) {
 	perCall := min(timeout, time.Second)
 	if mesh == linkerd.MeshLinkerd {
-		c, err := linkerd.New(adminURL, linkerd.Options{RequestTimeout: perCall, AllowRemote: true})
+		c, err := linkerd.New(adminURL, linkerd.Options{RequestTimeout: perCall, AllowRemote: allowRemote})
 		if err != nil {
 			return nil, err
 		}
 		return status.Linkerd(c), nil
 	}
-	c, err := envoyadmin.New(adminURL, envoyadmin.Options{RequestTimeout: perCall})
+	c, err := envoyadmin.New(adminURL, envoyadmin.Options{RequestTimeout: perCall, AllowRemote: allowRemote})
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +166,10 @@ series at all: Linkerd drops idle label sets.
 otherwise (-o json: one JSON object per line; -o yaml: one YAML document per sample). The rate is the counter's change between two
 samples, so the first sample has none.
 
+--admin must be the loopback (127.0.0.0/8, [::1], localhost) or a unix socket, as prestop's:
+run status in the pod (kubectl exec), or through kubectl port-forward, which listens on your
+loopback. --allow-remote lets it name another host, e.g. a pod IP from a debug pod.
+
 Exit codes: 0 shown; 1 the admin API could not be read (without --watch); 2 bad flags.
 Every flag can also be set as MESHDRAIN_<FLAG>.`,
 		Example: `  # Inside the pod, against the Istio sidecar:
@@ -174,6 +180,10 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
 
   # A Linkerd proxy (found by itself; --mesh linkerd skips the question):
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080
+
+  # From your machine, through a port-forward (loopback, no --allow-remote needed):
+  kubectl port-forward deploy/web 15000:15000 &
+  meshdrain status --admin http://127.0.0.1:15000
 
   # A plain Envoy or Consul sidecar, as JSON:
   meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`,

@@ -56,7 +56,7 @@ func (c *coordinator) checkPorts(ctx context.Context, snap inbound.Snapshot) (fi
 	sort.Ints(found)
 	if len(found) == 0 {
 		c.log.Warn("--port cannot be checked: the sidecar exposes no per-port inbound stats, and a completed-requests or connections signal covers every inbound port of the pod, not only --port",
-			zap.Ints("ports", missing), zap.String("fix", inbound.MissingStatsHint))
+			zap.Ints("ports", missing), zap.String("fix", c.hints().MissingStats))
 		return "", ""
 	}
 	c.log.Error("--port names a port the sidecar has no inbound endpoint for",
@@ -83,13 +83,13 @@ func (c *coordinator) warnWeakSignal(signal inbound.Signal) {
 	var what string
 	switch signal {
 	case inbound.SignalCompletedRequests:
-		what = "only completed requests (istio_requests_total) are exposed: they are counted when a request ends, so the quiet window is extended by --latency-allowance and a request longer than that can still be in flight"
+		what = "only completed requests (istio_requests_total, or Linkerd's response_total) are exposed: they are counted when a request ends, so the quiet window is extended by --latency-allowance and a request longer than that can still be in flight"
 	case inbound.SignalConnections:
 		what = "only the inbound listener's connections are exposed: no request-level signal, and idle keep-alive connections hold the wait until they close"
 	default:
 		return
 	}
-	fields := []zap.Field{zap.String("signal", string(signal)), zap.String("fix", inbound.MissingStatsHint),
+	fields := []zap.Field{zap.String("signal", string(signal)), zap.String("fix", c.hints().MissingStats),
 		zap.Int64("latency_allowance_ms", c.cfg.LatencyAllowance.Milliseconds())}
 	if len(c.cfg.Selector.Ports) > 0 {
 		fields = append(fields, zap.String("scope", "every inbound port of the pod, not only --port"))

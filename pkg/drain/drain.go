@@ -39,7 +39,7 @@ const (
 	ReasonQuiet       Reason = "quiet"        // the counter stood still for the quiet window, nothing active
 	ReasonSidecarGone Reason = "sidecar-gone" // the admin port started refusing after the clients had left
 	// ReasonSidecarGoneBusy: the admin port started refusing while requests were still
-	// arriving or in flight: Envoy was killed under live traffic.
+	// arriving or in flight: the sidecar stopped under live traffic.
 	ReasonSidecarGoneBusy Reason = "sidecar-gone-busy"
 	ReasonNoSidecar       Reason = "no-sidecar"  // the admin port was never reached within the connect timeout
 	ReasonDeadline        Reason = "deadline"    // the deadline came first
@@ -321,8 +321,11 @@ func (c *coordinator) connect(ctx, parent context.Context) (inbound.Snapshot, Re
 		}
 		c.adminError(err)
 		if !answered && c.clock.Now().Sub(c.start) >= c.cfg.ConnectTimeout {
-			c.log.Warn("admin API not reachable", zap.String("error", err.Error()),
-				zap.Int64("connect_timeout_ms", c.cfg.ConnectTimeout.Milliseconds()))
+			fields := []zap.Field{zap.String("error", err.Error()), zap.Int64("connect_timeout_ms", c.cfg.ConnectTimeout.Milliseconds())}
+			if hint := c.hints().Unreachable; hint != "" {
+				fields = append(fields, zap.String("hint", hint))
+			}
+			c.log.Warn("admin API not reachable", fields...)
 			return snap, ReasonNoSidecar
 		}
 		if reason := c.wait(parent, c.cfg.Poll); reason != "" {
@@ -338,17 +341,20 @@ func (c *coordinator) noSignal(ctx, parent context.Context, fix string) Reason {
 	if left := c.deadline.Sub(c.clock.Now()); wait > left {
 		wait = left
 	}
+	hints := c.hints()
 	switch {
 	case fix != "":
 	case len(c.cfg.Selector.Clusters) > 0 || len(c.cfg.Selector.HTTPPrefixes) > 0:
 		fix = "check the --cluster and --http-prefix names against the sidecar's /stats"
 	default:
-		fix = inbound.MissingStatsHint
+		fix = hints.MissingStats
+	}
+	fields := []zap.Field{zap.String("fix", fix)}
+	if hints.PlainEnvoy != "" {
+		fields = append(fields, zap.String("fix_plain_envoy", hints.PlainEnvoy))
 	}
 	c.log.Error("sidecar exposes no inbound request stats; falling back to a fixed wait",
-		zap.String("fix", fix),
-		zap.String("fix_plain_envoy", "a sidecar that is not Istio's does not mark its inbound side in stat names: name it with --cluster and/or --http-prefix"),
-		zap.Int64("fallback_wait_ms", wait.Milliseconds()))
+		append(fields, zap.Int64("fallback_wait_ms", wait.Milliseconds()))...)
 	if reason := c.wait(parent, wait); reason != "" && reason != ReasonDeadline {
 		return reason
 	}

@@ -17,9 +17,10 @@ import (
 // have left" looks like. So a still counter is only believed when the answer is known to be
 // fresh, by one of two proofs:
 //
-//   - Envoy's own admin request counter (http.admin.downstream_rq_total) is in the answer:
+//   - the sidecar's own admin request counter is in the answer (Envoy's
+//     http.admin.downstream_rq_total; a Linkerd proxy's request_total of its admin port):
 //     every admin request moves it, meshdrain's included, so it must have grown since the
-//     previous poll. Istio's default stats do not include it.
+//     previous poll. Istio's default stats do not include Envoy's.
 //   - otherwise /server_info's uptime: whole wall-clock seconds, so a reading taken at or
 //     before the quiet window's start and one taken at its end, at least a second later,
 //     must differ. It is only asked for when the rule is about to decide quiet.
@@ -61,7 +62,7 @@ func (c *coordinator) freshStats(snap inbound.Snapshot) error {
 	c.fresh.adminLast = &v
 	if prev != nil && v == *prev {
 		c.result.FrozenAnswers++
-		return fmt.Errorf("%w: %s stayed at %g between two polls, although every admin request moves it", ErrFrozen, inbound.AdminRequestsStat, v)
+		return fmt.Errorf("%w: %s stayed at %g between two polls, although every admin request moves it", ErrFrozen, c.hints().AdminCounter, v)
 	}
 	return nil
 }

@@ -35,12 +35,12 @@ type ReasonInfo struct {
 
 var reasonTable = []ReasonInfo{
 	{ReasonQuiet, 0, "the inbound counter stood still for --quiet with nothing active, and --min-wait is over"},
-	{ReasonSidecarGone, 0, "the admin port started refusing while no request had arrived within --quiet and none was active: Envoy is gone, nothing is lost"},
+	{ReasonSidecarGone, 0, "the admin port started refusing while no request had arrived within --quiet and none was active: the sidecar is gone, nothing is lost"},
 	{ReasonNoSidecar, 0, "the admin port was never reached within --connect-timeout"},
 	{ReasonConfigError, 2, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"},
 	{ReasonDeadline, 3, "--deadline came first"},
 	{ReasonNoSignal, 4, "the sidecar exposes no usable inbound stat (or none for --port): the log names the fix; the app was held for --fallback-wait"},
-	{ReasonSidecarGoneBusy, 5, "the admin port started refusing while requests were still arriving or in flight: Envoy was killed under live traffic, and those requests failed"},
+	{ReasonSidecarGoneBusy, 5, "the admin port started refusing while requests were still arriving or in flight: the sidecar stopped under live traffic (Envoy killed by Istio's terminationDrainDuration, a classic Linkerd proxy SIGTERMed at the deletion), and those requests failed"},
 	{ReasonInterrupted, 130, "meshdrain itself got SIGINT, SIGTERM or SIGHUP; no action runs"},
 }
 
@@ -100,9 +100,10 @@ func (l *arrivalLog) since(from time.Time) float64 {
 
 // sidecarGone is the reason when the admin port starts refusing. It is benign only when the
 // clients had already stopped: no arrival within the quiet window and nothing in flight at
-// the last reading. Otherwise Envoy was killed under live traffic (Istio's default
-// terminationDrainDuration does that 5 s after the deletion), the user's own incident, and
-// saying "sidecar-gone, exit 0" would report it as a success.
+// the last reading. Otherwise the sidecar stopped under live traffic (Istio's default
+// terminationDrainDuration kills Envoy 5 s after the deletion; a classic Linkerd proxy stops
+// accepting at its SIGTERM), the user's own incident, and saying "sidecar-gone, exit 0" would
+// report it as a success.
 func (c *coordinator) sidecarGone() Reason {
 	now := c.clock.Now()
 	windowStart := now.Add(-recentWindow)
@@ -117,12 +118,12 @@ func (c *coordinator) sidecarGone() Reason {
 	if !arrivedLately && (active == nil || *active == 0) {
 		return ReasonSidecarGone
 	}
-	c.log.Warn("the sidecar went away while requests were still arriving or in flight: they failed (503 UC at the callers, or refused)",
+	c.log.Warn("the sidecar went away while requests were still arriving or in flight: they failed (cut, or refused at the callers; behind Envoy: 503 UC)",
 		zap.Float64("arrivals_recent", recent),
 		zap.Int64("recent_window_ms", c.result.RecentWindow.Milliseconds()),
 		zap.Int64("last_arrival_ms", c.result.LastArrival.Milliseconds()),
 		optionalField("active_at_end", active),
-		zap.String("fix", sidecarGoneFix))
+		zap.String("fix", c.hints().SidecarGone))
 	return ReasonSidecarGoneBusy
 }
 
@@ -211,7 +212,10 @@ func (c *coordinator) outcomeFields() []zap.Field {
 			zap.Int64("recent_window_ms", c.result.RecentWindow.Milliseconds()))
 	}
 	if c.result.Reason == ReasonSidecarGoneBusy {
-		fields = append(fields, zap.String("fix", sidecarGoneFix))
+		fields = append(fields, zap.String("fix", c.hints().SidecarGone))
+	}
+	if why := c.hints().NoDrainCall; why != "" && !c.result.DrainCalled {
+		fields = append(fields, zap.String("no_drain_call", why))
 	}
 	if c.result.Degraded != nil {
 		fields = append(fields, zap.String("config_error", c.result.Degraded.Error()))
@@ -255,6 +259,9 @@ func (s settingsObject) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 // startFields are the "drain started" event's fields about the actions and the settings.
 func (c *coordinator) startFields() []zap.Field {
 	fields := []zap.Field{zap.Strings("actions", actionNames(c.cfg.Actions))}
+	if why := c.hints().NoDrainCall; why != "" {
+		fields = append(fields, zap.String("no_drain_call", why))
+	}
 	if c.cfg.GracePeriod > 0 {
 		fields = append(fields, zap.Int64("grace_period_ms", c.cfg.GracePeriod.Milliseconds()))
 	}

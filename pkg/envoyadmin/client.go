@@ -13,11 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
-	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -38,7 +34,6 @@ const DefaultURL = "http://127.0.0.1:15000"
 const (
 	maxStatsBody      = 2 << 20
 	maxServerInfoBody = 1 << 20
-	maxErrorBody      = 512
 )
 
 // Options tune the client. Zero values take the defaults.
@@ -60,9 +55,7 @@ type Options struct {
 }
 
 // Doer sends one HTTP request; *http.Client is a Doer.
-type Doer interface {
-	Do(*http.Request) (*http.Response, error)
-}
+type Doer = localhttp.Doer
 
 // Client is an Envoy admin API client for one base URL.
 type Client struct {
@@ -100,38 +93,24 @@ func New(baseURL string, opts Options) (*Client, error) {
 // URL returns the admin base URL.
 func (c *Client) URL() string { return c.target.String() }
 
-// ErrRefused means nothing listens on the admin port: Envoy is not running (yet, or any more).
-var ErrRefused = errors.New("admin port refused the connection")
+// The errors are localhttp's, shared with every client of a sidecar's admin port.
+var (
+	// ErrRefused means nothing listens on the admin port: Envoy is not running (yet, or any
+	// more).
+	ErrRefused = localhttp.ErrRefused
+	// ErrNotConnected means an attempt ended before any connection to the admin port was made.
+	ErrNotConnected = localhttp.ErrNotConnected
+)
 
 // StatusError is a non-2xx admin answer.
-type StatusError struct {
-	Method, URL string
-	Code        int
-	Body        string
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("%s %s: status %d: %s", e.Method, e.URL, e.Code, strings.TrimSpace(e.Body))
-}
+type StatusError = localhttp.StatusError
 
 // IsRefused reports whether err means the admin port is closed.
-func IsRefused(err error) bool {
-	return errors.Is(err, ErrRefused) || errors.Is(err, syscall.ECONNREFUSED)
-}
-
-// ErrNotConnected means an attempt ended before any connection to the admin port was made:
-// net/http reports a dial cut short by the context as the context's error alone.
-var ErrNotConnected = errors.New("no connection to the admin port was made")
+func IsRefused(err error) bool { return localhttp.IsRefused(err) }
 
 // IsUnreachable reports whether err means no connection to the admin port could be made at
 // all (refused, or the dial itself failed), as opposed to an admin that answered badly.
-func IsUnreachable(err error) bool {
-	if IsRefused(err) || errors.Is(err, ErrNotConnected) {
-		return true
-	}
-	var opErr *net.OpError
-	return errors.As(err, &opErr) && opErr.Op == "dial"
-}
+func IsUnreachable(err error) bool { return localhttp.IsUnreachable(err) }
 
 // Stats fetches /stats/prometheus restricted by filter (an RE2 regex Envoy matches against
 // its own stat names) and returns the parsed families.
@@ -284,40 +263,9 @@ func (c *Client) retry(ctx context.Context, method, path, rawQuery string, read 
 func (c *Client) do(ctx context.Context, method, path, rawQuery string, read func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	u := c.target.Join(path, rawQuery)
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	// Errors name the endpoint, not the long filter regex in the query.
-	endpoint := c.target.Join(path, "")
-	shown := endpoint.Redacted()
-	if c.target.Socket != "" {
-		shown = localhttp.Target{URL: endpoint, Socket: c.target.Socket}.String()
-	}
-	var connected atomic.Bool
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
-	}))
-	resp, err := c.http.Do(req)
-	if err != nil {
-		// url.Error repeats the whole URL, filter included; the endpoint is enough.
-		var urlErr *url.Error
-		if errors.As(err, &urlErr) {
-			err = urlErr.Err
-		}
-		switch {
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return fmt.Errorf("%s %s: %w: %w", method, shown, ErrRefused, err)
-		case !connected.Load():
-			return fmt.Errorf("%s %s: %w: %w", method, shown, ErrNotConnected, err)
-		}
-		return fmt.Errorf("%s %s: %w", method, shown, err)
-	}
-	// Closing an unread or half-read body closes the connection (net/http's client never
-	// drains it), so an endless answer costs no more than the context allows.
-	defer resp.Body.Close()
-	return ReadResponse(method, shown, resp, read)
+	return localhttp.Exchange(ctx, c.http, c.target, method, path, rawQuery, func(resp *http.Response, endpoint string) error {
+		return ReadResponse(method, endpoint, resp, read)
+	})
 }
 
 // ReadResponse checks an admin answer and hands its body to read: a non-2xx status becomes a
@@ -325,8 +273,7 @@ func (c *Client) do(ctx context.Context, method, path, rawQuery string, read fun
 // read asks for; the caller bounds the time and closes the body.
 func ReadResponse(method, endpoint string, resp *http.Response, read func(io.Reader) error) error {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return &StatusError{Method: method, URL: endpoint, Code: resp.StatusCode, Body: string(body)}
+		return localhttp.NewStatusError(method, endpoint, resp)
 	}
 	if err := read(resp.Body); err != nil {
 		return fmt.Errorf("%s %s: %w", method, endpoint, err)

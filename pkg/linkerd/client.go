@@ -1,14 +1,10 @@
 package linkerd
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -17,16 +13,18 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 // Defaults of Options.
 const (
 	DefaultRequestTimeout = time.Second
-	// DefaultMaxBody bounds one /metrics read. The proxy cannot filter /metrics, and its
-	// outbound series grow with the destinations the app calls; a few MiB is a large mesh,
-	// anything near this bound is something else answering.
+	// DefaultMaxBody bounds what one /metrics read may transfer. The proxy cannot filter
+	// /metrics, and its outbound series grow with the destinations the app calls; a few MiB
+	// is a large mesh, anything near this bound is something else answering. Only the
+	// families meshdrain reads are kept (maxKept), so the bound is on time, not memory.
 	DefaultMaxBody = 16 << 20
-	// maxSmallBody bounds the answers of /ready, /live and errors.
+	// maxSmallBody bounds the answers of /ready and /live.
 	maxSmallBody = 4 << 10
 )
 
@@ -34,48 +32,38 @@ const (
 type Options struct {
 	// RequestTimeout bounds one request, reading the body included (default 1s).
 	RequestTimeout time.Duration
-	// MaxBody bounds what one /metrics answer may hold (default DefaultMaxBody).
+	// MaxBody bounds what one /metrics answer may transfer (default DefaultMaxBody).
 	MaxBody int64
-	// HTTPClient sends every request (default NewHTTPClient()).
-	HTTPClient *http.Client
+	// HTTPClient sends every request (default: a localhttp client keeping one connection
+	// alive, loopback only unless AllowRemote, never consulting HTTP(S)_PROXY).
+	HTTPClient localhttp.Doer
 	// AllowRemote accepts an admin URL that is not loopback. The admin port of the pod's own
-	// proxy is always on loopback; anything else is a mistake or an attack.
+	// proxy is always on loopback; anything else is a mistake or an attack, unless a person
+	// asks for it (status and check --allow-remote).
 	AllowRemote bool
-}
-
-// NewHTTPClient is the net/http client the admin calls use: no proxy from the pod's
-// environment (HTTP_PROXY must never see a loopback admin call), no redirects, response
-// headers capped at 64 KiB, one idle connection kept for the next poll.
-func NewHTTPClient() *http.Client {
-	return &http.Client{
-		Transport: &http.Transport{
-			Proxy:                  nil,
-			DialContext:            (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-			MaxIdleConns:           1,
-			MaxIdleConnsPerHost:    1,
-			IdleConnTimeout:        30 * time.Second,
-			MaxResponseHeaderBytes: 64 << 10,
-			ResponseHeaderTimeout:  10 * time.Second,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	// Dial, when set, makes the connections the loopback guard allows (tests).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Client reads one Linkerd proxy's admin port. It implements the drain logic's Sidecar
 // (Inbound, DrainListeners) so a Linkerd pod drains with the same coordinator as an Envoy
-// one.
+// one. Its HTTP is package localhttp's, as for every admin client in a pod: the loopback
+// guard when the URL is parsed and again at every dial, unix sockets, capped headers and
+// bodies, and the same errors (localhttp.ErrRefused, ErrNotConnected, *StatusError).
 type Client struct {
-	base      *url.URL
+	target    localhttp.Target
 	adminPort int
-	http      *http.Client
+	http      localhttp.Doer
 	opts      Options
 }
 
-// New returns a client for baseURL, e.g. DefaultAdminURL.
+// New returns a client for baseURL, e.g. DefaultAdminURL, http://[::1]:4191 or a unix socket
+// unix:/path/admin.sock (the syntax of every --admin, localhttp.Syntax). Hosts other than
+// the loopback are refused unless opts.AllowRemote is set.
 func New(baseURL string, opts Options) (*Client, error) {
-	u, port, err := parseAdminURL(baseURL, opts.AllowRemote)
+	target, err := localhttp.Parse(baseURL, opts.AllowRemote)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("admin url %w", err)
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
@@ -84,85 +72,60 @@ func New(baseURL string, opts Options) (*Client, error) {
 		opts.MaxBody = DefaultMaxBody
 	}
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = NewHTTPClient()
+		opts.HTTPClient = localhttp.NewClient(target, localhttp.Options{AllowRemote: opts.AllowRemote, KeepAlive: true, Dial: opts.Dial})
 	}
-	return &Client{base: u, adminPort: port, http: opts.HTTPClient, opts: opts}, nil
+	return &Client{target: target, adminPort: adminPortOf(target), http: opts.HTTPClient, opts: opts}, nil
 }
 
-// parseAdminURL checks an admin URL before anything is dialled or resolved: plain http, an
-// explicit port, and a loopback host unless remote is allowed.
-func parseAdminURL(raw string, allowRemote bool) (*url.URL, int, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, 0, fmt.Errorf("admin url %q: %w", raw, err)
+// adminPortOf is the admin port as the proxy's metrics name it: the URL's explicit port, or
+// the proxy's default 4191 for a unix socket or a URL without one.
+func adminPortOf(t localhttp.Target) int {
+	if t.Socket == "" {
+		if p, err := strconv.Atoi(t.URL.Port()); err == nil && p > 0 {
+			return p
+		}
 	}
-	if u.Scheme != "http" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, 0, fmt.Errorf("admin url %q: want http://host:port", u.Redacted())
-	}
-	host, portText, err := net.SplitHostPort(u.Host)
-	if err != nil {
-		return nil, 0, fmt.Errorf("admin url %q: want http://host:port: %w", u.Redacted(), err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port <= 0 || port > 65535 {
-		return nil, 0, fmt.Errorf("admin url %q: bad port %q", u.Redacted(), portText)
-	}
-	if !allowRemote && !isLoopback(host) {
-		return nil, 0, fmt.Errorf("admin url %q: host %q is not loopback; the pod's own proxy answers on 127.0.0.1", u.Redacted(), host)
-	}
-	return u, port, nil
+	return AdminPort
 }
 
-// isLoopback accepts localhost and loopback IP literals, without a DNS lookup.
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// URL is the admin base URL.
-func (c *Client) URL() string { return c.base.String() }
+// URL is the admin base URL, credentials redacted.
+func (c *Client) URL() string { return c.target.String() }
 
 // AdminPort is the port of the admin URL, which the client never watches as inbound traffic.
 func (c *Client) AdminPort() int { return c.adminPort }
 
-// StatusError is an answer other than the one expected.
-type StatusError struct {
-	Method, URL string
-	Code        int
-	Body        string
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("%s %s: status %d: %s", e.Method, e.URL, e.Code, strings.TrimSpace(e.Body))
-}
-
-// ErrBodyTooLarge means an answer exceeded its bound; the rest was not read.
-var ErrBodyTooLarge = errors.New("admin answer exceeds its size bound")
-
-// Metrics fetches and parses /metrics.
+// Metrics fetches /metrics and parses the families meshdrain reads (FilterMetrics): the
+// proxy cannot filter its answer, so the client filters as it reads.
 func (c *Client) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	var families map[string]*dto.MetricFamily
-	err := c.get(ctx, "/metrics", c.opts.MaxBody, func(code int, body []byte) error {
-		if code != http.StatusOK {
-			return errStatus
+	err := c.get(ctx, "/metrics", func(resp *http.Response, endpoint string) error {
+		if resp.StatusCode != http.StatusOK {
+			return localhttp.NewStatusError(http.MethodGet, endpoint, resp)
 		}
-		var err error
-		families, err = ParseFamilies(bytes.NewReader(body))
-		return err
+		kept, err := FilterMetrics(localhttp.LimitBody(resp.Body, c.opts.MaxBody))
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", endpoint, err)
+		}
+		families, err = ParseFamilies(kept)
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", endpoint, err)
+		}
+		return nil
 	})
 	return families, err
 }
 
-// Snapshot fetches /metrics and normalises it for sel, leaving out the admin port.
+// Snapshot fetches /metrics and normalises it for sel, leaving out the admin port and
+// reading its request counter (meshdrain's own polls) as Snapshot.AdminRequestsTotal.
 func (c *Client) Snapshot(ctx context.Context, sel Selector) (Snapshot, error) {
 	families, err := c.Metrics(ctx)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	sel.ExcludePorts = append(append([]int(nil), sel.ExcludePorts...), c.adminPort)
+	if sel.AdminPort == 0 {
+		sel.AdminPort = c.adminPort
+	}
 	return Normalise(families, sel), nil
 }
 
@@ -183,62 +146,40 @@ func (c *Client) Inbound(ctx context.Context, sel inbound.Selector) (inbound.Sna
 // it is told to stop (SIGTERM or POST /shutdown), and then stops accepting inbound and
 // outbound connections and its own admin port at once, which would cut the app's outbound
 // calls and blind meshdrain. Clients move away when their endpoint lists update; meshdrain
-// only watches for that. Callers should pass envoyadmin.DrainNone for Linkerd so that the
-// final event does not claim a drain happened.
+// only watches for that. Callers pass envoyadmin.DrainNone for Linkerd so that the final
+// event does not claim a drain happened (NoDrainCall says why).
 func (c *Client) DrainListeners(context.Context, envoyadmin.DrainMode) error { return nil }
 
 // Ready reports the proxy's /ready: true on 200 "ready", false on 503 "not ready".
 func (c *Client) Ready(ctx context.Context) (bool, error) {
 	var ready bool
-	err := c.get(ctx, "/ready", maxSmallBody, func(code int, body []byte) error {
+	err := c.get(ctx, "/ready", func(resp *http.Response, endpoint string) error {
+		body, err := readSmall(resp)
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", endpoint, err)
+		}
 		switch {
-		case code == http.StatusOK && strings.TrimSpace(string(body)) == "ready":
+		case resp.StatusCode == http.StatusOK && body == "ready":
 			ready = true
-		case code == http.StatusServiceUnavailable:
+		case resp.StatusCode == http.StatusServiceUnavailable:
 			ready = false
 		default:
-			return errStatus
+			return &localhttp.StatusError{Method: http.MethodGet, URL: endpoint, Code: resp.StatusCode, Body: body}
 		}
 		return nil
 	})
 	return ready, err
 }
 
-// errStatus asks get to report the answer as a StatusError.
-var errStatus = errors.New("unexpected answer")
+// readSmall reads a short answer (/ready, /live), trimmed.
+func readSmall(resp *http.Response) (string, error) {
+	body, err := localhttp.ReadBody(resp.Body, maxSmallBody)
+	return strings.TrimSpace(string(body)), err
+}
 
-// get sends one GET, bounded by RequestTimeout and ctx, reads at most limit bytes of the
-// body and hands status and body to read. A body past the limit is an error and the
-// connection is dropped rather than drained.
-func (c *Client) get(ctx context.Context, path string, limit int64, read func(code int, body []byte) error) error {
+// get sends one GET for path, bounded by RequestTimeout and ctx, reading the body included.
+func (c *Client) get(ctx context.Context, path string, read func(resp *http.Response, endpoint string) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	u := *c.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return fmt.Errorf("GET %s: read body: %w", u.Redacted(), err)
-	}
-	if int64(len(body)) > limit {
-		return fmt.Errorf("GET %s: %w (%d bytes)", u.Redacted(), ErrBodyTooLarge, limit)
-	}
-	if err := read(resp.StatusCode, body); err != nil {
-		if errors.Is(err, errStatus) {
-			if len(body) > 512 {
-				body = body[:512]
-			}
-			return &StatusError{Method: http.MethodGet, URL: u.Redacted(), Code: resp.StatusCode, Body: string(body)}
-		}
-		return fmt.Errorf("GET %s: %w", u.Redacted(), err)
-	}
-	return nil
+	return localhttp.Exchange(ctx, c.http, c.target, http.MethodGet, path, "", read)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
 	"github.com/meshdrain/meshdrain/pkg/envoysim"
 	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 // The client is what prestop hands the coordinator for a Linkerd pod.
@@ -107,8 +109,9 @@ func TestClientBounds(t *testing.T) {
 			_, _ = w.Write([]byte(strings.Repeat("# padding\n", 200)))
 		})
 		_, err := newClient(t, srv.URL, Options{MaxBody: 1000}).Metrics(context.Background())
-		if !errors.Is(err, ErrBodyTooLarge) {
-			t.Errorf("error %v, want ErrBodyTooLarge", err)
+		var tooLarge *localhttp.BodyTooLargeError
+		if !errors.As(err, &tooLarge) {
+			t.Errorf("error %v, want a *localhttp.BodyTooLargeError", err)
 		}
 	})
 	t.Run("endless body ends at the request timeout", func(t *testing.T) {
@@ -144,15 +147,35 @@ func TestClientBounds(t *testing.T) {
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
 		})
 		_, err := newClient(t, srv.URL, Options{}).Metrics(context.Background())
-		var status *StatusError
+		var status *localhttp.StatusError
 		if !errors.As(err, &status) || status.Code != http.StatusFound || hits.Load() != 1 {
 			t.Errorf("error %v after %d requests", err, hits.Load())
 		}
 	})
-	t.Run("no proxy from the environment", func(t *testing.T) {
-		tr := NewHTTPClient().Transport.(*http.Transport)
-		if tr.Proxy != nil || tr.MaxResponseHeaderBytes != 64<<10 {
-			t.Errorf("transport proxy set or header cap %d", tr.MaxResponseHeaderBytes)
+	t.Run("localhttp's client: no proxy from the environment, headers capped", func(t *testing.T) {
+		hc, ok := newClient(t, "http://127.0.0.1:4191", Options{}).http.(*http.Client)
+		if !ok {
+			t.Fatal("the default client is not a net/http client")
+		}
+		tr := hc.Transport.(*http.Transport)
+		if tr.Proxy != nil || tr.MaxResponseHeaderBytes != localhttp.DefaultMaxHeaderBytes || hc.CheckRedirect == nil {
+			t.Errorf("transport proxy set, header cap %d, or redirects followed", tr.MaxResponseHeaderBytes)
+		}
+	})
+	t.Run("the loopback guard also holds at dial time", func(t *testing.T) {
+		var dialled []string
+		c := newClient(t, "http://localhost:4191", Options{Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
+			dialled = append(dialled, addr)
+			return nil, errors.New("not dialling in a test")
+		}})
+		_, _ = c.Metrics(context.Background())
+		for _, a := range dialled {
+			if !strings.HasPrefix(a, "127.0.0.1:") && !strings.HasPrefix(a, "[::1]:") {
+				t.Errorf("dialled %s for localhost", a)
+			}
+		}
+		if len(dialled) == 0 {
+			t.Error("nothing dialled")
 		}
 	})
 	t.Run("refused reads as refused and unreachable", func(t *testing.T) {
@@ -182,19 +205,26 @@ func TestAdminURLChecks(t *testing.T) {
 		{"http://10.0.0.1:4191", false, false},
 		{"http://10.0.0.1:4191", true, true},
 		{"http://proxy.example:4191", false, false},
-		{"http://127.0.0.1", false, false},
-		{"http://[::1]", false, false},
+		// The syntax of every --admin (localhttp.Parse): port 80 when none is given, a unix
+		// socket, credentials accepted but never shown.
+		{"http://127.0.0.1", false, true},
+		{"http://[::1]", false, true},
+		{"unix:/run/linkerd/admin.sock", false, true},
+		{"http://user:secret@127.0.0.1:4191", false, true},
+		{"http://169.254.169.254/latest", false, false},
 		{"https://127.0.0.1:4191", false, false},
-		{"http://user:secret@127.0.0.1:4191", false, false},
 		{"http://127.0.0.1:99999", false, false},
 		{"127.0.0.1:4191", false, false},
 	} {
-		_, err := New(tc.url, Options{AllowRemote: tc.remote})
+		c, err := New(tc.url, Options{AllowRemote: tc.remote})
 		if (err == nil) != tc.ok {
 			t.Errorf("%s (remote %v): error %v", tc.url, tc.remote, err)
 		}
 		if err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("credentials in the error: %v", err)
+		}
+		if c != nil && strings.Contains(c.URL(), "secret") {
+			t.Errorf("credentials in URL(): %s", c.URL())
 		}
 	}
 }
@@ -262,7 +292,7 @@ func TestDetect(t *testing.T) {
 	ln.Close()
 
 	ctx := context.Background()
-	hc := NewHTTPClient()
+	var hc *http.Client // the default: localhttp's
 	for _, tc := range []struct {
 		name, url string
 		mesh      Mesh
@@ -305,10 +335,45 @@ func TestDetectWithRemote(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, network, loopback)
 	}}}
 	const remote = "http://10.255.0.1:4191"
-	if _, err := DetectWith(context.Background(), remote, Options{HTTPClient: hc}); err == nil || !strings.Contains(err.Error(), "not loopback") {
+	if _, err := DetectWith(context.Background(), remote, Options{HTTPClient: hc}); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
 		t.Errorf("a remote admin URL without AllowRemote: %v", err)
 	}
 	if mesh, err := DetectWith(context.Background(), remote, Options{HTTPClient: hc, AllowRemote: true}); err != nil || mesh != MeshLinkerd {
 		t.Errorf("AllowRemote: %q %v", mesh, err)
+	}
+}
+
+// The admin URL takes every form --admin takes, a unix socket included (a forwarder in front
+// of the proxy's admin port).
+func TestClientOverAUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			_, _ = io.WriteString(w, modern)
+			return
+		}
+		http.NotFound(w, r)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	c := newClient(t, "unix:"+sock, Options{})
+	if c.AdminPort() != AdminPort || c.URL() != "unix:"+sock {
+		t.Errorf("admin port %d, URL %s", c.AdminPort(), c.URL())
+	}
+	in, err := c.Inbound(context.Background(), inbound.Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := in.Read(); r.Signal != inbound.SignalHTTPRequests || !eqPtr(r.Arrivals, f(120)) || !eqPtr(in.AdminRequestsTotal, f(500)) {
+		t.Errorf("reading %s %s, admin requests %s", r.Signal, show(r.Arrivals), show(in.AdminRequestsTotal))
+	}
+	_, err = c.Ready(context.Background())
+	var status *localhttp.StatusError
+	if !errors.As(err, &status) || status.Code != http.StatusNotFound || !strings.Contains(err.Error(), "unix:"+sock+":/ready") {
+		t.Errorf("a 404 /ready: %v", err)
 	}
 }

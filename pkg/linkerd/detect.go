@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
+
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 )
 
 // Mesh is the kind of sidecar an admin port belongs to.
@@ -34,23 +35,30 @@ var ErrNotASidecar = errors.New("the admin port answered, but neither as a Linke
 // confirmed by an endpoint only that sidecar has: Linkerd's /live ("live"), Envoy's
 // /server_info (JSON with a state). Both are a few bytes; /metrics and /stats are never
 // fetched for this. A refused connection is returned as is, so the caller can tell "no
-// sidecar here" from "something else here".
+// sidecar here" from "something else here". hc, when not nil, sends the requests.
 func Detect(ctx context.Context, hc *http.Client, baseURL string) (Mesh, error) {
-	return DetectWith(ctx, baseURL, Options{HTTPClient: hc})
+	opts := Options{}
+	if hc != nil {
+		opts.HTTPClient = hc
+	}
+	return DetectWith(ctx, baseURL, opts)
 }
 
 // DetectWith is Detect with the client's options: RequestTimeout bounds each of its two
-// requests, and AllowRemote lets `meshdrain status` and `check`, which people run by hand
-// against a port-forward or from a debug pod, look at a sidecar that is not on loopback, as
-// they always could for Envoy. The drain keeps the loopback guard.
+// requests, and AllowRemote lets `meshdrain status` and `check --allow-remote` look at a
+// sidecar that is not on loopback.
 func DetectWith(ctx context.Context, baseURL string, opts Options) (Mesh, error) {
 	c, err := New(baseURL, opts)
 	if err != nil {
 		return "", err
 	}
 	var readyBody string
-	err = c.get(ctx, "/ready", maxSmallBody, func(_ int, body []byte) error {
-		readyBody = strings.TrimSpace(string(body))
+	err = c.get(ctx, "/ready", func(resp *http.Response, endpoint string) error {
+		body, err := readSmall(resp)
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", endpoint, err)
+		}
+		readyBody = body
 		return nil
 	})
 	if err != nil {
@@ -58,9 +66,10 @@ func DetectWith(ctx context.Context, baseURL string, opts Options) (Mesh, error)
 	}
 	switch readyBody {
 	case "ready", "not ready":
-		err := c.get(ctx, "/live", maxSmallBody, func(code int, body []byte) error {
-			if code != http.StatusOK || strings.TrimSpace(string(body)) != "live" {
-				return errStatus
+		err := c.get(ctx, "/live", func(resp *http.Response, endpoint string) error {
+			body, err := readSmall(resp)
+			if err != nil || resp.StatusCode != http.StatusOK || body != "live" {
+				return &localhttp.StatusError{Method: http.MethodGet, URL: endpoint, Code: resp.StatusCode, Body: body}
 			}
 			return nil
 		})
@@ -69,12 +78,16 @@ func DetectWith(ctx context.Context, baseURL string, opts Options) (Mesh, error)
 		}
 		return MeshLinkerd, nil
 	case "LIVE", "DRAINING", "PRE_INITIALIZING", "INITIALIZING":
-		err := c.get(ctx, "/server_info", 1<<20, func(code int, body []byte) error {
+		err := c.get(ctx, "/server_info", func(resp *http.Response, endpoint string) error {
 			var info struct {
 				State string `json:"state"`
 			}
-			if code != http.StatusOK || json.Unmarshal(body, &info) != nil || info.State == "" {
-				return errStatus
+			raw, err := localhttp.ReadBody(resp.Body, 1<<20)
+			if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &info) != nil || info.State == "" {
+				if len(raw) > 512 {
+					raw = raw[:512]
+				}
+				return &localhttp.StatusError{Method: http.MethodGet, URL: endpoint, Code: resp.StatusCode, Body: string(raw)}
 			}
 			return nil
 		})
@@ -86,7 +99,7 @@ func DetectWith(ctx context.Context, baseURL string, opts Options) (Mesh, error)
 	if len(readyBody) > 64 {
 		readyBody = readyBody[:64] + "..."
 	}
-	return "", fmt.Errorf("%w: GET %s/ready answered %q", ErrNotASidecar, strings.TrimSuffix(baseURL, "/"), readyBody)
+	return "", fmt.Errorf("%w: GET %s answered %q", ErrNotASidecar, c.target.Join("/ready", "").Redacted(), readyBody)
 }
 
 // DetectAny tries each candidate admin URL in order and returns the first that answers as a
@@ -98,7 +111,7 @@ func DetectAny(ctx context.Context, hc *http.Client, candidates []string) (Mesh,
 		if err == nil {
 			return mesh, u, nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", u, err))
+		errs = append(errs, fmt.Errorf("%s: %w", localhttp.Redact(u), err))
 		if ctx.Err() != nil {
 			break
 		}

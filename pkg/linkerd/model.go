@@ -13,8 +13,8 @@ package linkerd
 import "github.com/meshdrain/meshdrain/pkg/inbound"
 
 // NamingLinkerd marks a snapshot read from a Linkerd proxy. It is an inbound.Naming so that
-// the drain logic, status and the final log event can report it unchanged; phase 2 is to move
-// this constant into package inbound beside the Envoy namings.
+// the drain logic, status and the final log event can report it unchanged. It belongs in
+// package inbound beside the Envoy namings; moving it waits for issue 9's changes there.
 const NamingLinkerd inbound.Naming = "linkerd"
 
 // DefaultAdminURL is the admin address of a Linkerd proxy: the injector binds it on every
@@ -72,6 +72,10 @@ type Selector struct {
 	// IncludeProbes counts the kubelet's probe route (route_name="probe") as traffic. Off by
 	// default: probes keep arriving while the pod terminates, whatever the clients do.
 	IncludeProbes bool
+	// AdminPort is the proxy's admin port as its metrics name it (0: AdminPort, 4191). Its
+	// inbound requests, of every route, are read into Snapshot.AdminRequestsTotal: every poll
+	// of meshdrain's moves that counter, which is how a frozen answer is caught.
+	AdminPort int
 }
 
 // LabelScheme says how the proxy's inbound series identify their target port, which decides
@@ -147,4 +151,27 @@ type Snapshot struct {
 	ProxyVersion string
 	// IsLinkerd reports whether proxy_build_info was present.
 	IsLinkerd bool
+	// AdminRequestsTotal is request_total of the admin port (Selector.AdminPort, else 4191),
+	// every route: the proxy counts the requests to its own admin server, meshdrain's polls
+	// included, so a live answer shows it larger at every poll. Nil when no series names
+	// the admin port (an old proxy without target labels, or a port-forwarded URL whose
+	// port the metrics do not name).
+	AdminRequestsTotal *float64
+	// RequestsPerPort, ResponsesPerPort and RouteRequestsPerPort report whether the scrape
+	// holds inbound request_total, response_total or route request series that name a port
+	// (any port, the admin port included). Only then can a port without such a series be
+	// read as having had none (Inbound).
+	RequestsPerPort, ResponsesPerPort, RouteRequestsPerPort bool
+}
+
+// Silent reports an endpoint the proxy wrote no series for at all: no request, probe or
+// connection since it started or in the last 10 minutes (the proxy drops idle label sets).
+// A quiet port and a port the pod does not receive on look the same.
+func (e Endpoint) Silent() bool {
+	for _, v := range []*float64{e.RequestsTotal, e.ResponsesTotal, e.ProbeRequestsTotal, e.ConnectionsOpen, e.ConnectionsOpened, e.ConnectionsClosed} {
+		if v != nil {
+			return false
+		}
+	}
+	return true
 }

@@ -40,6 +40,9 @@ func Parse(r io.Reader, sel Selector) (Snapshot, error) {
 // (peer="dst"), the proxy's own ports and, unless asked for, the kubelet's probe route never
 // count.
 func Normalise(families map[string]*dto.MetricFamily, sel Selector) Snapshot {
+	if sel.AdminPort == 0 {
+		sel.AdminPort = AdminPort
+	}
 	n := &normaliser{sel: sel, byPort: map[int]*Endpoint{}, scheme: SchemeUnknown}
 	for _, p := range sel.Ports {
 		n.endpoint(p)
@@ -58,12 +61,15 @@ func Normalise(families map[string]*dto.MetricFamily, sel Selector) Snapshot {
 }
 
 type normaliser struct {
-	sel     Selector
-	byPort  map[int]*Endpoint
-	unport  *Endpoint
-	scheme  LabelScheme
-	snap    Snapshot
-	counted map[*Endpoint]bool // endpoints whose requests came from request_total
+	sel Selector
+	// admin and defaultAdmin collect the admin port's request counter, at Selector.AdminPort
+	// and at the proxy's default 4191 (a port-forwarded URL's port is not the proxy's).
+	admin, defaultAdmin *float64
+	byPort              map[int]*Endpoint
+	unport              *Endpoint
+	scheme              LabelScheme
+	snap                Snapshot
+	counted             map[*Endpoint]bool // endpoints whose requests came from request_total
 }
 
 // requests adds request_total or response_total series.
@@ -71,6 +77,14 @@ func (n *normaliser) requests(fam *dto.MetricFamily, field func(*Endpoint) **flo
 	for _, m := range fam.GetMetric() {
 		if label(m, "direction") != "inbound" {
 			continue
+		}
+		if port, scheme := portOf(m); scheme != SchemeNone {
+			if isRequests {
+				n.snap.RequestsPerPort = true
+				n.adminRequests(port, value(m))
+			} else {
+				n.snap.ResponsesPerPort = true
+			}
 		}
 		e, ok := n.target(m)
 		if !ok {
@@ -108,6 +122,16 @@ func (n *normaliser) transport(fam *dto.MetricFamily, field func(*Endpoint) **fl
 	}
 }
 
+// adminRequests adds an inbound request series of the admin port to the admin counter.
+func (n *normaliser) adminRequests(port int, v float64) {
+	switch {
+	case port == n.sel.AdminPort:
+		addTo(&n.admin, v)
+	case port == AdminPort:
+		addTo(&n.defaultAdmin, v)
+	}
+}
+
 // routeCounters reads the newer per-route request counters for ports request_total says
 // nothing about. They have no response counterpart here, so those ports' in-flight count
 // stays unknown.
@@ -119,6 +143,7 @@ func (n *normaliser) routeCounters(families map[string]*dto.MetricFamily) {
 				continue
 			}
 			n.note(SchemeParentPort)
+			n.snap.RouteRequestsPerPort = true
 			if !n.selected(port) {
 				continue
 			}
@@ -216,6 +241,10 @@ func (n *normaliser) endpoint(port int) *Endpoint {
 func (n *normaliser) snapshot() Snapshot {
 	s := n.snap
 	s.Scheme = n.scheme
+	s.AdminRequestsTotal = n.admin
+	if s.AdminRequestsTotal == nil {
+		s.AdminRequestsTotal = n.defaultAdmin
+	}
 	for _, e := range n.byPort {
 		s.Endpoints = append(s.Endpoints, *e)
 	}

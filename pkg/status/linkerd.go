@@ -71,8 +71,11 @@ func GatherLinkerd(ctx context.Context, admin LinkerdAdmin, adminURL string, sel
 	r.Signal = in.Read().Signal
 	r.Listener = in.Listener
 	r.CompletedRequestsTotal = in.CompletedRequestsTotal
-	for i, e := range snap.Endpoints {
+	for i, raw := range snap.Endpoints {
 		ie := in.Endpoints[i] // Inbound keeps the endpoints' order
+		// The counters as the drain reads them: a port without series reads zero there
+		// (linkerd.Snapshot.ReadAbsentAsZero); SilentPorts and its hint still say why.
+		e := snap.ReadAbsentAsZero(raw)
 		r.Inbound = append(r.Inbound, Port{
 			Port:               e.Port,
 			Name:               ie.Name,
@@ -83,7 +86,7 @@ func GatherLinkerd(ctx context.Context, admin LinkerdAdmin, adminURL string, sel
 			ResponsesTotal:     e.ResponsesTotal,
 			ProbeRequestsTotal: e.ProbeRequestsTotal,
 		})
-		if e.Port != nil && len(sel.Ports) > 0 && silent(e) {
+		if e.Port != nil && len(sel.Ports) > 0 && raw.Silent() {
 			r.SilentPorts = append(r.SilentPorts, *e.Port)
 		}
 	}
@@ -96,21 +99,10 @@ func GatherLinkerd(ctx context.Context, admin LinkerdAdmin, adminURL string, sel
 	return r, nil
 }
 
-// silent reports an endpoint the proxy wrote no series for at all: no request, no probe, no
-// connection since it started or in the last 10 minutes.
-func silent(e linkerd.Endpoint) bool {
-	for _, v := range []*float64{e.RequestsTotal, e.ResponsesTotal, e.ProbeRequestsTotal, e.ConnectionsOpen, e.ConnectionsOpened, e.ConnectionsClosed} {
-		if v != nil {
-			return false
-		}
-	}
-	return true
-}
-
 func portsWithSeries(s linkerd.Snapshot) []int {
 	var out []int
 	for _, e := range s.Endpoints {
-		if e.Port != nil && !silent(e) {
+		if e.Port != nil && !e.Silent() {
 			out = append(out, *e.Port)
 		}
 	}
@@ -119,9 +111,10 @@ func portsWithSeries(s linkerd.Snapshot) []int {
 }
 
 // probesOnly reports a port that only the kubelet's probes reached lately: the port is the
-// pod's, but no client request has been counted, so there is no request_total yet.
+// pod's, but no client request has been counted, so there is no request_total series yet
+// (the row shows the drain's reading of that absence, zero).
 func probesOnly(p Port) bool {
-	return p.RequestsTotal == nil && p.ProbeRequestsTotal != nil
+	return (p.RequestsTotal == nil || *p.RequestsTotal == 0) && p.ProbeRequestsTotal != nil
 }
 
 // Linkerd hint texts, shared by status and check.
@@ -148,7 +141,7 @@ func linkerdHints(r Report) []string {
 	}
 	if len(r.SilentPorts) > 0 {
 		out = append(out, fmt.Sprintf("--port %v: the proxy has no series for it: no request, probe or connection in the last 10 minutes, "+
-			"or not a port the pod receives on (%s); %s. request_total appears with the first request", r.SilentPorts, seriesPorts(r.InboundPorts), linkerdRetainIdle))
+			"or not a port the pod receives on (%s); %s. request_total appears with the first request; prestop reads such a port as no arrivals and nothing in flight, so check it is the right one", r.SilentPorts, seriesPorts(r.InboundPorts), linkerdRetainIdle))
 	}
 	var probes, routeOnly []string
 	for _, p := range r.Inbound {

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
+)
+
+// These run the binary as the kubelet would against pkg/linkerdsim, the Linkerd proxy
+// emulator, on 127.0.0.1: the app's preStop of a Linkerd pod.
+
+// linkerdPod is an emulated proxy with inbound port 8080 in front of an app, and its client.
+type linkerdPod struct {
+	proxy *linkerdsim.Sidecar
+	*emulation
+}
+
+func startLinkerdPod(t *testing.T, cfg linkerdsim.Config) *linkerdPod {
+	t.Helper()
+	proxy, e := linkerdEmulation(t, cfg)
+	return &linkerdPod{proxy: proxy, emulation: e}
+}
+
+// traffic sends a request every 5 ms until stop; the first is answered before it returns, so
+// the port has its series when prestop starts.
+func (p *linkerdPod) traffic(t *testing.T) {
+	p.send(&http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}})
+	p.start()
+}
+
+func linkerdFlags(admin string) []string {
+	return []string{"prestop", "--mesh", "linkerd", "--admin", admin, "--poll", poll.String(), "--quiet", quiet.String(), "--connect-timeout", "500ms"}
+}
+
+// A native proxy keeps serving through the app's preStop: prestop sees the clients stop and
+// returns after the quiet window, with no drain call and the final line saying why.
+func TestPrestopLinkerdNativeQuiet(t *testing.T) {
+	pod := startLinkerdPod(t, linkerdsim.Config{})
+	pod.traffic(t)
+	pod.proxy.Terminate() // t0: a native sidecar is left alone
+	time.AfterFunc(600*time.Millisecond, pod.stop)
+
+	res := runBinary(t, nil, append(linkerdFlags(pod.proxy.AdminURL()), "--port", "8080")...)
+	if res.code != 0 {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	final := res.final(t)
+	if final["reason"] != "quiet" || final["naming"] != "linkerd" || final["signal"] != "http-requests" || final["active_at_end"] != 0.0 ||
+		final["drain_called"] != false || !strings.Contains(final["no_drain_call"].(string), "no drain endpoint") {
+		t.Errorf("final event %v", final)
+	}
+	if n, _ := final["requests_after_drain"].(float64); n < 20 {
+		t.Errorf("requests seen while watching: %v", final["requests_after_drain"])
+	}
+	if n, _ := final["frozen_answers"].(float64); n != 0 {
+		t.Errorf("a live proxy's answers counted frozen: %v", final)
+	}
+	late := res.exited.Sub(pod.last())
+	if late < quiet || late > quiet+4*poll {
+		t.Errorf("exited %v after the last request, want within [quiet, quiet+4 polls] = [%v, %v]", late, quiet, quiet+4*poll)
+	}
+	if pod.proxy.State() != linkerdsim.StateRunning {
+		t.Errorf("proxy state %s: prestop must not stop a Linkerd proxy", pod.proxy.State())
+	}
+}
+
+// A classic proxy without proxy-wait-before-exit-seconds gets SIGTERM at the deletion and
+// closes every port at once, the admin port with them: under traffic that is the incident
+// (sidecar-gone-busy, exit 5) and the fix named is Linkerd's; after the clients left it is
+// sidecar-gone, exit 0.
+func TestPrestopLinkerdClassicSIGTERM(t *testing.T) {
+	pod := startLinkerdPod(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
+	pod.traffic(t)
+	time.AfterFunc(400*time.Millisecond, pod.proxy.Terminate)
+	res := runBinary(t, nil, append(linkerdFlags(pod.proxy.AdminURL()), "--grace-period", "30s", "--app-drain", "5s")...)
+	final := res.final(t)
+	if res.code != 5 || final["reason"] != "sidecar-gone-busy" {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	fix, _ := final["fix"].(string)
+	for _, want := range []string{`proxy-wait-before-exit-seconds: "29"`, "native sidecar"} {
+		if !strings.Contains(fix, want) {
+			t.Errorf("fix %q lacks %q", fix, want)
+		}
+	}
+	if strings.Contains(res.stderr, "terminationDrainDuration") || strings.Contains(res.stderr, "EXIT_ON_ZERO") {
+		t.Error("an Istio fix for a Linkerd proxy")
+	}
+	if n, _ := final["arrivals_recent"].(float64); n == 0 {
+		t.Errorf("no recent arrivals reported: %v", final)
+	}
+
+	pod = startLinkerdPod(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
+	pod.traffic(t)
+	time.AfterFunc(50*time.Millisecond, pod.stop)
+	time.AfterFunc(800*time.Millisecond, pod.proxy.Terminate)
+	res = runBinary(t, nil, append(linkerdFlags(pod.proxy.AdminURL()), "--min-wait", "1200ms")...)
+	if res.code != 0 || res.final(t)["reason"] != "sidecar-gone" {
+		t.Errorf("after the clients left: exit %d\n%s", res.code, res.stderr)
+	}
+}
+
+// A proxy no request has reached yet (or for 10 minutes) has no series for the app's port:
+// without --port there is nothing to watch. The hint names no Istio annotation, but the
+// 10-minute rule and --port; with --port the silent port reads as quiet, with a warning.
+func TestPrestopLinkerdNoSignal(t *testing.T) {
+	pod := startLinkerdPod(t, linkerdsim.Config{})
+	res := runBinary(t, nil, append(linkerdFlags(pod.proxy.AdminURL()), "--fallback-wait", "200ms")...)
+	if res.code != 4 || res.final(t)["reason"] != "no-signal" {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	for _, istio := range []string{"sidecar.istio.io", "statsInclusionPrefixes", "fix_plain_envoy"} {
+		if strings.Contains(res.stderr, istio) {
+			t.Errorf("no-signal for Linkerd names %q", istio)
+		}
+	}
+	if !strings.Contains(res.stderr, "no request in the last 10 minutes has no series") || !strings.Contains(res.stderr, "needs no annotation") {
+		t.Errorf("the hint does not explain Linkerd's series:\n%s", res.stderr)
+	}
+
+	res = runBinary(t, nil, append(linkerdFlags(pod.proxy.AdminURL()), "--port", "8080")...)
+	if res.code != 0 || res.final(t)["reason"] != "quiet" || !strings.Contains(res.stderr, "has no series for") {
+		t.Errorf("--port with no series: exit %d\n%s", res.code, res.stderr)
+	}
+}
+
+// --mesh auto asks the admin port: Linkerd is read without a drain call, Envoy is drained as
+// always, and no admin port at all is no-sidecar after --connect-timeout.
+func TestPrestopMeshAuto(t *testing.T) {
+	pod := startLinkerdPod(t, linkerdsim.Config{})
+	pod.traffic(t)
+	time.AfterFunc(200*time.Millisecond, pod.stop)
+	res := runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", pod.proxy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String())
+	if res.code != 0 || !strings.Contains(res.stderr, `"msg":"sidecar detected","component":"prestop","mesh":"linkerd"`) ||
+		res.final(t)["naming"] != "linkerd" || res.final(t)["drain_called"] != false {
+		t.Errorf("auto, Linkerd: exit %d\n%s", res.code, res.stderr)
+	}
+
+	envoy := emulated(t, envoysim.Config{}).sim
+	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", envoy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String())
+	if res.code != 0 || !strings.Contains(res.stderr, `"mesh":"envoy"`) || res.final(t)["drain_called"] != true || res.final(t)["no_drain_call"] != nil {
+		t.Errorf("auto, Envoy: exit %d\n%s", res.code, res.stderr)
+	}
+
+	start := time.Now()
+	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", localhttptest.RefusingURL(t), "--connect-timeout", "300ms")
+	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" || res.exited.Sub(start) > 2*time.Second {
+		t.Errorf("auto, nothing: exit %d after %v\n%s", res.code, res.exited.Sub(start), res.stderr)
+	}
+
+	res = runBinary(t, []string{"MESHDRAIN_FALLBACK_WAIT=300ms"}, "prestop", "--mesh", "auto", "--admin", staticAdmin(t, "hello"))
+	if res.code != 2 || res.final(t)["reason"] != "config-error" || !strings.Contains(res.stderr, "cannot tell which sidecar") {
+		t.Errorf("auto, not a sidecar: exit %d\n%s", res.code, res.stderr)
+	}
+}

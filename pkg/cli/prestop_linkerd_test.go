@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/meshdrain/meshdrain/pkg/drain"
+	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
+	"github.com/meshdrain/meshdrain/pkg/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
+)
+
+func problemsText(setup *prestopSetup) string {
+	var b strings.Builder
+	for _, p := range setup.problems {
+		b.WriteString(p.Error() + "\n")
+	}
+	return b.String()
+}
+
+// --mesh takes status's values; the default keeps today's Envoy hook; linkerd builds the
+// Linkerd client with no drain call; every mistake is a start problem (the fail-safe path).
+func TestPrestopMesh(t *testing.T) {
+	load := func(args ...string) *prestopSetup { return loadPrestop(context.Background(), args, nil) }
+
+	setup := load()
+	if _, ok := setup.sidecar.(*envoyadmin.Client); !ok || setup.opts.mesh != meshIstio || setup.adminURL != envoyadmin.DefaultURL ||
+		setup.cfg.DrainMode != envoyadmin.DrainGraceful || len(setup.problems) > 0 {
+		t.Errorf("default: %T mesh %s admin %s drain %s %v", setup.sidecar, setup.opts.mesh, setup.adminURL, setup.cfg.DrainMode, setup.problems)
+	}
+	for _, mesh := range []string{meshIstio, meshEnvoy} {
+		if setup := load("--mesh", mesh, "--admin", "http://127.0.0.1:19000"); len(setup.problems) > 0 || setup.adminURL != "http://127.0.0.1:19000" {
+			t.Errorf("--mesh %s: %v", mesh, setup.problems)
+		}
+	}
+
+	setup = load("--mesh=linkerd", "--port", "8080")
+	hook, ok := setup.sidecar.(*linkerdHook)
+	if !ok || len(setup.problems) > 0 || setup.adminURL != linkerd.DefaultAdminURL || setup.cfg.DrainMode != envoyadmin.DrainNone {
+		t.Fatalf("linkerd: %T admin %s drain %s %v", setup.sidecar, setup.adminURL, setup.cfg.DrainMode, setup.problems)
+	}
+	h := hook.Hints()
+	if !strings.Contains(h.SidecarGone, `proxy-wait-before-exit-seconds: "29"`) || strings.Contains(h.MissingStats, "istio") || h.NoDrainCall == "" ||
+		h.AdminCounter != linkerd.AdminCounter {
+		t.Errorf("hints %+v (deadline 24s + app drain 5s = 29)", h)
+	}
+	if len(setup.warnings) != 0 {
+		t.Errorf("warnings %v with the default --drain-mode", setup.warnings)
+	}
+	if setup := load("--mesh=linkerd", "--drain-mode", "graceful"); len(setup.problems) > 0 || len(setup.warnings) != 1 ||
+		!strings.Contains(setup.warnings[0], "no effect on a Linkerd proxy") {
+		t.Errorf("explicit --drain-mode: problems %v warnings %v", setup.problems, setup.warnings)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mesh", "consul"}, `--mesh "consul": want auto, istio, envoy, linkerd`},
+		{[]string{"--mesh", "linkerd", "--cluster", "local_app"}, "a Linkerd proxy counts per target port"},
+		{[]string{"--mesh", "linkerd", "--port", "8080,4191"}, "admin port"},
+		{[]string{"--mesh", "linkerd", "--admin", "http://127.0.0.1:14191", "--port", "14191"}, "admin port"},
+		{[]string{"--mesh", "linkerd", "--admin", "http://10.0.0.7:4191"}, "not a loopback address"},
+		{[]string{"--mesh", "auto", "--admin", "http://metadata.google.internal:4191"}, "not a loopback address"},
+	} {
+		setup := load(c.args...)
+		if !strings.Contains(problemsText(setup), c.want) {
+			t.Errorf("%v: problems %q, want %q", c.args, problemsText(setup), c.want)
+		}
+	}
+	if setup := load("--mesh", "linkerd", "--admin", "http://10.0.0.7:4191", "--allow-remote"); len(setup.problems) > 0 {
+		t.Errorf("--allow-remote: %v", setup.problems)
+	}
+
+	setup = load("--mesh", "auto")
+	if setup.sidecar != nil || strings.Join(setup.candidates, " ") != linkerd.DefaultAdminURL+" "+envoyadmin.DefaultURL || len(setup.problems) > 0 {
+		t.Errorf("auto: %T candidates %v %v", setup.sidecar, setup.candidates, setup.problems)
+	}
+	if setup := load("--mesh", "auto", "--admin", "http://[::1]:4191"); strings.Join(setup.candidates, " ") != "http://[::1]:4191" {
+		t.Errorf("auto with --admin: candidates %v", setup.candidates)
+	}
+	// The setting logged says which admin URL the default means, and that Linkerd ignores
+	// --drain-mode.
+	settings := map[string]drain.Setting{}
+	for _, s := range load("--mesh=linkerd").cfg.Settings {
+		settings[s.Name] = s
+	}
+	if settings["admin"].Value != linkerd.DefaultAdminURL || settings["admin"].Source != sourceDefault ||
+		!strings.Contains(settings["drain-mode"].Value, "not used") {
+		t.Errorf("settings admin %+v drain-mode %+v", settings["admin"], settings["drain-mode"])
+	}
+}
+
+func TestPrestopValidateMesh(t *testing.T) {
+	code, out, errOut := runMain(t, "prestop", "--validate", "--mesh", "linkerd")
+	if code != ExitOK || !strings.Contains(out, "mesh      linkerd: reads /metrics, no drain call") || !strings.Contains(out, "admin     http://127.0.0.1:4191") {
+		t.Errorf("exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runMain(t, "prestop", "--validate", "--mesh", "auto")
+	if code != ExitOK || !strings.Contains(out, "asks http://127.0.0.1:4191, then http://127.0.0.1:15000 at start") {
+		t.Errorf("auto: exit %d\n%s", code, out)
+	}
+	code, _, errOut = runMain(t, "prestop", "--validate", "--mesh", "linkerd", "--port", "4191", "--http-prefix", "public_listener")
+	if code != ExitUsage || !strings.Contains(errOut, "admin port") || !strings.Contains(errOut, "counts per target port") {
+		t.Errorf("bad linkerd hook: exit %d\n%s", code, errOut)
+	}
+	if _, problems := CheckPrestopConfig(context.Background(), []string{"--mesh", "envoyy"}, nil); len(problems) != 1 {
+		t.Errorf("CheckPrestopConfig: %v", problems)
+	}
+}
+
+// notASidecar answers /ready like neither sidecar.
+func notASidecar(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("<html>hi</html>")) }))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// --mesh auto at start: the first candidate that answers as a sidecar, within
+// --connect-timeout; something that answers as neither ends the detection at once.
+func TestDetectSidecar(t *testing.T) {
+	proxy, err := linkerdsim.Start(linkerdsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	envoy, err := envoysim.Start(envoysim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { envoy.Close() })
+	o := defaultPrestopOptions()
+	o.connectTimeout, o.poll = 300*time.Millisecond, 20*time.Millisecond
+	closed := localhttptest.RefusingURL(t)
+
+	for _, c := range []struct {
+		name        string
+		candidates  []string
+		mesh        linkerd.Mesh
+		url         string
+		unreachable bool
+		atOnce      bool
+	}{
+		{"linkerd first", []string{closed, proxy.AdminURL(), envoy.AdminURL()}, linkerd.MeshLinkerd, proxy.AdminURL(), false, true},
+		{"envoy", []string{closed, envoy.AdminURL()}, linkerd.MeshEnvoy, envoy.AdminURL(), false, true},
+		{"nothing listens", []string{closed}, "", "", true, false},
+		{"something else", []string{notASidecar(t), envoy.AdminURL()}, "", "", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start := time.Now()
+			found := detectSidecar(context.Background(), o, c.candidates, start, 10*time.Second)
+			if found.mesh != c.mesh || found.url != c.url || found.unreachable != c.unreachable {
+				t.Errorf("found %+v", found)
+			}
+			if c.mesh == "" && found.err == nil {
+				t.Error("no error")
+			}
+			if took := time.Since(start); (c.atOnce && took > 200*time.Millisecond) || (!c.atOnce && (took < o.connectTimeout || took > o.connectTimeout+time.Second)) {
+				t.Errorf("took %v (connect timeout %v, at once %v)", took, o.connectTimeout, c.atOnce)
+			}
+		})
+	}
+	// The hook's deadline bounds detection too.
+	start := time.Now()
+	if found := detectSidecar(context.Background(), o, []string{closed}, start, 50*time.Millisecond); !found.unreachable || time.Since(start) > 250*time.Millisecond {
+		t.Errorf("deadline 50ms: %+v after %v", found, time.Since(start))
+	}
+}
+
+// The Linkerd hook warns once when a --port has no series (read as quiet by the lead's rule)
+// and names the ports that do have series.
+func TestLinkerdHookWarnsAboutSilentPorts(t *testing.T) {
+	sim := startLinkerdSim(t, 2)
+	client, err := linkerd.New(sim.AdminURL(), linkerd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.DebugLevel)
+	hook := &linkerdHook{Client: client, log: zap.New(core)}
+	for i := 0; i < 3; i++ {
+		snap, err := hook.Inbound(context.Background(), inbound.Selector{Ports: []int{9090}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := snap.Read(); r.Signal != inbound.SignalHTTPRequests || *r.Arrivals != 0 || *r.Active != 0 || snap.AdminRequestsTotal == nil {
+			t.Fatalf("reading %+v", r)
+		}
+	}
+	warned := logs.FilterMessageSnippet("no series for").All()
+	if len(warned) != 1 || warned[0].ContextMap()["ports_with_series"] == nil {
+		t.Errorf("warnings %v", warned)
+	}
+}
+
+// status and check call the loopback only, for both meshes, unless --allow-remote; nothing
+// is dialled here.
+func TestStatusCheckAllowRemote(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "--admin", "http://10.0.0.7:15000"},
+		{"status", "--mesh", "linkerd", "--admin", "http://10.0.0.7:4191"},
+		{"check", "--mesh", "istio", "--admin", "http://169.254.169.254:15000"},
+		{"check", "--admin", "http://metadata.google.internal:4191"},
+	} {
+		code, _, errOut := runMain(t, args...)
+		if code != ExitUsage || !strings.Contains(errOut, "not a loopback address") || !strings.Contains(errOut, "--allow-remote") {
+			t.Errorf("%v: exit %d %s", args, code, errOut)
+		}
+	}
+	for _, mesh := range []string{meshAuto, meshIstio, meshLinkerd} {
+		flags := defaultSidecarFlags()
+		flags.mesh, flags.admin, flags.allowRemote = mesh, "http://10.0.0.7:4191", true
+		if _, _, _, err := flags.sidecar(); err != nil {
+			t.Errorf("--mesh %s --allow-remote: %v", mesh, err)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package linkerd
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// A proxy's /metrics cannot be filtered by the proxy (FIDELITY.md §1), and most of it is what
+// meshdrain never reads: outbound series, which grow with the destinations the app calls,
+// and latency histograms. Parsing all of it would make a preStop hook's memory grow with the
+// mesh, so the client keeps, line by line as it reads, only the families Normalise reads and,
+// of the families that have a direction, only the inbound series.
+const (
+	// maxKept bounds what is kept for parsing, and so the parser's memory (about 13,000
+	// inbound series; parsing them peaks near 20 MiB of RSS, within a hook's 32 MiB): the
+	// inbound series of a proxy with ten ports and a few hundred callers are a few hundred
+	// kilobytes.
+	maxKept = 1 << 20
+	// maxLine bounds one line: a sample line with every label the proxy writes is well under
+	// a kilobyte.
+	maxLine = 64 << 10
+)
+
+// readFamilies are the families Normalise reads; directional ones are kept inbound only.
+var readFamilies = map[string]bool{
+	FamilyRequests: true, FamilyResponses: true, FamilyTCPOpened: true, FamilyTCPClosed: true, FamilyTCPOpen: true,
+	FamilyHTTPRouteRequests: false, FamilyGRPCRouteRequests: false, FamilyRequestsV0: false, FamilyBuildInfo: false,
+}
+
+var inboundLabel = []byte(`direction="inbound"`)
+
+// ErrLineTooLong is a /metrics line longer than maxLine: not a proxy's output.
+var ErrLineTooLong = errors.New("a /metrics line is longer than 64 KiB")
+
+// FilterMetrics reads a /metrics answer and returns what Normalise needs of it, in the same
+// text format: the HELP and TYPE lines and the samples of readFamilies, directional samples
+// only when inbound. A sample that mentions direction="inbound" anywhere is kept (the
+// normaliser checks the label itself), so the filter can only keep too much, never drop an
+// inbound series. It fails on a line longer than 64 KiB or more than 1 MiB kept, and with
+// r's own error (a body over its cap, a context that ended).
+func FilterMetrics(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReaderSize(r, maxLine)
+	var kept bytes.Buffer
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return nil, ErrLineTooLong
+		}
+		if len(line) > 0 && keepLine(line) {
+			if kept.Len()+len(line) > maxKept {
+				return nil, fmt.Errorf("the inbound part of /metrics exceeds %d bytes", maxKept)
+			}
+			kept.Write(line)
+			if line[len(line)-1] != '\n' {
+				kept.WriteByte('\n')
+			}
+		}
+		if err == io.EOF {
+			return &kept, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// keepLine decides one line: a comment by the family it names (# HELP name, # TYPE name), a
+// sample by its metric name and, for directional families, its direction.
+func keepLine(line []byte) bool {
+	trimmed := bytes.TrimLeft(line, " \t")
+	if len(trimmed) == 0 {
+		return false
+	}
+	if trimmed[0] == '#' {
+		fields := bytes.Fields(trimmed[1:])
+		if len(fields) < 2 || (string(fields[0]) != "HELP" && string(fields[0]) != "TYPE") {
+			return false
+		}
+		_, ok := readFamilies[string(fields[1])]
+		return ok
+	}
+	end := bytes.IndexAny(trimmed, "{ \t")
+	if end < 0 {
+		return false
+	}
+	directional, ok := readFamilies[string(trimmed[:end])]
+	if !ok {
+		return false
+	}
+	return !directional || bytes.Contains(trimmed, inboundLabel)
+}
