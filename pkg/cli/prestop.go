@@ -26,6 +26,8 @@ type prestopOptions struct {
 	deadline         time.Duration
 	quiet            time.Duration
 	minWait          time.Duration
+	streamsWait      time.Duration
+	strictActive     bool
 	poll             time.Duration
 	connectTimeout   time.Duration
 	latencyAllowance time.Duration
@@ -50,6 +52,8 @@ func defaultPrestopOptions() prestopOptions {
 		gracePeriod:      30 * time.Second,
 		appDrain:         5 * time.Second,
 		quiet:            time.Second,
+		minWait:          drain.DefaultMinWait,
+		streamsWait:      drain.DefaultStreamsWait,
 		poll:             200 * time.Millisecond,
 		connectTimeout:   2 * time.Second,
 		latencyAllowance: time.Second,
@@ -68,12 +72,17 @@ func newPrestopCommand(s streams) *cobra.Command {
 
   1. reads the sidecar's inbound stats from Envoy's admin API (filtered server-side),
   2. POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect elsewhere,
-  3. waits until the inbound new-request counter has not moved for --quiet and no inbound
-     request is active: the clients' sidecars have stopped routing to this pod,
+  3. waits until the inbound new-request counter has not moved for a quiet window and no
+     inbound request is active: the clients' sidecars have stopped routing to this pod. The
+     window is at least --quiet, longer when the traffic's own pauses are longer (twice the
+     longest pause seen, or the pause its rate makes a 1-in-10,000 event), and the wait lasts
+     at least --min-wait. Requests still open --streams-wait after the window (streams,
+     WebSockets) are left to the app's own shutdown (reason quiet-streams) unless
+     --strict-active,
   4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you
      configure, always by --deadline (default: grace-period - app-drain - 1s).
 
-The last log line is {"msg":"drain finished","reason":...}. Exit codes: 0 quiet, sidecar-gone
+The last log line is {"msg":"drain finished","reason":...}. Exit codes: 0 quiet, quiet-streams, sidecar-gone
 (Envoy was killed: it forwards nothing any more) or no-sidecar (admin port never reached);
 3 deadline; 4 no-signal (Istio emits no inbound stats by default: the log names the annotation
 to add; meshdrain then waits --fallback-wait); 1 the wait ended but an action (--signal,
@@ -120,7 +129,9 @@ comma-separated. An explicit flag wins. --exec takes one program; its arguments 
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM to finish its in-flight work")
 	f.DurationVar(&o.deadline, "deadline", 0, "give up waiting after this long (default grace-period - app-drain - 1s)")
 	f.DurationVar(&o.quiet, "quiet", o.quiet, "how long the inbound request counter must stand still")
-	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever the counters say")
+	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever the counters say: the endpoint propagation time, within which a silent client may still send")
+	f.DurationVar(&o.streamsWait, "streams-wait", o.streamsWait, "once the clients have stopped, how long requests may stay open (streams, WebSockets) before the app may stop anyway (reason quiet-streams)")
+	f.BoolVar(&o.strictActive, "strict-active", false, "wait (up to the deadline) for every open inbound request to end, ignoring --streams-wait")
 	f.DurationVar(&o.poll, "poll", o.poll, "interval between two stats requests")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "give up on an unreachable admin API after this long (also bounds each admin call)")
 	f.DurationVar(&o.latencyAllowance, "latency-allowance", o.latencyAllowance, "added to --quiet when only completed-request stats exist (they lag arrivals by the latency)")
@@ -152,7 +163,7 @@ func (o *prestopOptions) validate() (drain.Config, error) {
 			return cfg, usageError("%s must be positive, got %v", name, d)
 		}
 	}
-	for name, d := range map[string]time.Duration{"--app-drain": o.appDrain, "--min-wait": o.minWait, "--latency-allowance": o.latencyAllowance, "--fallback-wait": o.fallbackWait} {
+	for name, d := range map[string]time.Duration{"--app-drain": o.appDrain, "--min-wait": o.minWait, "--streams-wait": o.streamsWait, "--latency-allowance": o.latencyAllowance, "--fallback-wait": o.fallbackWait} {
 		if d < 0 {
 			return cfg, usageError("%s must not be negative, got %v", name, d)
 		}
@@ -184,7 +195,8 @@ func (o *prestopOptions) validate() (drain.Config, error) {
 		Deadline:         deadline,
 		Quiet:            o.quiet,
 		LatencyAllowance: o.latencyAllowance,
-		MinWait:          o.minWait,
+		MinWait:          min(o.minWait, deadline),
+		StreamsWait:      o.streamsWaitOrStrict(),
 		Poll:             o.poll,
 		ConnectTimeout:   o.connectTimeout,
 		FallbackWait:     o.fallbackWait,
@@ -192,6 +204,14 @@ func (o *prestopOptions) validate() (drain.Config, error) {
 		Actions:          actions,
 		ActionTimeout:    max(o.appDrain, 2*time.Second),
 	}, nil
+}
+
+// streamsWaitOrStrict is the drain's StreamsWait: zero keeps the strict rule.
+func (o *prestopOptions) streamsWaitOrStrict() time.Duration {
+	if o.strictActive {
+		return 0
+	}
+	return o.streamsWait
 }
 
 func (o *prestopOptions) actions() ([]drain.Action, error) {
@@ -240,6 +260,10 @@ func runPrestop(ctx context.Context, s streams, o prestopOptions) error {
 	}
 	defer closeLog()
 	logger = logger.With(zap.String("component", "prestop"))
+	if o.minWait > cfg.Deadline {
+		logger.Warn("the deadline comes before --min-wait: the grace period does not cover endpoint propagation, and the wait can only end at the deadline",
+			zap.Duration("deadline", cfg.Deadline), zap.Duration("min_wait", o.minWait))
+	}
 	if cfg.Deadline+o.appDrain > o.gracePeriod {
 		logger.Warn("deadline + app drain exceed the grace period: the app may be SIGKILLed mid-request",
 			zap.Duration("deadline", cfg.Deadline), zap.Duration("app_drain", o.appDrain), zap.Duration("grace_period", o.gracePeriod))

@@ -16,6 +16,10 @@ const (
 	// SignalClusterRequests is the inbound cluster's upstream_rq_total and upstream_rq_active:
 	// requests counted as the sidecar forwards them to the app (retries included).
 	SignalClusterRequests Signal = "cluster-requests"
+	// SignalTCPConnections is a TCP proxy port's tcp.<prefix>.downstream_cx_total: new
+	// connections, the requests of a port Envoy does not parse. Its in-flight gauge is the
+	// inbound listener's open connections when the sidecar exposes them, unknown otherwise.
+	SignalTCPConnections Signal = "tcp-connections"
 	// SignalCompletedRequests is istio_requests_total{reporter="destination"}: counted when a
 	// request completes, so it lags arrivals by the request latency.
 	SignalCompletedRequests Signal = "completed-requests"
@@ -32,12 +36,14 @@ func (s Signal) Rank() int {
 		return 0
 	case SignalClusterRequests:
 		return 1
-	case SignalCompletedRequests:
+	case SignalTCPConnections:
 		return 2
-	case SignalConnections:
+	case SignalCompletedRequests:
 		return 3
-	default:
+	case SignalConnections:
 		return 4
+	default:
+		return 5
 	}
 }
 
@@ -88,4 +94,7 @@ type Snapshot struct {
 	// ServerState is Envoy's server.state gauge (0 LIVE, 1 DRAINING, 2 PRE_INITIALIZING,
 	// 3 INITIALIZING), when present.
 	ServerState *float64
+	// ServerUptime is Envoy's server.uptime gauge, in seconds since Envoy started (all hot
+	// restart epochs). Envoy refreshes it at each stats flush (5 s by default), so it lags.
+	ServerUptime *float64
 }

@@ -146,6 +146,7 @@ type normaliser struct {
 	namingEvidence int
 	completed      *float64
 	serverState    *float64
+	serverUptime   *float64
 }
 
 func (n *normaliser) family(name string, fam *dto.MetricFamily) {
@@ -176,6 +177,11 @@ func (n *normaliser) family(name string, fam *dto.MetricFamily) {
 		for _, m := range fam.GetMetric() {
 			v := value(m)
 			n.serverState = &v
+		}
+	case "envoy_server_uptime", "server_uptime":
+		for _, m := range fam.GetMetric() {
+			v := value(m)
+			n.serverUptime = &v
 		}
 	default:
 		if match := legacyHTTPName.FindStringSubmatch(name); match != nil {
@@ -351,7 +357,7 @@ func (n *normaliser) note(naming Naming, evidence int) {
 }
 
 func (n *normaliser) snapshot() Snapshot {
-	s := Snapshot{Naming: n.naming, Listener: n.listener, CompletedRequestsTotal: n.completed, ServerState: n.serverState}
+	s := Snapshot{Naming: n.naming, Listener: n.listener, CompletedRequestsTotal: n.completed, ServerState: n.serverState, ServerUptime: n.serverUptime}
 	if s.Naming == NamingUnknown && n.completed != nil {
 		s.Naming = NamingIstio
 	}
