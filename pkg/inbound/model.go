@@ -73,6 +73,9 @@ type Endpoint struct {
 	ClusterRequestsActive *float64 `json:"-"` // cluster.<name>.upstream_rq_active
 	ClusterConnsActive    *float64 `json:"-"` // cluster.<name>.upstream_cx_active
 	CompletedRequests     *float64 `json:"-"` // istio_requests_total{reporter="destination"} for this port
+	// TCPConnectionsTotal is tcp.<prefix>.downstream_cx_total of a TCP proxy port (Istio's
+	// prefix is the inbound cluster's name): connections, Envoy's only unit of a TCP port.
+	TCPConnectionsTotal *float64 `json:"-"`
 }
 
 // Listener is the inbound listener's connection stats (Istio's virtualInbound on 15006, or a

@@ -1,6 +1,7 @@
 package inbound
 
 import (
+	dto "github.com/prometheus/client_model/go"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -206,6 +207,11 @@ func TestStatsFilterMatchesEnvoyNames(t *testing.T) {
 		"server.state",
 		"istiocustom.istio_requests_total.reporter.destination.source_workload.frontend",
 		"istiocustom.istio_requests_total.reporter.=.destination;.;source_workload.=.frontend;.;",
+		"wasmcustom.reporter=.=destination;.;source_workload=.=frontend;.;response_code=.=200;.;istio_requests_total",
+		"tcp.inbound|5432||.downstream_cx_total",
+		"server.uptime",
+		// Counted so that a frozen admin answer can be told from a live one.
+		"http.admin.downstream_rq_total",
 	}
 	for _, name := range want {
 		if !re.MatchString(name) {
@@ -216,7 +222,10 @@ func TestStatsFilterMatchesEnvoyNames(t *testing.T) {
 		"listener.0.0.0.0_15006.worker_0.downstream_cx_active",
 		"listener.0.0.0.0_15090.downstream_cx_active",
 		"listener.admin.downstream_cx_active",
-		"http.admin.downstream_rq_total",
+		"http.admin.downstream_rq_active",
+		"tcp.inbound|5432||.downstream_cx_rx_bytes_total",
+		"tcp.outbound|6379||redis.default.svc.cluster.local.downstream_cx_total",
+		"wasmcustom.reporter=.=source;.;source_workload=.=web;.;istio_requests_total",
 		"http.outbound_0.0.0.0_80.downstream_rq_total",
 		"cluster.outbound|80||reviews.default.svc.cluster.local.upstream_rq_total",
 		"cluster.inbound|8080||.upstream_rq_time",
@@ -257,4 +266,20 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+type dtoFamily = dto.MetricFamily
+
+func loadFamilies(t *testing.T, fixture string) map[string]*dto.MetricFamily {
+	t.Helper()
+	file, err := os.Open(filepath.Join("testdata", fixture))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	families, err := ParseFamilies(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return families
 }
