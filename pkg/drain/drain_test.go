@@ -487,11 +487,12 @@ func TestSparseTrafficIsReported(t *testing.T) {
 		return httpSnap(float64(at/(300*time.Millisecond)), 0), nil
 	}
 	res, _, _, logs := run(t, cfg, script)
-	// 20 requests in 6s: the rate term asks for 6s·(1e4^(1/20)−1) ≈ 3.5s of silence.
+	// The latest 10 requests took 3s: the rate term asks for 3s·(1e4^(1/10)−1) ≈ 4.5s of
+	// silence.
 	if res.Reason != ReasonQuiet || res.WindowTerm != TermRate {
 		t.Fatalf("reason %s, window %v set by %q", res.Reason, res.Window, res.WindowTerm)
 	}
-	within(t, "window", res.Window, 3300*time.Millisecond, 3700*time.Millisecond)
+	within(t, "window", res.Window, 4300*time.Millisecond, 4800*time.Millisecond)
 	// The pause that ended the wait is the longest, and it is reported.
 	if res.LongestGap < res.Window || res.LongestGap > res.Window+cfg.Poll {
 		t.Errorf("longest gap %v, want the final pause (window %v)", res.LongestGap, res.Window)

@@ -218,7 +218,7 @@ func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy
 	default:
 		log(now, "istio-proxy", "SIGTERM: pilot-agent drains inbound listeners, will SIGKILL Envoy at %s", fmtD(spec.TerminationDrainDuration))
 	}
-	hook, err := startPreStop(ctx, sc, spec, strat, side.AdminURL())
+	hook, err := startPreStop(ctx, sc, spec, strat, side.AdminURL(), clients.LastAnswered())
 	if err != nil {
 		return res, err
 	}
