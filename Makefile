@@ -5,7 +5,7 @@ LDFLAGS := -s -w -X github.com/meshdrain/meshdrain/pkg/cli.Version=$(VERSION)
 BIN := bin/meshdrain
 GO ?= go
 
-.PHONY: help build test test-race lint demo clean
+.PHONY: help build test test-race lint demo bench clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ lint: ## gofmt and go vet
 
 demo: build ## Replay the user's rollout (domain.md §5) for each preStop strategy, on this machine
 	$(BIN) simulate
+
+bench: build ## The benchmark matrix: every traffic shape x preStop strategy, then poll costs (several minutes)
+	$(GO) run ./scripts/bench --meshdrain-bin $(BIN) $(BENCH_FLAGS)
 
 clean: ## Remove build output
 	rm -rf bin

@@ -207,3 +207,41 @@ func TestPortNameParsing(t *testing.T) {
 		}
 	}
 }
+
+func TestDigitTrie(t *testing.T) {
+	for in, want := range map[string]string{
+		"8080":           "8080",
+		"80,8080":        "80(?:80)?",
+		"8080,9090,8081": "(?:808(?:0|1)|9090)",
+		"9090,80,9090":   "(?:80|9090)",
+		"1,12,123":       "1(?:2(?:3)?)?",
+	} {
+		got := digitTrie(strings.Split(in, ","))
+		if got != want {
+			t.Errorf("digitTrie(%s) = %q, want %q", in, got, want)
+		}
+		re := regexp.MustCompile("^" + got + "$")
+		for _, n := range strings.Split(in, ",") {
+			if !re.MatchString(n) {
+				t.Errorf("%q does not match %s", got, n)
+			}
+		}
+		if re.MatchString("808") || re.MatchString("8") {
+			t.Errorf("%q matches a prefix", got)
+		}
+	}
+	ported := regexp.MustCompile(StatsFilter(Selector{Ports: []int{8080, 80}}))
+	for name, want := range map[string]bool{
+		"http.inbound_0.0.0.0_80.downstream_rq_total":    true,
+		"http.inbound_0.0.0.0_8080;.downstream_rq_total": true,
+		"http.inbound_0.0.0.0_808.downstream_rq_total":   false,
+		"cluster.inbound|80||.upstream_rq_active":        true,
+		"cluster.inbound|8081||.upstream_rq_active":      false,
+		"http.inbound_[__]_80.downstream_rq_total":       true,
+		"listener.[__]_15006.downstream_cx_active":       true,
+	} {
+		if ported.MatchString(name) != want {
+			t.Errorf("ports 80,8080: match %q = %v, want %v", name, !want, want)
+		}
+	}
+}

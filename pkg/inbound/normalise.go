@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,20 +76,25 @@ func Parse(r io.Reader, sel Selector) (Snapshot, error) {
 //
 // Envoy matches it against every stat name on its main thread, the thread that also answers
 // /ready, so it is written to be cheap for any regex engine: one leading ^ over one
-// alternation whose branches start with distinct literals ("http.", "cluster.", "tcp.",
-// "listener.", "server.", ...). A name is rejected after its first few characters, and an
-// engine without RE2's DFA never retries the alternatives at later positions (an ^ per
-// alternative lets a backtracking engine try them all at every offset). Per-worker listener
-// copies (listener.X.worker_N.*) are excluded by the anchoring.
+// alternation, every alternative ending in $, and no point where two ways on are possible
+// (each character decides: no ".*" before a literal, port lists as a trie). A backtracking
+// engine never retries, and Go's regexp runs it as a one-pass matcher; a name is rejected
+// after its first characters. Per-worker listener copies (listener.X.worker_N.*) are excluded
+// by the anchoring. Two consequences: the HTTP prefix's bind address is matched as IPv4 or
+// bracketed IPv6 (a bare IPv6 pod IP leaves that port to its cluster stats), and the
+// pre-1.10 cluster names inbound|PORT|NAME|HOST are not read (their HTTP stats are). Asking
+// for completions adds two alternatives that need ".*", which costs the one-pass property:
+// they are only asked for when nothing request-level exists.
 func StatsFilter(sel Selector) string {
-	return "^(?:" + strings.Join(filterAlternatives(sel), "|") + ")"
+	return "^(?:" + strings.Join(filterAlternatives(sel), "|") + ")$"
 }
 
 // The stats each family contributes (Normalise reads no other).
 const (
-	httpStats    = `\.(?:downstream_rq_total|downstream_rq_active|downstream_cx_active)$`
-	clusterStats = `\.(?:upstream_rq_total|upstream_rq_active|upstream_cx_active)$`
-	tcpStats     = `\.downstream_cx_total$`
+	httpStats    = `\.downstream_(?:rq_(?:total|active)|cx_active)`
+	clusterStats = `\.upstream_(?:rq_(?:total|active)|cx_active)`
+	// An IPv4 address or a bracketed IPv6 one, whose colons Envoy may have made underscores.
+	bindAddress = `(?:[0-9.]*|\[[0-9a-fA-F_:]*\])`
 )
 
 func filterAlternatives(sel Selector) []string {
@@ -98,29 +104,31 @@ func filterAlternatives(sel Selector) []string {
 		for i, p := range sel.Ports {
 			ports[i] = strconv.Itoa(p)
 		}
-		port = "(?:" + strings.Join(ports, "|") + ")"
+		port = digitTrie(ports)
 	}
 	var alternatives []string
 	if len(sel.Clusters) == 0 && len(sel.HTTPPrefixes) == 0 {
 		alternatives = append(alternatives,
-			// inbound_<bind>_<port> with Istio >= 1.23's ";" after it.
-			`http\.inbound_.*_`+port+`;?`+httpStats,
-			// inbound|<port>||, inbound|<port>|<name>|<host> (older Istio).
-			`cluster\.inbound\|`+port+`\|.*`+clusterStats,
+			// inbound_<bind>_<port>, with Istio >= 1.23's ";" after it; and the admin's own
+			// requests: an answer that does not count them is a frozen one.
+			`http\.(?:inbound_`+bindAddress+`_`+port+`;?`+httpStats+`|admin\.downstream_rq_total)`,
+			`cluster\.inbound\|`+port+`\|\|;?`+clusterStats,
 			// A TCP proxy port: Istio's stat prefix is the inbound cluster's name.
-			`tcp\.inbound\|`+port+`\|.*`+tcpStats,
-			`listener\.[0-9a-fA-F._:\[\]]+_`+virtualInboundPort+`\.(?:downstream_cx_total|downstream_cx_active)$`,
+			`tcp\.inbound\|`+port+`\|\|;?\.downstream_cx_total`,
+			`listener\.`+bindAddress+`_`+virtualInboundPort+`\.downstream_cx_(?:total|active)`,
 		)
 		if sel.Completions {
 			alternatives = append(alternatives,
 				// Istio >= 1.17 (native stats): istiocustom.istio_requests_total.reporter.destination....
-				`istiocustom\.istio_requests_total\.reporter\.(?:=\.)?destination[.;]`,
+				`istiocustom\.istio_requests_total\.reporter\.(?:=\.)?destination[.;].*`,
 				// Istio <= 1.16 (telemetry v2 stats plugin): the tags first, the metric last,
 				// without or (Wasm with a custom stat namespace) with a wasmcustom. prefix;
 				// Istio 1.7 wrote the metric as _istio_requests_total.
-				`(?:wasmcustom\.)?reporter=\.=destination;\.;.*;\.;_?istio_requests_total$`,
+				`(?:wasmcustom\.)?reporter=\.=destination;\.;.*;\.;_?istio_requests_total`,
 			)
 		}
+	} else {
+		alternatives = append(alternatives, `http\.admin\.downstream_rq_total`)
 	}
 	for _, name := range sel.Clusters {
 		alternatives = append(alternatives, `cluster\.`+regexp.QuoteMeta(name)+`;?`+clusterStats)
@@ -128,12 +136,44 @@ func filterAlternatives(sel Selector) []string {
 	for _, name := range sel.HTTPPrefixes {
 		alternatives = append(alternatives, `http\.`+regexp.QuoteMeta(name)+`;?`+httpStats)
 	}
-	return append(alternatives,
-		// server.uptime gives the long-run arrival rate (drain's rule).
-		`server\.(?:state|uptime)$`,
-		// The admin's own requests: an answer that does not count them is a frozen one.
-		`http\.admin\.downstream_rq_total$`,
-	)
+	// server.uptime gives the long-run arrival rate (drain's rule).
+	return append(alternatives, `server\.(?:state|uptime)`)
+}
+
+// digitTrie writes a set of numbers as a regex in which each digit decides the way on
+// (8080 and 80 become 80(?:80)?), so that a port list keeps the filter one-pass.
+func digitTrie(numbers []string) string {
+	sort.Strings(numbers)
+	numbers = slices.Compact(numbers)
+	var write func(set []string) string
+	write = func(set []string) string {
+		var branches []string
+		optional := false
+		for i := 0; i < len(set); {
+			if set[i] == "" {
+				optional = true
+				i++
+				continue
+			}
+			first := set[i][0]
+			var rest []string
+			for ; i < len(set) && set[i] != "" && set[i][0] == first; i++ {
+				rest = append(rest, set[i][1:])
+			}
+			branches = append(branches, string(first)+write(rest))
+		}
+		switch {
+		case len(branches) == 0:
+			return ""
+		case len(branches) == 1 && !optional:
+			return branches[0]
+		case optional:
+			return "(?:" + strings.Join(branches, "|") + ")?"
+		default:
+			return "(?:" + strings.Join(branches, "|") + ")"
+		}
+	}
+	return write(numbers)
 }
 
 var (

@@ -77,6 +77,23 @@ func planClients(sc Scenario) []clientPlan {
 	return plans
 }
 
+// trafficPauses is the longest pause between two requests planned for the pod, and when the
+// last one is sent, from the start of the run.
+func trafficPauses(plans []clientPlan) (longest, last time.Duration) {
+	var all []time.Duration
+	for _, p := range plans {
+		all = append(all, p.arrivals...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for i := 1; i < len(all); i++ {
+		longest = max(longest, all[i]-all[i-1])
+	}
+	if len(all) > 0 {
+		last = all[len(all)-1]
+	}
+	return longest, last
+}
+
 // plannedRequests is how many requests the plans send to the pod (first attempts).
 func plannedRequests(plans []clientPlan) int {
 	n := 0
