@@ -89,8 +89,8 @@ request. On SIGTERM or SIGINT it behaves as pilot-agent (--agent) and exits when
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.cfg.AdminAddr, "admin", opts.cfg.AdminAddr, "address of the admin API")
-	f.StringArrayVar(&opts.inbound, "inbound", nil, "inbound port, PORT=APP_ADDR or PORT=LISTEN_ADDR>APP_ADDR (repeatable)")
-	f.StringVar(&opts.profile, "profile", opts.profile, "stat naming: envoy, istio (>= 1.23) or istio-legacy (< 1.23)")
+	f.StringArrayVar(&opts.inbound, "inbound", nil, "inbound port, PORT=APP_ADDR or PORT=LISTEN_ADDR>APP_ADDR, PORT/tcp=... for a TCP proxy port (repeatable)")
+	f.StringVar(&opts.profile, "profile", opts.profile, "stat naming: envoy, istio (>= 1.23), istio-legacy (< 1.23) or istio-1.16 (<= 1.16: telemetry v2 istio_requests_total names)")
 	f.StringVar(&opts.inclusion, "inclusion", opts.inclusion, "stats kept: all, or istio-default (Istio's default inclusion list)")
 	f.StringArrayVar(&opts.cfg.InclusionPrefixes, "inclusion-prefix", nil, "extra stat prefix kept under --inclusion istio-default (repeatable), as sidecar.istio.io/statsInclusionPrefixes")
 	f.StringVar(&opts.cfg.BindAddress, "bind-address", opts.cfg.BindAddress, "address in Istio's inbound HTTP stat prefix (0.0.0.0 or a pod IP)")

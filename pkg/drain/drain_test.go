@@ -487,12 +487,12 @@ func TestSparseTrafficIsReported(t *testing.T) {
 		return httpSnap(float64(at/(300*time.Millisecond)), 0), nil
 	}
 	res, _, _, logs := run(t, cfg, script)
-	// The latest 10 requests took 3s: the rate term asks for 3s·(1e4^(1/10)−1) ≈ 4.5s of
+	// The latest 15 requests took 4.5s: the rate term asks for 4.5s·(1e4^(1/15)−1) ≈ 3.8s of
 	// silence.
 	if res.Reason != ReasonQuiet || res.WindowTerm != TermRate {
 		t.Fatalf("reason %s, window %v set by %q", res.Reason, res.Window, res.WindowTerm)
 	}
-	within(t, "window", res.Window, 4300*time.Millisecond, 4800*time.Millisecond)
+	within(t, "window", res.Window, 3600*time.Millisecond, 4100*time.Millisecond)
 	// The pause that ended the wait is the longest, and it is reported.
 	if res.LongestGap < res.Window || res.LongestGap > res.Window+cfg.Poll {
 		t.Errorf("longest gap %v, want the final pause (window %v)", res.LongestGap, res.Window)

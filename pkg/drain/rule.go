@@ -27,9 +27,9 @@ import (
 //     uncertain, so the silence is the one that the Poisson process has probability Risk to
 //     exceed given that evidence (a flat prior on the rate): (T/(T+s))^n = Risk, that is
 //     s = T·(Risk^(−1/n) − 1), which tends to −ln(Risk)/rate ≈ 9.2 mean gaps as n grows and is
-//     longer when few arrivals were seen (11.7 mean gaps for n = 20, 15.1 for n = 10). Three
+//     longer when few arrivals were seen (11.7 mean gaps for n = 20, 12.7 for n = 15). Three
 //     measurements are used and the longest silence wins: the latest 20 arrivals and the
-//     latest 10 (they follow the clients as they thin out, the shorter one sooner, which a
+//     latest 15 (they follow the clients as they thin out, the shorter one sooner, which a
 //     thinning rate needs: the older arrivals overstate the rate of the clients left), and
 //     everything since Envoy started (downstream_rq_total over server.uptime), so that a
 //     service whose usual traffic is sparse is not judged by one busy moment, and is judged
@@ -58,11 +58,15 @@ const (
 	// Risk is the probability that Poisson arrivals at the observed rate stay silent for the
 	// rate term's window while clients still send.
 	Risk = 1e-4
-	// RateArrivals is how many of the latest arrivals the recent rate is measured over (and
-	// half as many for a second, quicker measurement): few enough to follow clients as they
-	// leave, enough that the estimate's own uncertainty costs little (11.7 mean gaps instead
-	// of 9.2).
+	// RateArrivals is how many of the latest arrivals the recent rate is measured over: few
+	// enough to follow clients as they leave, enough that the estimate's own uncertainty
+	// costs little (11.7 mean gaps instead of 9.2).
 	RateArrivals = 20
+	// RecentArrivals is a second, quicker measurement, for traffic that thins out faster than
+	// 20 arrivals show (12.7 mean gaps): with fewer, the uncertainty would stretch the window
+	// of ordinary traffic (10 arrivals: 15.1 mean gaps, a whole quiet window at 16 requests a
+	// second, the rate of the reference workload's last client).
+	RecentArrivals = 15
 	// LongRunMinUptime is the least server.uptime (seconds) for the long-run rate to count:
 	// the gauge is refreshed only at each stats flush (5 s by default) and a young Envoy's
 	// average says little.
@@ -289,8 +293,8 @@ func (r *Rule) moved(o Observation, c Change) {
 	r.samples = append(r.samples, arrivalSample{o.At, *o.Arrivals})
 	r.rate, r.rateWindow = 0, 0
 	// Two measurements of the recent rate: the latest RateArrivals arrivals, and the latest
-	// half of them, which sees clients thinning out sooner. The longer silence wins.
-	for _, want := range []float64{RateArrivals / 2, RateArrivals} {
+	// RecentArrivals, which sees clients thinning out sooner. The longer silence wins.
+	for _, want := range []float64{RecentArrivals, RateArrivals} {
 		if n, span := r.recent(want); n > 0 {
 			if w := poissonSilence(n, span); w > r.rateWindow {
 				r.rate, r.rateWindow = n/span.Seconds(), w

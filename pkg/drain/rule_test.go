@@ -185,9 +185,9 @@ func TestRuleOneOfTwoBurstingSendersLeaving(t *testing.T) {
 }
 
 // Sparse steady traffic: the rate term holds the wait for the silence that 2 requests a
-// second, known from the latest 10 arrivals (5s), exceed with probability 1e-4:
-// 5s·(1e4^(1/10)−1) ≈ 7.6s, 15.1 mean gaps (9.2 if the rate were known exactly); the latest
-// 20 ask for less, 10s·(1e4^(1/20)−1) ≈ 5.8s.
+// second, known from the latest 15 arrivals (7.5s), exceed with probability 1e-4:
+// 7.5s·(1e4^(1/15)−1) ≈ 6.4s, 12.7 mean gaps (9.2 if the rate were known exactly); the
+// latest 20 ask for less, 10s·(1e4^(1/20)−1) ≈ 5.8s.
 func TestRuleSparseTrafficUsesTheRateTerm(t *testing.T) {
 	tr := trace{cfg: ruleConfig(), poll: 100 * ms, arrivals: every(250*ms, 500*ms, 20)} // 2/s until 9.75s
 	d, at := tr.run(t)
@@ -197,9 +197,9 @@ func TestRuleSparseTrafficUsesTheRateTerm(t *testing.T) {
 	if d.Rate < 1.9 || d.Rate > 2.2 {
 		t.Errorf("rate %v, want 2/s", d.Rate)
 	}
-	within(t, "window", d.Window, 7300*ms, 7800*ms)
-	if p := math.Pow(5/(5+d.Window.Seconds()), 10); p < 0.5*Risk || p > 2*Risk {
-		t.Errorf("window %v: probability %.1e of such a silence given 10 arrivals in 5s, want %.0e", d.Window, p, Risk)
+	within(t, "window", d.Window, 6100*ms, 6700*ms)
+	if p := math.Pow(7.5/(7.5+d.Window.Seconds()), 15); p < 0.5*Risk || p > 2*Risk {
+		t.Errorf("window %v: probability %.1e of such a silence given 15 arrivals in 7.5s, want %.0e", d.Window, p, Risk)
 	}
 	within(t, "decided at", at, d.LastArrival+d.Window, d.LastArrival+d.Window+100*ms)
 }
