@@ -45,7 +45,7 @@ import (
 func main() {
 	var (
 		bin       = flag.String("meshdrain-bin", "bin/meshdrain", "the meshdrain binary: the preStop under test, and the emulator of the cost measurements")
-		seeds     = flag.String("seeds", "1,2", "seeds to replay each shape with (comma-separated); cells show the range over them")
+		seeds     = flag.String("seeds", "1,2,3", "seeds to replay each shape with (comma-separated); cells show the range over them")
 		traffics  = flag.String("traffic", "", "only these shapes (comma-separated; default: all)")
 		timeScale = flag.Float64("time-scale", 0.25, "simulator time scale")
 		jsonOut   = flag.String("json", "", "also write every run's result to this file")
