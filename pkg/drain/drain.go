@@ -360,8 +360,8 @@ func (c *coordinator) observation(snap inbound.Snapshot, r inbound.Reading) Obse
 func (c *coordinator) account(d Decision) {
 	ch := d.Change
 	if ch.SignalChanged {
-		c.log.Info("inbound signal changed", zap.String("from", string(ch.From)), zap.String("to", string(c.rule.prev.Signal)))
-		c.result.Signal = c.rule.prev.Signal
+		c.log.Info("inbound signal changed", zap.String("from", string(ch.From)), zap.String("to", string(ch.To)))
+		c.result.Signal = ch.To
 	}
 	if ch.Reset {
 		c.log.Warn("inbound counter went down: stats were reset; re-baselining",

@@ -154,9 +154,9 @@ type Change struct {
 	Moved bool
 	// Arrivals is how many new arrivals the counter shows (after a reset, its new value).
 	Arrivals float64
-	// SignalChanged is set, with From, when the signal is not the previous one's.
+	// SignalChanged is set, with From and To, when the signal is not the previous one's.
 	SignalChanged bool
-	From          inbound.Signal
+	From, To      inbound.Signal
 	// Reset is set, with ResetFrom and ResetTo, when the counter went down: Envoy restarted
 	// or its stats were reset.
 	Reset              bool
@@ -257,7 +257,7 @@ func (r *Rule) change(o Observation) Change {
 	var c Change
 	switch {
 	case o.Signal != prev.Signal:
-		c.Moved, c.SignalChanged, c.From = true, true, prev.Signal
+		c.Moved, c.SignalChanged, c.From, c.To = true, true, prev.Signal, o.Signal
 	case o.Arrivals == nil && prev.Arrivals == nil:
 	case o.Arrivals == nil || prev.Arrivals == nil:
 		c.Moved = true

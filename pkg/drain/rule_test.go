@@ -322,7 +322,7 @@ func TestRuleChanges(t *testing.T) {
 	if c := step(300*ms, inbound.SignalHTTPRequests, f(7)); !c.Moved || !c.Reset || c.ResetFrom != 130 || c.ResetTo != 7 || c.Arrivals != 7 {
 		t.Errorf("reset: %+v", c)
 	}
-	if c := step(400*ms, inbound.SignalClusterRequests, f(7)); !c.Moved || !c.SignalChanged || c.From != inbound.SignalHTTPRequests {
+	if c := step(400*ms, inbound.SignalClusterRequests, f(7)); !c.Moved || !c.SignalChanged || c.From != inbound.SignalHTTPRequests || c.To != inbound.SignalClusterRequests {
 		t.Errorf("signal change: %+v", c)
 	}
 	if c := step(500*ms, inbound.SignalClusterRequests, nil); !c.Moved {
