@@ -13,7 +13,7 @@ FUZZTIME ?= 30s
 # Each fuzz target as package:Name. Their seeds (testdata/fuzz) run with every `go test`.
 FUZZ_TARGETS := ./pkg/inbound:FuzzParse ./pkg/inbound:FuzzStatsFilter ./pkg/envoyadmin:FuzzReadResponse ./pkg/cli:FuzzPrestopConfig
 
-.PHONY: help build test test-race lint demo clean image faults fuzz
+.PHONY: help build test test-race lint demo clean image faults fuzz bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ demo: build ## Replay the user's rollout (domain.md §5) for each preStop strate
 
 image: ## Print the docker build command of the release image (IMAGE=... to push elsewhere)
 	@echo docker build -t $(IMAGE) --build-arg VERSION=$(RELEASE) .
+
+bench: build ## The benchmark matrix: every traffic shape x preStop strategy, then poll costs (several minutes)
+	$(GO) run ./scripts/bench --meshdrain-bin $(BIN) $(BENCH_FLAGS)
 
 clean: ## Remove build output
 	rm -rf bin

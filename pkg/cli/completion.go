@@ -36,6 +36,7 @@ func enumFlags() map[string]map[string][]string {
 		"version": {"output": output.Formats},
 		"simulate": {
 			"output":       output.Formats,
+			"traffic":      trafficNames(),
 			"strategy":     {"none", "sleep:5s", "sleep:15s", "meshdrain"},
 			"sidecar":      {"istio-default", "recommended", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
 			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
@@ -43,13 +44,21 @@ func enumFlags() map[string]map[string][]string {
 		"emulate": {
 			"mesh":           {meshIstio, meshLinkerd},
 			"injection":      {string(linkerdsim.InjectionNative), string(linkerdsim.InjectionClassic)},
-			"profile":        {string(envoysim.ProfileIstio), string(envoysim.ProfileIstioLegacy), string(envoysim.ProfileEnvoy)},
+			"profile":        {string(envoysim.ProfileIstio), string(envoysim.ProfileIstioLegacy), string(envoysim.ProfileIstio116), string(envoysim.ProfileEnvoy)},
 			"inclusion":      {string(envoysim.InclusionAll), string(envoysim.InclusionIstioDefault)},
 			"agent":          {string(envoysim.AgentClassic), string(envoysim.AgentNative), string(envoysim.AgentExitOnZero), string(envoysim.AgentNone)},
 			"drain-strategy": {envoysim.DrainImmediate, envoysim.DrainGradual},
 			"log-format":     logFormats,
 		},
 	}
+}
+
+func trafficNames() []string {
+	var names []string
+	for _, t := range podsim.Traffics() {
+		names = append(names, t.Name)
+	}
+	return names
 }
 
 // registerEnumCompletions registers the completion of every flag of enumFlags that has none

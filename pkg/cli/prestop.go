@@ -34,6 +34,8 @@ type prestopOptions struct {
 	deadline         time.Duration
 	quiet            time.Duration
 	minWait          time.Duration
+	streamsWait      time.Duration
+	strictActive     bool
 	poll             time.Duration
 	connectTimeout   time.Duration
 	latencyAllowance time.Duration
@@ -52,6 +54,7 @@ type prestopOptions struct {
 	validate         bool
 	help             bool
 	deadlineSet      bool
+	minWaitSet       bool
 }
 
 func defaultPrestopOptions() prestopOptions {
@@ -60,6 +63,8 @@ func defaultPrestopOptions() prestopOptions {
 		gracePeriod:      30 * time.Second,
 		appDrain:         5 * time.Second,
 		quiet:            time.Second,
+		minWait:          drain.DefaultMinWait,
+		streamsWait:      drain.DefaultStreamsWait,
 		poll:             200 * time.Millisecond,
 		connectTimeout:   2 * time.Second,
 		latencyAllowance: time.Second,
@@ -82,7 +87,9 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM to finish its in-flight work")
 	f.DurationVar(&o.deadline, "deadline", 0, "give up waiting after this long (default grace-period - app-drain - 1s)")
 	f.DurationVar(&o.quiet, "quiet", o.quiet, "how long the inbound request counter must stand still (at least two polls, less than the deadline)")
-	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever happens (at most the deadline)")
+	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever happens: the endpoint propagation time, within which a silent client may still send (at most the deadline; the default is cut to the deadline)")
+	f.DurationVar(&o.streamsWait, "streams-wait", o.streamsWait, "once the clients have stopped, how long requests may stay open (streams, WebSockets) before the app may stop anyway (reason quiet-streams)")
+	f.BoolVar(&o.strictActive, "strict-active", false, "wait (up to the deadline) for every open inbound request to end, ignoring --streams-wait")
 	f.DurationVar(&o.poll, "poll", o.poll, "interval between two stats requests (at least 20ms)")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "give up on an unreachable admin API after this long (also bounds each admin call)")
 	f.DurationVar(&o.latencyAllowance, "latency-allowance", o.latencyAllowance, "added to --quiet when only completed-request stats exist (they lag arrivals by the latency)")
@@ -154,8 +161,13 @@ func prestopLong() string {
   2. Envoy only: POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect
      elsewhere (a Linkerd proxy has no drain endpoint: no call is made, and the final line
      says so),
-  3. waits until the inbound new-request counter has not moved for --quiet and no inbound
-     request is active: the clients' sidecars have stopped routing to this pod,
+  3. waits until the inbound new-request counter has not moved for a quiet window and no
+     inbound request is active: the clients' sidecars have stopped routing to this pod. The
+     window is at least --quiet, longer when the traffic's own pauses are longer (twice the
+     longest pause seen, or the pause its rate makes a 1-in-10,000 event), and the wait lasts
+     at least --min-wait. Requests still open --streams-wait after the window (streams,
+     WebSockets) are left to the app's own shutdown (reason quiet-streams) unless
+     --strict-active,
   4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you
      configure, always by --deadline (default: grace-period - app-drain - 1s); the actions'
      own timeout is cut so that they end before the grace period.
@@ -264,6 +276,10 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 		logger.Error("--log-file cannot be used: logging to stderr instead; the drain goes on and exits 2 at the end",
 			zap.String("error", logFileErr.Error()))
 		cfg.Degraded = logFileErr
+	}
+	if o.minWait > cfg.MinWait {
+		logger.Warn("the deadline comes before the default --min-wait: the grace period does not cover endpoint propagation, and a silent client may still send after the app stops",
+			zap.Duration("deadline", cfg.Deadline), zap.Duration("min_wait", cfg.MinWait), zap.Duration("default_min_wait", o.minWait))
 	}
 	if cfg.Deadline+o.appDrain > o.gracePeriod {
 		logger.Warn("deadline + app drain exceed the grace period: the app may be SIGKILLed mid-request",

@@ -88,6 +88,7 @@ func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
 		return setup
 	}
 	o.deadlineSet = sources["deadline"] != sourceDefault
+	o.minWaitSet = sources["min-wait"] != sourceDefault
 
 	if rest := fs.Args(); len(rest) > 0 {
 		if o.exec == "" {
@@ -221,7 +222,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--app-drain", o.appDrain}, {"--min-wait", o.minWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
+	}{{"--app-drain", o.appDrain}, {"--min-wait", o.minWait}, {"--streams-wait", o.streamsWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
 		if d.v < 0 {
 			add("%s must not be negative, got %v", d.name, d.v)
 		}
@@ -246,7 +247,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		if o.quiet >= deadline {
 			add("--quiet %v is not shorter than the deadline %v: the quiet window could never pass, every drain would end at the deadline", o.quiet, deadline)
 		}
-		if o.minWait > deadline {
+		if o.minWait > deadline && o.minWaitSet {
 			add("--min-wait %v is beyond the deadline %v", o.minWait, deadline)
 		}
 	}
@@ -265,15 +266,26 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		Deadline:         deadline,
 		Quiet:            o.quiet,
 		LatencyAllowance: o.latencyAllowance,
-		MinWait:          o.minWait,
-		Poll:             o.poll,
-		ConnectTimeout:   o.connectTimeout,
-		FallbackWait:     o.fallbackWait,
-		DryRun:           o.dryRun,
-		Actions:          actions,
-		ActionTimeout:    max(o.appDrain, 2*time.Second),
-		GracePeriod:      o.gracePeriod,
+		// The default minimum wait is cut to a short deadline (runPrestop warns); one that was
+		// asked for is checked above.
+		MinWait:        min(o.minWait, max(deadline, 0)),
+		StreamsWait:    o.streamsWaitOrStrict(),
+		Poll:           o.poll,
+		ConnectTimeout: o.connectTimeout,
+		FallbackWait:   o.fallbackWait,
+		DryRun:         o.dryRun,
+		Actions:        actions,
+		ActionTimeout:  max(o.appDrain, 2*time.Second),
+		GracePeriod:    o.gracePeriod,
 	}, problems
+}
+
+// streamsWaitOrStrict is the drain's StreamsWait: zero keeps the strict rule.
+func (o *prestopOptions) streamsWaitOrStrict() time.Duration {
+	if o.strictActive {
+		return 0
+	}
+	return o.streamsWait
 }
 
 // actions builds the actions, checking at start everything they will need: the signal and

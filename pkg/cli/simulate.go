@@ -13,6 +13,7 @@ import (
 )
 
 type simulateOptions struct {
+	traffic          string
 	strategies       []string
 	sidecars         []string
 	terminationDrain time.Duration
@@ -30,6 +31,8 @@ type simulateOptions struct {
 	warmup           time.Duration
 	appDrain         time.Duration
 	quiet            time.Duration
+	minWait          time.Duration
+	streamsWait      time.Duration
 	poll             time.Duration
 	timeScale        float64
 	seed             uint64
@@ -45,6 +48,7 @@ func defaultSimulateOptions() simulateOptions {
 		strategies = append(strategies, s.String())
 	}
 	return simulateOptions{
+		traffic:          "steady",
 		strategies:       strategies,
 		sidecars:         []string{"istio-default", "recommended"},
 		terminationDrain: 5 * time.Second,
@@ -62,6 +66,8 @@ func defaultSimulateOptions() simulateOptions {
 		warmup:           sc.Warmup,
 		appDrain:         sc.AppDrain,
 		quiet:            sc.Quiet,
+		minWait:          sc.MinWait,
+		streamsWait:      sc.StreamsWait,
 		poll:             sc.Poll,
 		timeScale:        sc.TimeScale,
 		seed:             sc.Seed,
@@ -91,6 +97,12 @@ multiplied by --time-scale; the same --seed replays the same requests for every 
 --sidecar takes istio-default, recommended, or classic | exit-on-zero | native with the
 Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
 
+--traffic changes the reference scenario's traffic: steady (the default), bursts,
+client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests,
+streams, tcp (make bench runs them all); flags given explicitly still win. The oracle
+strategy stops the app the moment the last request that will ever reach the pod has been
+answered: the best any preStop could do.
+
 Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad flags.`,
 		Example: `  # The user's rollout, every strategy, Istio defaults vs the recommended sidecar:
   meshdrain simulate
@@ -103,6 +115,9 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
   meshdrain simulate --retries 0 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.applyTraffic(cmd); err != nil {
+				return err
+			}
 			opts, err := o.build()
 			if err != nil {
 				return err
@@ -111,7 +126,8 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain")
+	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp")
+	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain, oracle")
 	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended, classic, exit-on-zero, native")
 	f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "Istio terminationDrainDuration, for --sidecar classic")
 	f.DurationVar(&o.drainDuration, "drain-duration", o.drainDuration, "Istio drainDuration (Envoy --drain-time-s), for --sidecar classic, exit-on-zero, native")
@@ -128,6 +144,8 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 	f.DurationVar(&o.warmup, "warmup", o.warmup, "steady traffic before the pod is deleted")
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "meshdrain --app-drain")
 	f.DurationVar(&o.quiet, "quiet", o.quiet, "meshdrain --quiet")
+	f.DurationVar(&o.minWait, "min-wait", o.minWait, "meshdrain --min-wait")
+	f.DurationVar(&o.streamsWait, "streams-wait", o.streamsWait, "meshdrain --streams-wait")
 	f.DurationVar(&o.poll, "poll", o.poll, "meshdrain --poll")
 	f.Float64Var(&o.timeScale, "time-scale", o.timeScale, "multiply every duration by this (0 < scale <= 1); the real request rate is --qps / --time-scale")
 	f.Uint64Var(&o.seed, "seed", o.seed, "random seed: the same seed replays the same requests and lags")
@@ -135,6 +153,35 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text (the table), json or yaml")
 	f.IntVar(&o.maxFailures, "max-failures", o.maxFailures, "exit 1 when a run has more client failures than this (-1: never)")
 	return cmd
+}
+
+// applyTraffic takes the numbers of the --traffic preset for every flag not given.
+func (o *simulateOptions) applyTraffic(cmd *cobra.Command) error {
+	traffic, err := podsim.TrafficByName(o.traffic)
+	if err != nil {
+		return usageError("--traffic: %v", err)
+	}
+	preset := traffic.Apply(podsim.UserScenario())
+	changed := cmd.Flags().Changed
+	if !changed("qps") {
+		o.qps = preset.QPS
+	}
+	if !changed("clients") {
+		o.clients = preset.Clients
+	}
+	if !changed("threads") {
+		o.threads = preset.Threads
+	}
+	if !changed("p99") {
+		o.p99 = preset.P99
+	}
+	if !changed("eds-lag") {
+		o.edsLag = preset.EDSLag.String()
+	}
+	if !changed("app-drain") {
+		o.appDrain = preset.AppDrain
+	}
+	return nil
 }
 
 // build turns the flags into the runs to make.
@@ -150,13 +197,17 @@ func (o simulateOptions) build() (podsim.Options, error) {
 	if err != nil {
 		return opts, usageError("--eds-lag: %v", err)
 	}
-	sc := podsim.Scenario{
-		QPS: o.qps, Clients: o.clients, Threads: o.threads, P99: o.p99,
-		AppShutdown: podsim.AppShutdown(o.appShutdown), EDSLag: lag, Retries: o.retries,
-		RouteTimeout: o.routeTimeout, GracePeriod: o.gracePeriod, Warmup: o.warmup, Port: 8080,
-		AppDrain: o.appDrain, Quiet: o.quiet, Poll: o.poll, TimeScale: o.timeScale, Seed: o.seed,
-		MeshdrainBinary: o.meshdrainBin,
+	traffic, err := podsim.TrafficByName(o.traffic)
+	if err != nil {
+		return opts, usageError("--traffic: %v", err)
 	}
+	// The traffic's shape comes from its preset; every number a flag names, from the flag.
+	sc := traffic.Apply(podsim.UserScenario())
+	sc.QPS, sc.Clients, sc.Threads, sc.P99 = o.qps, o.clients, o.threads, o.p99
+	sc.AppShutdown, sc.EDSLag, sc.Retries = podsim.AppShutdown(o.appShutdown), lag, o.retries
+	sc.RouteTimeout, sc.GracePeriod, sc.Warmup = o.routeTimeout, o.gracePeriod, o.warmup
+	sc.AppDrain, sc.Quiet, sc.MinWait, sc.StreamsWait, sc.Poll = o.appDrain, o.quiet, o.minWait, o.streamsWait, o.poll
+	sc.TimeScale, sc.Seed, sc.MeshdrainBinary = o.timeScale, o.seed, o.meshdrainBin
 	if err := sc.Validate(); err != nil {
 		return opts, usageError("%v", err)
 	}

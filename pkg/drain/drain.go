@@ -34,7 +34,7 @@ const (
 // Reason says why the wait ended.
 type Reason string
 
-// Reasons, as they appear in the final log event.
+// Reasons, as they appear in the final log event (ReasonQuietStreams is in rule.go).
 const (
 	ReasonQuiet       Reason = "quiet"        // the counter stood still for the quiet window, nothing active
 	ReasonSidecarGone Reason = "sidecar-gone" // the admin port started refusing after the clients had left
@@ -76,6 +76,9 @@ type Config struct {
 	LatencyAllowance time.Duration
 	// MinWait is the least time to wait, whatever the counters say.
 	MinWait time.Duration
+	// StreamsWait is how long requests may stay open once the quiet window has passed before
+	// the wait ends with quiet-streams; zero or less waits for them to end (rule.go).
+	StreamsWait time.Duration
 	// Poll is the interval between two stats requests.
 	Poll time.Duration
 	// ConnectTimeout bounds how long an unreachable admin port is retried before concluding
@@ -127,10 +130,18 @@ type Result struct {
 	ActiveAtEnd *float64
 	// LastArrival is when the arrival counter last moved, relative to the start.
 	LastArrival time.Duration
-	// LongestGap is the longest time the counter stood still between two movements during
-	// the watch. Traffic whose gaps approach the quiet window can look quiet while clients
-	// still route here: the final event then warns to raise --quiet or set --min-wait.
-	LongestGap  time.Duration
+	// LongestGap is the longest time the counter stood still during the watch, the pause in
+	// progress at the end included.
+	LongestGap time.Duration
+	// Window is the last quiet window the rule asked for, WindowTerm what set it, and
+	// WindowCapped whether it reached past the deadline (rule.go).
+	Window       time.Duration
+	WindowTerm   WindowTerm
+	WindowCapped bool
+	// Rate is the arrival rate (per second) behind the rate term; 0 when none.
+	Rate float64
+	// OpenStreams is the in-flight gauge when the wait ended with quiet-streams.
+	OpenStreams *float64
 	Polls       int
 	AdminErrors int
 	DrainCalled bool
@@ -182,9 +193,7 @@ type coordinator struct {
 
 	lastErrLog   time.Time
 	suppressed   int
-	lastReading  inbound.Reading
-	lastChange   time.Time
-	afterDrain   float64
+	rule         *Rule
 	watchStarted bool
 
 	fresh      freshness
@@ -235,6 +244,8 @@ func (c *coordinator) run(parent context.Context) Result {
 	c.log.Info("drain started",
 		zap.Int64("deadline_ms", c.cfg.Deadline.Milliseconds()),
 		zap.Int64("quiet_ms", c.cfg.Quiet.Milliseconds()),
+		zap.Int64("min_wait_ms", c.cfg.MinWait.Milliseconds()),
+		zap.Int64("streams_wait_ms", c.cfg.StreamsWait.Milliseconds()),
 		zap.Int64("poll_ms", c.cfg.Poll.Milliseconds()),
 		zap.String("drain_mode", string(c.cfg.DrainMode)),
 		zap.Bool("dry_run", c.cfg.DryRun),
@@ -301,7 +312,7 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 
 	c.beginFreshness(ctx, snap)
 	c.enter(PhaseWatch)
-	return c.watch(ctx, parent, reading)
+	return c.watch(ctx, parent, snap, reading)
 }
 
 func (c *coordinator) connect(ctx, parent context.Context) (inbound.Snapshot, Reason) {
@@ -382,18 +393,14 @@ func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {
 	return ""
 }
 
-func (c *coordinator) watch(ctx, parent context.Context, first inbound.Reading) Reason {
-	c.lastReading = first
-	c.lastChange = c.clock.Now()
-	c.result.LastArrival = c.lastChange.Sub(c.start)
+func (c *coordinator) watch(ctx, parent context.Context, snap inbound.Snapshot, first inbound.Reading) Reason {
+	c.rule = NewRule(RuleConfig{Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait,
+		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait}, c.observation(snap, first))
+	c.result.LastArrival = c.clock.Now().Sub(c.start)
 	c.result.RequestsAfterDrain = new(float64)
 	c.result.ActiveAtEnd = first.Active
 	c.watchStarted = true
-	c.arrivals.add(c.lastChange, first)
-	quiet := c.cfg.Quiet
-	if first.Signal == inbound.SignalCompletedRequests {
-		quiet += c.cfg.LatencyAllowance
-	}
+	c.arrivals.add(c.clock.Now(), first)
 	for {
 		if reason := c.wait(parent, c.cfg.Poll); reason != "" {
 			return reason
@@ -412,62 +419,42 @@ func (c *coordinator) watch(ctx, parent context.Context, first inbound.Reading) 
 			c.adminError(err)
 			continue
 		}
-		now := c.clock.Now()
 		reading := snap.Read()
-		c.observe(now, reading)
+		d := c.rule.Observe(c.observation(snap, reading))
+		c.account(d)
 		c.result.ActiveAtEnd = reading.Active
+		now := c.clock.Now()
 		c.arrivals.add(now, reading)
 		c.progress(now, reading)
-		if c.settled(now, quiet, reading) && c.confirmQuiet(ctx, c.lastChange, snap) {
-			return ReasonQuiet
+		// A decision rests on the counter having stood still since the last arrival: it
+		// stands only if the answers are known to be fresh across that time.
+		if d.Reason != "" && c.confirmQuiet(ctx, c.start.Add(d.LastArrival), snap) {
+			return d.Reason
 		}
 	}
 }
 
-// observe compares a reading with the previous one. Any change of the arrival counter is
-// movement, including a decrease (Envoy restarted or stats were reset), which re-baselines.
-func (c *coordinator) observe(now time.Time, r inbound.Reading) {
-	prev := c.lastReading
-	defer func() { c.lastReading = r }()
-	if r.Signal != prev.Signal {
-		c.log.Info("inbound signal changed", zap.String("from", string(prev.Signal)), zap.String("to", string(r.Signal)))
-		c.result.Signal = r.Signal
-		c.moved(now)
-		return
+// observation is the rule's view of a poll.
+func (c *coordinator) observation(snap inbound.Snapshot, r inbound.Reading) Observation {
+	return Observation{At: c.clock.Now().Sub(c.start), Signal: r.Signal, Arrivals: r.Arrivals, Active: r.Active, Uptime: snap.ServerUptime}
+}
+
+// account reports what the rule saw: arrivals after the drain call, the window in force,
+// and the signal changes and counter resets worth a log line.
+func (c *coordinator) account(d Decision) {
+	ch := d.Change
+	if ch.SignalChanged {
+		c.log.Info("inbound signal changed", zap.String("from", string(ch.From)), zap.String("to", string(ch.To)))
+		c.result.Signal = ch.To
 	}
-	switch {
-	case r.Arrivals == nil && prev.Arrivals == nil:
-	case r.Arrivals == nil || prev.Arrivals == nil:
-		c.moved(now)
-	case *r.Arrivals > *prev.Arrivals:
-		*c.result.RequestsAfterDrain += *r.Arrivals - *prev.Arrivals
-		c.moved(now)
-	case *r.Arrivals < *prev.Arrivals:
+	if ch.Reset {
 		c.log.Warn("inbound counter went down: stats were reset; re-baselining",
-			zap.Float64("from", *prev.Arrivals), zap.Float64("to", *r.Arrivals))
-		*c.result.RequestsAfterDrain += *r.Arrivals
-		c.moved(now)
+			zap.Float64("from", ch.ResetFrom), zap.Float64("to", ch.ResetTo))
 	}
-}
-
-func (c *coordinator) moved(now time.Time) {
-	if gap := now.Sub(c.lastChange); gap > c.result.LongestGap {
-		c.result.LongestGap = gap
-	}
-	c.lastChange = now
-	c.result.LastArrival = now.Sub(c.start)
-}
-
-// settled is the decision rule: quiet long enough, nothing in flight, min-wait over.
-func (c *coordinator) settled(now time.Time, quiet time.Duration, r inbound.Reading) bool {
-	if now.Sub(c.lastChange) < quiet || now.Sub(c.start) < c.cfg.MinWait {
-		return false
-	}
-	if r.Active == nil {
-		// Only completed-request counts lack a gauge; their allowance covers what is in flight.
-		return r.Signal == inbound.SignalCompletedRequests
-	}
-	return *r.Active == 0
+	*c.result.RequestsAfterDrain += ch.Arrivals
+	c.result.LastArrival, c.result.LongestGap = d.LastArrival, d.LongestGap
+	c.result.Window, c.result.WindowTerm, c.result.WindowCapped, c.result.Rate = d.Window, d.Term, d.Capped, d.Rate
+	c.result.OpenStreams = d.OpenStreams
 }
 
 func (c *coordinator) fetch(ctx context.Context) (inbound.Snapshot, error) {
@@ -554,6 +541,11 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		optionalField("active_at_end", c.result.ActiveAtEnd),
 		zap.Int64("last_arrival_ms", c.result.LastArrival.Milliseconds()),
 		zap.Int64("longest_gap_ms", c.result.LongestGap.Milliseconds()),
+		zap.Int64("window_ms", c.result.Window.Milliseconds()),
+		zap.String("window_term", string(c.result.WindowTerm)),
+		zap.Bool("window_capped", c.result.WindowCapped),
+		optionalField("rate_per_s", rate(c.result.Rate)),
+		optionalField("open_streams", c.result.OpenStreams),
 		zap.Int("polls", c.result.Polls),
 		zap.Int("admin_errors", c.result.AdminErrors),
 		zap.Bool("drain_called", c.result.DrainCalled),
@@ -565,11 +557,10 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
 	}
 	fields = append(fields, c.outcomeFields()...)
-	// A gap of one poll is only the sampling: the counter moved at every sample.
-	if reason == ReasonQuiet && c.result.LongestGap*2 > c.cfg.Quiet && c.result.LongestGap > c.cfg.Poll*3/2 {
-		c.log.Warn("inbound traffic is sparse for this quiet window: a pause between requests could pass for the clients having left; raise --quiet above the longest gap, or set --min-wait to the expected endpoint propagation time",
-			zap.Int64("longest_gap_ms", c.result.LongestGap.Milliseconds()),
-			zap.Int64("quiet_ms", c.cfg.Quiet.Milliseconds()))
+	if c.result.WindowTerm == TermGaps || c.result.WindowTerm == TermRate {
+		c.log.Warn("inbound traffic is sparse: its own pauses stretched the quiet window beyond --quiet; a sparse client that learns of the deletion later than --min-wait can still send after the app stopped",
+			zap.Int64("window_ms", c.result.Window.Milliseconds()), zap.String("window_term", string(c.result.WindowTerm)),
+			zap.Int64("longest_gap_ms", c.result.LongestGap.Milliseconds()), zap.Int64("min_wait_ms", c.cfg.MinWait.Milliseconds()))
 	}
 	if ce := c.log.Check(c.finalLevel(), "drain finished"); ce != nil {
 		ce.Write(fields...)
@@ -585,6 +576,14 @@ func ports(s inbound.Snapshot) []int {
 		}
 	}
 	return out
+}
+
+// rate is a rate for the final event: unknown (nil) when no rate was measured.
+func rate(perSecond float64) *float64 {
+	if perSecond <= 0 {
+		return nil
+	}
+	return &perSecond
 }
 
 type optional struct{ v *float64 }

@@ -166,7 +166,12 @@ func TestTrafficResumingInsideQuietWindowRestartsIt(t *testing.T) {
 	if res.Reason != ReasonQuiet {
 		t.Fatalf("reason = %s", res.Reason)
 	}
-	within(t, "elapsed", res.Elapsed, 4*time.Second+cfg.Quiet, 4*time.Second+cfg.Quiet+2*cfg.Poll)
+	// The pause from 2s to 2.6s is traffic's own gap: at 200ms polls it lasted less than 1s
+	// (from the 1.8s poll to the 2.8s one) and the window becomes twice that (rule.go).
+	if res.WindowTerm != TermGaps || res.Window != 2*time.Second {
+		t.Errorf("window %v set by %q, want 2s set by the gaps term", res.Window, res.WindowTerm)
+	}
+	within(t, "elapsed", res.Elapsed, 4*time.Second+res.Window, 4*time.Second+res.Window+2*cfg.Poll)
 	within(t, "last arrival", res.LastArrival, 4*time.Second, 4*time.Second+cfg.Poll)
 }
 
@@ -510,23 +515,34 @@ func TestLoopWaitsOnTheClock(t *testing.T) {
 
 func TestSparseTrafficIsReported(t *testing.T) {
 	cfg := baseConfig()
-	// One request every 800ms until 4s: each gap is under the 1s quiet window, but close.
+	// One request every 300ms until 6s: each gap is well under the 1s quiet window.
 	script := func(at time.Duration) (inbound.Snapshot, error) {
-		if at > 4*time.Second {
-			at = 4 * time.Second
+		if at > 6*time.Second {
+			at = 6 * time.Second
 		}
-		return httpSnap(float64(at/(800*time.Millisecond)), 0), nil
+		return httpSnap(float64(at/(300*time.Millisecond)), 0), nil
 	}
 	res, _, _, logs := run(t, cfg, script)
-	if res.Reason != ReasonQuiet || res.LongestGap < 600*time.Millisecond || res.LongestGap > time.Second {
-		t.Fatalf("reason %s longest gap %v", res.Reason, res.LongestGap)
+	// The latest 15 requests took 4.5s: the rate term asks for 4.5s·(1e4^(1/15)−1) ≈ 3.8s of
+	// silence.
+	if res.Reason != ReasonQuiet || res.WindowTerm != TermRate {
+		t.Fatalf("reason %s, window %v set by %q", res.Reason, res.Window, res.WindowTerm)
+	}
+	within(t, "window", res.Window, 3600*time.Millisecond, 4100*time.Millisecond)
+	// The pause that ended the wait is the longest, and it is reported.
+	if res.LongestGap < res.Window || res.LongestGap > res.Window+cfg.Poll {
+		t.Errorf("longest gap %v, want the final pause (window %v)", res.LongestGap, res.Window)
+	}
+	final := logs.FilterMessage("drain finished").All()[0].ContextMap()
+	if final["window_term"] != "rate" || final["longest_gap_ms"] != res.LongestGap.Milliseconds() || final["rate_per_s"] == nil {
+		t.Errorf("final event %v", final)
 	}
 	if logs.FilterMessageSnippet("sparse").Len() != 1 {
 		t.Error("sparse traffic not warned about")
 	}
 	res, _, _, logs = run(t, cfg, steadyTraffic(3*time.Second, 0))
-	if res.LongestGap > 2*cfg.Poll || logs.FilterMessageSnippet("sparse").Len() != 0 {
-		t.Errorf("steady traffic: longest gap %v, warned %d times", res.LongestGap, logs.FilterMessageSnippet("sparse").Len())
+	if res.WindowTerm != TermQuiet || res.LongestGap > cfg.Quiet+cfg.Poll || logs.FilterMessageSnippet("sparse").Len() != 0 {
+		t.Errorf("steady traffic: window term %q, longest gap %v, warned %d times", res.WindowTerm, res.LongestGap, logs.FilterMessageSnippet("sparse").Len())
 	}
 }
 

@@ -34,8 +34,9 @@ type ReasonInfo struct {
 }
 
 var reasonTable = []ReasonInfo{
-	{ReasonQuiet, 0, "the inbound counter stood still for --quiet with nothing active, and --min-wait is over"},
-	{ReasonSidecarGone, 0, "the admin port started refusing while no request had arrived within --quiet and none was active: the sidecar is gone, nothing is lost"},
+	{ReasonQuiet, 0, "the inbound counter stood still for the quiet window (at least --quiet; longer when the traffic's own pauses are) with nothing active, and --min-wait is over"},
+	{ReasonQuietStreams, 0, "arrivals stopped for the quiet window but requests stayed open (streams, WebSockets, TCP connections) for --streams-wait more: the app's own shutdown ends them; the final line has open_streams"},
+	{ReasonSidecarGone, 0, "the admin port started refusing while no request had arrived within the quiet window and none was active: the sidecar is gone, nothing is lost"},
 	{ReasonNoSidecar, 0, "the admin port was never reached within --connect-timeout"},
 	{ReasonConfigError, 2, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"},
 	{ReasonDeadline, 3, "--deadline came first"},
@@ -57,11 +58,11 @@ const recentWindow = 5 * time.Second
 // arrivalLog keeps the arrivals seen at each poll of the last recentWindow, to say how many
 // requests were still coming when the sidecar went away.
 type arrivalLog struct {
-	samples []arrivalSample
+	samples []recentArrival
 	last    *float64
 }
 
-type arrivalSample struct {
+type recentArrival struct {
 	at    time.Time
 	delta float64
 }
@@ -76,7 +77,7 @@ func (l *arrivalLog) add(now time.Time, r inbound.Reading) {
 			delta = *r.Arrivals // a reset: what was counted since
 		}
 		if delta > 0 {
-			l.samples = append(l.samples, arrivalSample{at: now, delta: delta})
+			l.samples = append(l.samples, recentArrival{at: now, delta: delta})
 		}
 	}
 	v := *r.Arrivals
@@ -114,7 +115,9 @@ func (c *coordinator) sidecarGone() Reason {
 	c.result.RecentArrivals = &recent
 	c.result.RecentWindow = now.Sub(windowStart)
 	active := c.result.ActiveAtEnd
-	arrivedLately := c.watchStarted && now.Sub(c.start.Add(c.result.LastArrival)) < c.cfg.Quiet && recent > 0
+	// "Lately" is the quiet window in force: sparse traffic's window is longer than --quiet.
+	window := max(c.cfg.Quiet, c.result.Window)
+	arrivedLately := c.watchStarted && now.Sub(c.start.Add(c.result.LastArrival)) < window && recent > 0
 	if !arrivedLately && (active == nil || *active == 0) {
 		return ReasonSidecarGone
 	}
@@ -131,7 +134,7 @@ func (c *coordinator) sidecarGone() Reason {
 // sidecar, no signal, sidecar gone): it is a floor whatever happened, bounded by the deadline.
 func (c *coordinator) holdMinWait(parent context.Context, reason Reason) Reason {
 	switch reason {
-	case ReasonQuiet, ReasonDeadline, ReasonInterrupted:
+	case ReasonQuiet, ReasonQuietStreams, ReasonDeadline, ReasonInterrupted:
 		return reason
 	}
 	left := c.start.Add(c.cfg.MinWait).Sub(c.clock.Now())

@@ -54,8 +54,11 @@ func (s *Sidecar) logRequest(e AccessLogEntry, l *inboundListener) {
 	s.mu.Lock()
 	s.accessLog = append(s.accessLog, e)
 	s.mu.Unlock()
-	if s.cfg.Profile.istio() {
-		s.store.customCounter("istiocustom", "istio_requests_total", istioRequestLabels(l, e)).inc()
+	switch {
+	case s.cfg.Profile == ProfileIstio116:
+		s.store.telemetryV2Counter("istio_requests_total", istioRequestLabels(l.port, e)).inc()
+	case s.cfg.Profile.istio():
+		s.store.customCounter("istiocustom", "istio_requests_total", istioRequestLabels(l.port, e)).inc()
 	}
 	if s.cfg.AccessLog == nil {
 		return
@@ -65,6 +68,23 @@ func (s *Sidecar) logRequest(e AccessLogEntry, l *inboundListener) {
 	line := fmt.Sprintf("[%s] \"%s %s HTTP/1.1\" %s %s %s - \"-\" 0 %d %d - \"-\" \"-\" \"-\" \"-\" \"%s\" %s - %s - - default\n",
 		e.Start.UTC().Format("2006-01-02T15:04:05.000Z"), e.Method, e.Path, code, e.Flags, e.responseCodeDetails(),
 		len(e.Body), e.Duration.Milliseconds(), l.port.AppAddr, l.port.ClusterName, l.addr)
+	s.writeAccessLog(line)
+}
+
+// logConnection records a TCP proxy connection in the access log: Istio's TCP format has no
+// method, path or code, only the flags (UF when the app refused it).
+func (s *Sidecar) logConnection(e AccessLogEntry, t *tcpListener) {
+	s.mu.Lock()
+	s.accessLog = append(s.accessLog, e)
+	s.mu.Unlock()
+	if s.cfg.AccessLog == nil {
+		return
+	}
+	s.writeAccessLog(fmt.Sprintf("[%s] \"- - -\" 0 %s - - \"-\" 0 0 %d - \"-\" \"-\" \"-\" \"-\" \"%s\" %s - %s - - -\n",
+		e.Start.UTC().Format("2006-01-02T15:04:05.000Z"), e.Flags, e.Duration.Milliseconds(), t.port.AppAddr, t.port.ClusterName, t.addr))
+}
+
+func (s *Sidecar) writeAccessLog(line string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, _ = s.cfg.AccessLog.Write([]byte(line))
@@ -72,7 +92,7 @@ func (s *Sidecar) logRequest(e AccessLogEntry, l *inboundListener) {
 
 // istioRequestLabels are the labels of istio_requests_total as a destination sidecar reports
 // them; workload identities are fixed, since nothing here knows them.
-func istioRequestLabels(l *inboundListener, e AccessLogEntry) []label {
+func istioRequestLabels(port InboundPort, e AccessLogEntry) []label {
 	flags := e.Flags
 	code := strconv.Itoa(e.Code)
 	return []label{
@@ -96,7 +116,7 @@ func istioRequestLabels(l *inboundListener, e AccessLogEntry) []label {
 		{"destination_service_name", "app"},
 		{"destination_service_namespace", "default"},
 		{"destination_cluster", "Kubernetes"},
-		{"destination_port", strconv.Itoa(l.port.Port)},
+		{"destination_port", strconv.Itoa(port.Port)},
 		{"request_protocol", "http"},
 		{"response_code", code},
 		{"grpc_response_status", ""},

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -300,7 +299,7 @@ func (a *adminServer) handleStats(params map[string]string, format statsFormat) 
 	if bad != "" {
 		return textResponse(400, bad)
 	}
-	a.s.server.uptime.set(uint64(time.Since(a.s.start).Seconds()))
+	a.s.server.uptime.set(a.s.flushedUptime())
 	body, contentType := renderStats(a.s.store.all(), p)
 	return adminResponse{code: 200, contentType: contentType, body: body}
 }

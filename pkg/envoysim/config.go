@@ -36,6 +36,10 @@ const (
 	// ProfileIstioLegacy is an Istio < 1.23 sidecar: the inbound HTTP prefix is not extracted,
 	// so it stays in the Prometheus metric name.
 	ProfileIstioLegacy Profile = "istio-legacy"
+	// ProfileIstio116 is an Istio <= 1.16 sidecar: names as ProfileIstioLegacy, but
+	// istio_requests_total comes from the telemetry v2 stats plugin, whose text name puts
+	// every tag first and the metric last (reporter=.=destination;.;...;.;istio_requests_total).
+	ProfileIstio116 Profile = "istio-1.16"
 )
 
 // Inclusion selects which stats the sidecar creates at all, because Istio by default keeps
@@ -74,11 +78,21 @@ const (
 	DrainGradual   = "gradual"
 )
 
+// Inbound port protocols: what Envoy's filter chain for the port is.
+const (
+	// ProtocolHTTP is an HTTP connection manager and router (the default).
+	ProtocolHTTP = "http"
+	// ProtocolTCP is a TCP proxy: bytes are piped to the app, Envoy sees connections only.
+	ProtocolTCP = "tcp"
+)
+
 // InboundPort is one inbound port of the pod: the port clients address (as it appears in the
 // stat names) and where the emulated listener really listens and forwards to.
 type InboundPort struct {
 	// Port is the target port as it appears in stat names: inbound|8080||, inbound_0.0.0.0_8080.
 	Port int
+	// Protocol is ProtocolHTTP (default) or ProtocolTCP.
+	Protocol string
 	// ListenAddr is where the emulated inbound listener listens; default "127.0.0.1:0".
 	ListenAddr string
 	// AppAddr is the app's host:port the sidecar forwards to.
@@ -91,6 +105,10 @@ type InboundPort struct {
 	ClusterName     string
 	HTTPPrefix      string
 	ListenerAddress string
+	// TCPPrefix is a TCP port's tcp_proxy stat prefix. Empty: Istio uses the inbound cluster's
+	// name, undelimited (tcp.inbound|5432||.downstream_cx_total); plain Envoy "ingress_tcp"
+	// (then "ingress_tcp_<Port>").
+	TCPPrefix string
 }
 
 // Config describes one emulated sidecar. Zero values take the defaults documented per field,
@@ -131,6 +149,9 @@ type Config struct {
 
 	// EnvoyVersion is reported by /server_info and server.version; default "1.31.0".
 	EnvoyVersion string
+	// StatsFlushInterval is Envoy's stats_flush_interval: server.uptime is refreshed only at
+	// each flush (source/server/server.cc); default 5s.
+	StatsFlushInterval time.Duration
 }
 
 const (
@@ -140,6 +161,7 @@ const (
 	defaultExitOnZeroPoll           = time.Second
 	defaultAgentRequestTimeout      = 2 * time.Second
 	defaultWorkers                  = 2
+	defaultStatsFlushInterval       = 5 * time.Second
 	defaultLoopback                 = "127.0.0.1:0"
 )
 
@@ -150,9 +172,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Profile = ProfileIstio
 	}
 	switch cfg.Profile {
-	case ProfileEnvoy, ProfileIstio, ProfileIstioLegacy:
+	case ProfileEnvoy, ProfileIstio, ProfileIstioLegacy, ProfileIstio116:
 	default:
-		return cfg, fmt.Errorf("unknown profile %q (want envoy, istio or istio-legacy)", cfg.Profile)
+		return cfg, fmt.Errorf("unknown profile %q (want envoy, istio, istio-legacy or istio-1.16)", cfg.Profile)
 	}
 	if cfg.Inclusion == "" {
 		cfg.Inclusion = InclusionAll
@@ -212,6 +234,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.EnvoyVersion == "" {
 		cfg.EnvoyVersion = "1.31.0"
 	}
+	if cfg.StatsFlushInterval <= 0 {
+		cfg.StatsFlushInterval = defaultStatsFlushInterval
+	}
 	seen := map[int]bool{}
 	for i := range cfg.Inbound {
 		in := &cfg.Inbound[i]
@@ -228,26 +253,39 @@ func (cfg Config) withDefaults() (Config, error) {
 		if in.ListenAddr == "" {
 			in.ListenAddr = defaultLoopback
 		}
+		switch in.Protocol {
+		case "":
+			in.Protocol = ProtocolHTTP
+		case ProtocolHTTP, ProtocolTCP:
+		default:
+			return cfg, fmt.Errorf("inbound port %d: unknown protocol %q (want http or tcp)", in.Port, in.Protocol)
+		}
 	}
 	return cfg, nil
 }
 
 // istio reports whether the profile is one of Istio's.
-func (p Profile) istio() bool { return p == ProfileIstio || p == ProfileIstioLegacy }
+func (p Profile) istio() bool {
+	return p == ProfileIstio || p == ProfileIstioLegacy || p == ProfileIstio116
+}
 
 // ParseInboundPort reads the command line form of an inbound port, "PORT=APP" or
-// "PORT=LISTEN>APP" (e.g. "8080=127.0.0.1:15006>127.0.0.1:8080"), so that every front end
-// writes ports the same way.
+// "PORT=LISTEN>APP" (e.g. "8080=127.0.0.1:15006>127.0.0.1:8080"), with "PORT/tcp" for a TCP
+// proxy port, so that every front end writes ports the same way.
 func ParseInboundPort(spec string) (InboundPort, error) {
 	portText, rest, ok := strings.Cut(spec, "=")
 	if !ok || rest == "" {
-		return InboundPort{}, fmt.Errorf("inbound %q: want PORT=APP_ADDR or PORT=LISTEN_ADDR>APP_ADDR", spec)
+		return InboundPort{}, fmt.Errorf("inbound %q: want PORT[/tcp]=APP_ADDR or PORT[/tcp]=LISTEN_ADDR>APP_ADDR", spec)
+	}
+	portText, protocol, _ := strings.Cut(portText, "/")
+	if protocol != "" && protocol != ProtocolTCP && protocol != ProtocolHTTP {
+		return InboundPort{}, fmt.Errorf("inbound %q: protocol %q is not http or tcp", spec, protocol)
 	}
 	port, err := strconv.Atoi(portText)
 	if err != nil || port <= 0 || port > 65535 {
 		return InboundPort{}, fmt.Errorf("inbound %q: bad port %q", spec, portText)
 	}
-	in := InboundPort{Port: port, AppAddr: rest}
+	in := InboundPort{Port: port, AppAddr: rest, Protocol: protocol}
 	if listen, app, ok := strings.Cut(rest, ">"); ok {
 		in.ListenAddr, in.AppAddr = listen, app
 	}

@@ -24,6 +24,11 @@ func (n namer) cluster(name, stat string) string {
 	return "cluster." + name + n.delim() + "." + stat
 }
 
+// tcp is a stat of a tcp_proxy filter: tcp.<stat_prefix>.<stat>.
+func (n namer) tcp(prefix, stat string) string {
+	return "tcp." + prefix + "." + stat
+}
+
 // http is a stat of a pilot-generated HTTP connection manager.
 func (n namer) http(prefix, stat string) string {
 	return "http." + prefix + n.delim() + "." + stat
@@ -49,6 +54,18 @@ func (n namer) inboundNames(in InboundPort, index int) InboundPort {
 			in.HTTPPrefix = "ingress_http"
 		default:
 			in.HTTPPrefix = fmt.Sprintf("ingress_http_%d", in.Port)
+		}
+	}
+	if in.TCPPrefix == "" {
+		switch {
+		case n.profile.istio():
+			// Istio's inbound tcp_proxy stat prefix is the cluster name, never delimited
+			// (pilot/pkg/networking/core listener_inbound.go buildInboundNetworkFilters).
+			in.TCPPrefix = fmt.Sprintf("inbound|%d||", in.Port)
+		case index == 0:
+			in.TCPPrefix = "ingress_tcp"
+		default:
+			in.TCPPrefix = fmt.Sprintf("ingress_tcp_%d", in.Port)
 		}
 	}
 	if in.ListenerAddress == "" {

@@ -231,7 +231,7 @@ func TestInclusionIstioDefault(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, "request in flight at the app", func() bool { return s.inbound[0].upRqActive == nil || len(s.AccessLog()) == 0 })
+	eventually(t, "request in flight at the app", func() bool { return s.inbound[0].(*inboundListener).upRqActive == nil || len(s.AccessLog()) == 0 })
 	_, text := adminDo(t, s, "GET", "/stats")
 	for _, absent := range []string{"cluster.inbound|", "http.inbound_", "listener.0.0.0.0_15006", "http.admin."} {
 		if strings.Contains(text, absent) {

@@ -156,7 +156,7 @@ func TestKillCutsInFlightRequests(t *testing.T) {
 		}
 		errc <- err
 	}()
-	eventually(t, "request in flight", func() bool { return s.inbound[0].rqActive.get() == 1 })
+	eventually(t, "request in flight", func() bool { return s.inbound[0].(*inboundListener).rqActive.get() == 1 })
 	s.Kill()
 	if err := <-errc; err == nil || err.Error() == "got a response" {
 		t.Errorf("in-flight request after kill: %v", err)

@@ -43,7 +43,7 @@ type Sidecar struct {
 	start time.Time
 
 	admin     *adminServer
-	inbound   []*inboundListener
+	inbound   []inboundSocket
 	listeners map[string]*listenerStats
 	server    serverStats
 	faults    *Faults
@@ -112,7 +112,13 @@ func Start(cfg Config) (*Sidecar, error) {
 		return nil, err
 	}
 	for i, in := range cfg.Inbound {
-		l, err := startInbound(s, s.names.inboundNames(in, i))
+		var l inboundSocket
+		var err error
+		if in.Protocol == ProtocolTCP {
+			l, err = startTCP(s, s.names.inboundNames(in, i))
+		} else {
+			l, err = startInbound(s, s.names.inboundNames(in, i))
+		}
 		if err != nil {
 			s.exit("start failed")
 			return nil, err
@@ -229,8 +235,8 @@ func (s *Sidecar) AdminURL() string { return "http://" + s.admin.addr }
 // sidecar has no such port.
 func (s *Sidecar) InboundAddr(port int) string {
 	for _, l := range s.inbound {
-		if l.port.Port == port {
-			return l.addr
+		if l.target().Port == port {
+			return l.address()
 		}
 	}
 	return ""
@@ -485,6 +491,13 @@ func (s *Sidecar) serverInfo() map[string]any {
 // to_time_t(systemTime()) - startTimeCurrentEpoch()). It steps when the wall clock crosses a
 // second boundary, not one second after the start: two readings a second apart always differ.
 func uptimeSeconds(now, start time.Time) int64 { return now.Unix() - start.Unix() }
+// flushedUptime is server.uptime as Envoy shows it: whole seconds since the start, as of the
+// last stats flush (Envoy refreshes the gauge only there; 0 before the first flush).
+func (s *Sidecar) flushedUptime() uint64 {
+	flush := s.cfg.StatsFlushInterval
+	flushed := time.Since(s.start) / flush * flush
+	return uint64(flushed / time.Second)
+}
 
 // durationJSON writes a duration as protobuf JSON does ("45s", "0.500s").
 func durationJSON(d time.Duration) string {

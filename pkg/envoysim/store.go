@@ -263,6 +263,18 @@ func (st *store) resetCounters() {
 	}
 }
 
+// telemetryV2Counter is istio_requests_total as Istio <= 1.16's stats plugin names it: every
+// tag as name=.=value;.; then the metric (istio/proxy extensions/stats). Its Prometheus form
+// is the same as the native stats' one.
+func (st *store) telemetryV2Counter(metric string, labels []label) *stat {
+	var b strings.Builder
+	for _, l := range labels {
+		b.WriteString(l.name + "=.=" + l.value + ";.;")
+	}
+	b.WriteString(metric)
+	return st.get(b.String(), typeCounter, &customTags{metric: metric, labels: labels})
+}
+
 // customGauge is customCounter for a gauge (istio_build).
 func (st *store) customGauge(namespace, metric string, labels []label) *stat {
 	return st.custom(namespace, metric, labels, typeGauge)

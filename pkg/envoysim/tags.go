@@ -20,6 +20,10 @@ type tagExtractor struct{ rules []tagRule }
 // IP-and-port looking addresses, so listener.admin.* keeps "admin" in its name.
 const listenerAddressRegex = `^listener\.(((?:[_.[:digit:]]*|[_\[\]aAbBcCdDeEfF[:digit:]]*))\.)`
 
+// tcpPrefixRegex is the tcp_proxy stat prefix tag, the same in Envoy's defaults and Istio's
+// bootstraps: the shortest prefix followed by one last name part.
+const tcpPrefixRegex = `^tcp\.((.*?)\.)\w+?$`
+
 // newTagExtractor returns the extractor of a profile. Only the rules that touch the stats this
 // emulator emits are listed.
 func newTagExtractor(p Profile) *tagExtractor {
@@ -31,6 +35,7 @@ func newTagExtractor(p Profile) *tagExtractor {
 			{"envoy.cluster_name", `^cluster\.((.+?)\.)`},
 			{"envoy.http_conn_manager_prefix", `^http\.((.*?)\.)`},
 			{"envoy.listener_address", listenerAddressRegex},
+			{"envoy.tcp_prefix", tcpPrefixRegex},
 			{"envoy.response_code", `_rq(_(\d{3}))$`},
 			{"envoy.response_code_class", `_rq_(\d)xx$`},
 		}
@@ -39,16 +44,18 @@ func newTagExtractor(p Profile) *tagExtractor {
 		// end with ";" in the text name (DelimitedStatsPrefix).
 		specs = [][2]string{
 			{"cluster_name", `^cluster(\.(.+);)`},
+			{"tcp_prefix", tcpPrefixRegex},
 			{"http_conn_manager_prefix", `^http\.(((?:[_.[:digit:]\w]*|[_\[\]aAbBcCdDeEfF[:digit:]\w\:]*));\.)`},
 			{"response_code", `_rq(_(\d{3}))$`},
 			{"response_code_class", `_rq(_(\dxx))$`},
 			{"listener_address", listenerAddressRegex},
 		}
-	case ProfileIstioLegacy:
+	case ProfileIstioLegacy, ProfileIstio116:
 		// Istio < 1.23 bootstrap: the HTTP prefix regex admits only digits and dots (or hex for
 		// IPv6), so inbound_0.0.0.0_8080 is never extracted.
 		specs = [][2]string{
 			{"cluster_name", `^cluster\.((.+?(\..+?\.svc\.cluster\.local)?)\.)`},
+			{"tcp_prefix", tcpPrefixRegex},
 			{"response_code", `_rq(_(\d{3}))$`},
 			{"response_code_class", `_rq(_(\dxx))$`},
 			{"http_conn_manager_prefix", `^http\.(((?:[_.[:digit:]]*|[_\[\]aAbBcCdDeEfF[:digit:]]*))\.)`},

@@ -8,9 +8,6 @@ import dto "github.com/prometheus/client_model/go"
 // Envoy just now (a cache in front of admin, or a stuck admin replaying one answer).
 const AdminRequestsStat = "http.admin.downstream_rq_total"
 
-// adminRequestsFilter is the alternative StatsFilter adds for AdminRequestsStat.
-const adminRequestsFilter = `^http\.admin\.downstream_rq_total$`
-
 // adminRequests reads AdminRequestsStat from a family, whichever way the tags render it:
 // plain Envoy extracts the "admin" prefix into envoy_http_conn_manager_prefix; Istio's tag
 // regexes do not match it (< 1.23 admits only addresses, >= 1.23 needs a ';' after the

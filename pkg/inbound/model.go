@@ -16,6 +16,10 @@ const (
 	// SignalClusterRequests is the inbound cluster's upstream_rq_total and upstream_rq_active:
 	// requests counted as the sidecar forwards them to the app (retries included).
 	SignalClusterRequests Signal = "cluster-requests"
+	// SignalTCPConnections is a TCP proxy port's tcp.<prefix>.downstream_cx_total: new
+	// connections, the requests of a port Envoy does not parse. Its in-flight gauge is the
+	// inbound listener's open connections when the sidecar exposes them, unknown otherwise.
+	SignalTCPConnections Signal = "tcp-connections"
 	// SignalCompletedRequests is istio_requests_total{reporter="destination"}: counted when a
 	// request completes, so it lags arrivals by the request latency.
 	SignalCompletedRequests Signal = "completed-requests"
@@ -32,12 +36,14 @@ func (s Signal) Rank() int {
 		return 0
 	case SignalClusterRequests:
 		return 1
-	case SignalCompletedRequests:
+	case SignalTCPConnections:
 		return 2
-	case SignalConnections:
+	case SignalCompletedRequests:
 		return 3
-	default:
+	case SignalConnections:
 		return 4
+	default:
+		return 5
 	}
 }
 
@@ -67,6 +73,9 @@ type Endpoint struct {
 	ClusterRequestsActive *float64 `json:"-"` // cluster.<name>.upstream_rq_active
 	ClusterConnsActive    *float64 `json:"-"` // cluster.<name>.upstream_cx_active
 	CompletedRequests     *float64 `json:"-"` // istio_requests_total{reporter="destination"} for this port
+	// TCPConnectionsTotal is tcp.<prefix>.downstream_cx_total of a TCP proxy port (Istio's
+	// prefix is the inbound cluster's name): connections, Envoy's only unit of a TCP port.
+	TCPConnectionsTotal *float64 `json:"-"`
 }
 
 // Listener is the inbound listener's connection stats (Istio's virtualInbound on 15006, or a
@@ -91,4 +100,7 @@ type Snapshot struct {
 	// AdminRequestsTotal is Envoy's own admin request counter (AdminRequestsStat), when the
 	// sidecar exposes it (Istio's default stats do not): it moves at every poll of a live admin.
 	AdminRequestsTotal *float64
+	// ServerUptime is Envoy's server.uptime gauge, in seconds since Envoy started (all hot
+	// restart epochs). Envoy refreshes it at each stats flush (5 s by default), so it lags.
+	ServerUptime *float64
 }

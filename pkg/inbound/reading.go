@@ -20,6 +20,7 @@ type Reading struct {
 func (s Snapshot) Read() Reading {
 	r := Reading{Signal: SignalNone}
 	worst := -1
+	tcpOnly := false
 	for _, e := range s.Endpoints {
 		sig, arrivals, active := e.best()
 		if sig == SignalNone {
@@ -27,6 +28,7 @@ func (s Snapshot) Read() Reading {
 		}
 		addPtr(&r.Arrivals, arrivals)
 		addPtr(&r.Active, active)
+		tcpOnly = tcpOnly || sig == SignalTCPConnections
 		if sig.Rank() > worst {
 			worst = sig.Rank()
 			r.Signal = sig
@@ -35,9 +37,19 @@ func (s Snapshot) Read() Reading {
 			addPtr(&r.Connections, e.HTTPConnectionsActive)
 		}
 	}
-	if s.Listener != nil && s.Listener.ConnectionsActive != nil {
+	listenerActive := s.Listener != nil && s.Listener.ConnectionsActive != nil
+	if listenerActive {
 		// The virtualInbound listener sees every inbound connection: it is the better count.
 		r.Connections = ptr(*s.Listener.ConnectionsActive)
+	}
+	if tcpOnly {
+		// A TCP port's open connections are counted only by the inbound listener (pod-wide,
+		// so with every other port's connections): without it, what is in flight is unknown.
+		if listenerActive {
+			addPtr(&r.Active, s.Listener.ConnectionsActive)
+		} else {
+			r.Active = nil
+		}
 	}
 	if r.Signal != SignalNone {
 		return r
@@ -63,7 +75,12 @@ func (e Endpoint) best() (Signal, *float64, *float64) {
 		return SignalHTTPRequests, e.HTTPRequestsTotal, e.HTTPRequestsActive
 	}
 	if e.ClusterRequestsTotal != nil && e.ClusterRequestsActive != nil {
+		// For a TCP port, Envoy's TCP connection pool counts one request per proxied
+		// connection, open until the connection closes (Tcp::ConnPoolImpl).
 		return SignalClusterRequests, e.ClusterRequestsTotal, e.ClusterRequestsActive
+	}
+	if e.TCPConnectionsTotal != nil {
+		return SignalTCPConnections, e.TCPConnectionsTotal, nil
 	}
 	return SignalNone, nil, nil
 }
@@ -73,7 +90,10 @@ func (e Endpoint) RequestsTotal() *float64 {
 	if e.HTTPRequestsTotal != nil {
 		return e.HTTPRequestsTotal
 	}
-	return e.ClusterRequestsTotal
+	if e.ClusterRequestsTotal != nil {
+		return e.ClusterRequestsTotal
+	}
+	return e.TCPConnectionsTotal
 }
 
 // RequestsActive is the endpoint's best in-flight gauge, for display; nil when unknown.

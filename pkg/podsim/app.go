@@ -35,6 +35,7 @@ type app struct {
 	done       chan struct{}
 	killed     chan struct{} // closed on SIGKILL or immediate stop: handlers give up at once
 	killOnce   sync.Once
+	closing    chan struct{} // closed on SIGTERM: the app closes its long-lived streams
 	servedOnce sync.Once
 }
 
@@ -51,6 +52,7 @@ func startApp(threads int, scale float64, shutdown AppShutdown) (*app, error) {
 		ln:       ln,
 		done:     make(chan struct{}),
 		killed:   make(chan struct{}),
+		closing:  make(chan struct{}),
 
 		connState: map[net.Conn]http.ConnState{},
 	}
@@ -78,8 +80,15 @@ func (a *app) serve(w http.ResponseWriter, r *http.Request) {
 	defer func() { <-a.workers }()
 	t := time.NewTimer(work)
 	defer t.Stop()
+	// A long-lived stream ends when the app shuts down: the server closes it (a WebSocket
+	// close frame, a gRPC GOAWAY) and the client reconnects elsewhere.
+	var closing <-chan struct{}
+	if r.Header.Get(streamHeader) != "" {
+		closing = a.closing
+	}
 	select {
 	case <-t.C:
+	case <-closing:
 	case <-a.killed:
 		// The process is gone: the connection drops under the request, nothing is written.
 		panic(http.ErrAbortHandler)
@@ -139,6 +148,7 @@ func (a *app) Terminate() {
 	a.stopping = true
 	idle := a.active == 0
 	a.mu.Unlock()
+	close(a.closing)
 
 	_ = a.ln.Close() // new connections are refused from now on
 	if a.shutdown == AppImmediate {

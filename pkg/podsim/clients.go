@@ -40,19 +40,67 @@ type clientPlan struct {
 func planClients(sc Scenario) []clientPlan {
 	latency := latencyDist(sc.P99)
 	perClient := sc.QPS / float64(sc.Clients)
-	plans := make([]clientPlan, sc.Clients)
+	// The synchronised bursts' common phase.
+	common := time.Duration(rand.New(rand.NewPCG(sc.Seed, 0)).Float64() * float64(sc.BurstPeriod))
+	plans := make([]clientPlan, sc.Clients, sc.Clients+1)
 	for i := range plans {
 		r := rand.New(rand.NewPCG(sc.Seed, uint64(i)+1))
 		p := clientPlan{lag: min(sc.EDSLag.Sample(r), maxLag)}
 		end := sc.Warmup + p.lag
-		// Poisson arrivals: independent callers behind each client sidecar.
-		for at := time.Duration(r.ExpFloat64() / perClient * float64(time.Second)); at < end; at += time.Duration(r.ExpFloat64() / perClient * float64(time.Second)) {
-			p.arrivals = append(p.arrivals, at)
+		switch sc.Shape {
+		case ShapeBursts:
+			p.arrivals = burstArrivals(r, common, sc.BurstPeriod, perClient*sc.BurstPeriod.Seconds(), end)
+		case ShapeClientBursts:
+			phase := time.Duration(r.Float64() * float64(sc.BurstPeriod))
+			p.arrivals = burstArrivals(r, phase, sc.BurstPeriod, perClient*sc.BurstPeriod.Seconds(), end)
+		default:
+			// Poisson arrivals: independent callers behind each client sidecar.
+			for at := time.Duration(r.ExpFloat64() / perClient * float64(time.Second)); at < end; at += time.Duration(r.ExpFloat64() / perClient * float64(time.Second)) {
+				p.arrivals = append(p.arrivals, at)
+				p.work = append(p.work, latency.Sample(r))
+			}
+		}
+		for len(p.work) < len(p.arrivals) {
 			p.work = append(p.work, latency.Sample(r))
 		}
 		plans[i] = p
 	}
+	if sc.LateClientLag > 0 {
+		r := rand.New(rand.NewPCG(sc.Seed, uint64(sc.Clients)+1))
+		p := clientPlan{lag: sc.LateClientLag}
+		p.arrivals = periodicArrivals(r, sc.LateClientPeriod, sc.Warmup+p.lag)
+		for range p.arrivals {
+			p.work = append(p.work, latency.Sample(r))
+		}
+		plans = append(plans, p)
+	}
 	return plans
+}
+
+// trafficPauses is the longest pause between two requests planned for the pod, and when the
+// last one is sent, from the start of the run.
+func trafficPauses(plans []clientPlan) (longest, last time.Duration) {
+	var all []time.Duration
+	for _, p := range plans {
+		all = append(all, p.arrivals...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for i := 1; i < len(all); i++ {
+		longest = max(longest, all[i]-all[i-1])
+	}
+	if len(all) > 0 {
+		last = all[len(all)-1]
+	}
+	return longest, last
+}
+
+// plannedRequests is how many requests the plans send to the pod (first attempts).
+func plannedRequests(plans []clientPlan) int {
+	n := 0
+	for _, p := range plans {
+		n += len(p.arrivals)
+	}
+	return n
 }
 
 // lastLag is when the last client stops sending, from t0.
@@ -80,7 +128,16 @@ const (
 	fail503      = "503 (not retried)"
 	failOther    = "other"
 	failRetryErr = "retry failed"
+	// failTCPClosed: on a TCP port, the connection ended without a response (the pod's
+	// sidecar could not reach the app, or was killed): there is nothing to retry at HTTP level.
+	failTCPClosed = "TCP closed (no response, not retried)"
+	// failStreamCut: a long-lived stream cut by a kill rather than closed by the app.
+	failStreamCut = "stream cut"
 )
+
+// streamHeader marks a long-lived stream: the app holds it open until it shuts down, then
+// closes it as a WebSocket or gRPC server sends its close frame or GOAWAY.
+const streamHeader = "X-Podsim-Stream"
 
 // fleet is the set of client sidecars. Each client sidecar has its own connection pool to
 // the pod (HTTP/1.1 keep-alive, honouring Connection: close as Envoy's pool does), sends open
@@ -98,22 +155,53 @@ type fleet struct {
 	failedAt []time.Time
 	requests int
 	wg       sync.WaitGroup
+
+	// The oracle's knowledge: the requests planned for the pod, and how many of them have
+	// been sent and answered (their first attempt is over).
+	planned, answered int
+	lastAnswered      chan struct{}
+	lastOnce          sync.Once
 }
 
 func newFleet(sc Scenario, plans []clientPlan, podAddr, otherAddr string) *fleet {
-	return &fleet{
-		sc:        sc,
-		plans:     plans,
-		podAddr:   podAddr,
-		otherAddr: otherAddr,
-		other:     newClientTransport(sc),
-		outcomes:  map[string]int{},
+	f := &fleet{
+		sc:           sc,
+		plans:        plans,
+		podAddr:      podAddr,
+		otherAddr:    otherAddr,
+		other:        newClientTransport(sc),
+		outcomes:     map[string]int{},
+		planned:      plannedRequests(plans),
+		lastAnswered: make(chan struct{}),
+	}
+	if f.planned == 0 {
+		close(f.lastAnswered)
+	}
+	return f
+}
+
+// LastAnswered is closed once the last request planned for the pod has been answered (or has
+// failed): from then on nothing will ever reach the pod. It is what the oracle waits for.
+func (f *fleet) LastAnswered() <-chan struct{} { return f.lastAnswered }
+
+func (f *fleet) answeredOne() {
+	f.mu.Lock()
+	f.answered++
+	last := f.answered == f.planned
+	f.mu.Unlock()
+	if last {
+		f.lastOnce.Do(func() { close(f.lastAnswered) })
 	}
 }
 
 // newClientTransport is one client sidecar's upstream connection pool.
 func newClientTransport(sc Scenario) *httpwire.Client {
 	d := &net.Dialer{Timeout: sc.scale(connectTimeout)}
+	idle := 256
+	if sc.Protocol == ProtocolTCP {
+		// A TCP port: one connection per request, closed after the response.
+		idle = -1
+	}
 	return &httpwire.Client{
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			conn, err := d.DialContext(ctx, "tcp", addr)
@@ -129,7 +217,7 @@ func newClientTransport(sc Scenario) *httpwire.Client {
 			}
 			return conn, err
 		},
-		MaxIdlePerHost: 256,
+		MaxIdlePerHost: idle,
 		// Envoy's upstream pools do not silently resend a request that may have reached the
 		// server; retries are the policy's business (fleet.request).
 		NoStaleRetry: true,
@@ -143,6 +231,45 @@ func (f *fleet) start(ctx context.Context, start time.Time) {
 		f.wg.Add(1)
 		go f.runClient(ctx, start, &f.plans[i])
 	}
+	for range f.sc.Streams {
+		f.wg.Add(1)
+		go f.runStream(ctx)
+	}
+}
+
+// runStream holds one long-lived stream open to the pod from the start of the run until the
+// app closes it (or the run ends).
+func (f *fleet) runStream(ctx context.Context) {
+	defer f.wg.Done()
+	tr := newClientTransport(f.sc)
+	defer tr.CloseIdle()
+	f.mu.Lock()
+	f.requests++
+	f.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.podAddr+"/stream", nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set(streamHeader, "1")
+	req.Header.Set(workHeader, maxLag.String())
+	outcome := outcomeOK
+	if resp, err := tr.Do(req); err != nil {
+		outcome = failStreamCut
+	} else {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+			outcome = failStreamCut
+		}
+		_ = resp.Body.Close()
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	f.mu.Lock()
+	f.outcomes[outcome]++
+	if isFailure(outcome) {
+		f.failedAt = append(f.failedAt, time.Now())
+	}
+	f.mu.Unlock()
 }
 
 func (f *fleet) wait() { f.wg.Wait() }
@@ -197,8 +324,22 @@ func (f *fleet) request(ctx context.Context, tr *httpwire.Client, work time.Dura
 		defer cancel()
 	}
 	first := attempt(reqCtx, tr, f.podAddr, work)
+	f.answeredOne()
 	if ctx.Err() != nil {
 		return ""
+	}
+	if f.sc.Protocol == ProtocolTCP {
+		// A TCP proxy has no request to retry: whatever went wrong, the caller saw it.
+		switch first {
+		case attemptOK:
+			return outcomeOK
+		case attemptRefused:
+			return failRefused
+		case attemptTimeout:
+			return failTimeout
+		default:
+			return failTCPClosed
+		}
 	}
 	var retryAs string
 	switch first {

@@ -74,9 +74,15 @@ func TestSimulateEndToEnd(t *testing.T) {
 	if md.Meshdrain == nil || md.Meshdrain.Reason != "quiet" {
 		t.Errorf("meshdrain's final event = %+v, want reason quiet", md.Meshdrain)
 	}
-	bound := md.LastClientLagS + quiet.Seconds() + 2*poll.Seconds() + slack
+	// The window is at least --quiet; the last client's own pauses may stretch it (rule.go).
+	window, _ := md.Meshdrain.Raw["window_ms"].(float64)
+	windowS := window / 1000 / timeScale
+	if windowS < quiet.Seconds() {
+		t.Errorf("meshdrain's window %.2fs is shorter than --quiet", windowS)
+	}
+	bound := md.LastClientLagS + windowS + 2*poll.Seconds() + slack
 	if md.AppStopS > bound {
-		t.Errorf("meshdrain told the app to stop at %.2fs, later than last EDS lag %.2fs + quiet + 2 polls (%.2fs)", md.AppStopS, md.LastClientLagS, bound)
+		t.Errorf("meshdrain told the app to stop at %.2fs, later than last EDS lag %.2fs + its window %.2fs + 2 polls (%.2fs)", md.AppStopS, md.LastClientLagS, windowS, bound)
 	}
 	if md.AppStopS < md.LastClientLagS {
 		t.Errorf("meshdrain told the app to stop at %.2fs, before the last client stopped at %.2fs", md.AppStopS, md.LastClientLagS)

@@ -25,7 +25,7 @@ func startEmulatedSidecar(sc Scenario, spec SidecarSpec, strat Strategy, appAddr
 	s, err := envoysim.Start(envoysim.Config{
 		Profile:                  envoysim.ProfileIstioLegacy,
 		Inclusion:                inclusion,
-		Inbound:                  []envoysim.InboundPort{{Port: sc.Port, AppAddr: appAddr}},
+		Inbound:                  []envoysim.InboundPort{{Port: sc.Port, AppAddr: appAddr, Protocol: sc.Protocol}},
 		DrainTime:                sc.scale(spec.DrainDuration),
 		DrainStrategy:            envoysim.DrainImmediate,
 		Agent:                    agent,
@@ -46,7 +46,9 @@ type emulated struct{ *envoysim.Sidecar }
 func (e emulated) Errors() []sidecarError {
 	var out []sidecarError
 	for _, entry := range e.AccessLog() {
-		if entry.Code >= 500 && (strings.Contains(entry.Flags, "UF") || strings.Contains(entry.Flags, "UC")) {
+		// A TCP proxy's connection has no code: its flags say what the sidecar did.
+		tcp := entry.Code == 0 && entry.Method == ""
+		if (entry.Code >= 500 || tcp) && (strings.Contains(entry.Flags, "UF") || strings.Contains(entry.Flags, "UC")) {
 			out = append(out, sidecarError{At: entry.Start, Code: entry.Code, Flags: entry.Flags})
 		}
 	}

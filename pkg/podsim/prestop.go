@@ -70,6 +70,8 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 		"--app-drain", sc.scale(appDrain).String(),
 		"--deadline", sc.scale(deadline).String(),
 		"--quiet", sc.scale(sc.Quiet).String(),
+		"--min-wait", sc.scale(sc.MinWait).String(),
+		"--streams-wait", sc.scale(sc.StreamsWait).String(),
 		"--poll", sc.scale(sc.Poll).String(),
 		"--connect-timeout", sc.scale(meshdrainConnectTimeout).String(),
 		"--latency-allowance", sc.scale(meshdrainLatencyAllowance).String(),
@@ -79,13 +81,24 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 }
 
 // startPreStop runs the strategy's hook; done is closed when it returns or is killed.
-func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Strategy, adminURL string) (*preStop, error) {
+// lastAnswered is closed when the last request that will reach the pod has been answered:
+// only the oracle may look at it.
+func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Strategy, adminURL string, lastAnswered <-chan struct{}) (*preStop, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &preStop{done: make(chan struct{}), cancel: cancel}
 	switch strat.Kind {
 	case StrategyNone:
 		cancel()
 		close(p.done)
+	case StrategyOracle:
+		go func() {
+			defer close(p.done)
+			select {
+			case <-lastAnswered:
+			case <-ctx.Done():
+				p.err = errors.New("killed")
+			}
+		}()
 	case StrategySleep:
 		go func() {
 			defer close(p.done)

@@ -21,6 +21,7 @@ type Report struct {
 
 // ScenarioSummary is the scenario as the JSON output shows it.
 type ScenarioSummary struct {
+	Traffic        string  `json:"traffic"`
 	QPS            float64 `json:"qps"`
 	Clients        int     `json:"clients"`
 	Threads        int     `json:"threads"`
@@ -45,7 +46,7 @@ type SidecarNote struct {
 func NewReport(sc Scenario, sidecars []SidecarSpec, results []Result, wall time.Duration) Report {
 	r := Report{
 		Scenario: ScenarioSummary{
-			QPS: sc.QPS, Clients: sc.Clients, Threads: sc.Threads, P99: fmtD(sc.P99),
+			Traffic: sc.Traffic, QPS: sc.QPS, Clients: sc.Clients, Threads: sc.Threads, P99: fmtD(sc.P99),
 			AppShutdown: string(sc.AppShutdown), EDSLag: sc.EDSLag.String(),
 			LastClientLagS: roundS(lastLag(planClients(sc)).Seconds()),
 			Retries:        sc.Retries, RouteTimeout: fmtD(sc.RouteTimeout), GracePeriod: fmtD(sc.GracePeriod),
@@ -73,6 +74,9 @@ func (r Report) WriteTable(w io.Writer) error {
 	timeout := "no route timeout (Istio default)"
 	if sc.RouteTimeout != "0s" {
 		timeout = "route timeout " + sc.RouteTimeout
+	}
+	if sc.Traffic != "" && sc.Traffic != "steady" {
+		fmt.Fprintf(w, "Traffic %q: ", sc.Traffic)
 	}
 	fmt.Fprintf(w, "Pod deletion replayed: %g QPS from %d client sidecars to an app with P99 %s on %d threads (%s shutdown),\n",
 		sc.QPS, sc.Clients, sc.P99, sc.Threads, sc.AppShutdown)

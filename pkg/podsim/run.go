@@ -37,8 +37,13 @@ type Result struct {
 	SidecarExit float64 `json:"sidecar_exit_s"`
 	// PodGoneS is when the last container had exited.
 	PodGoneS float64 `json:"pod_gone_s"`
-	// LastClientLagS is when the last client stopped sending to the pod.
+	// LastClientLagS is when the last client stopped sending to the pod: the floor under
+	// which no preStop can stop the app without losing a request.
 	LastClientLagS float64 `json:"last_client_lag_s"`
+	// LastRequestS is when the last request planned for the pod is sent, and LongestGapS the
+	// traffic's own longest pause between two requests to the pod (warm-up included).
+	LastRequestS float64 `json:"last_request_s"`
+	LongestGapS  float64 `json:"longest_gap_s"`
 	// Killed says whether anything was SIGKILLed: Envoy by pilot-agent at the end of
 	// terminationDrainDuration, or any container by the kubelet at the grace period.
 	Killed       bool     `json:"killed"`
@@ -167,8 +172,10 @@ func roundS(s float64) float64 { return math.Round(s*100)/100 + 0 }
 func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy, spec SidecarSpec,
 	startSidecar startSidecarFunc, trafficOver func()) (Result, error) {
 	grace := sc.grace(spec)
+	longest, last := trafficPauses(plans)
 	res := Result{Strategy: strat.String(), Sidecar: spec.Name, GracePeriodS: grace.Seconds(),
-		LastClientLagS: roundS(lastLag(plans).Seconds())}
+		LastClientLagS: roundS(lastLag(plans).Seconds()), LastRequestS: roundS((last - sc.Warmup).Seconds()),
+		LongestGapS: roundS(longest.Seconds())}
 
 	other, err := startOtherReplicas(sc.TimeScale)
 	if err != nil {
@@ -218,7 +225,7 @@ func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy
 	default:
 		log(now, "istio-proxy", "SIGTERM: pilot-agent drains inbound listeners, will SIGKILL Envoy at %s", fmtD(spec.TerminationDrainDuration))
 	}
-	hook, err := startPreStop(ctx, sc, spec, strat, side.AdminURL())
+	hook, err := startPreStop(ctx, sc, spec, strat, side.AdminURL(), clients.LastAnswered())
 	if err != nil {
 		return res, err
 	}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/plan"
 )
 
@@ -49,9 +50,26 @@ type Scenario struct {
 	Warmup time.Duration
 	// Port is the app's target port, as the sidecar's stat names carry it.
 	Port int
+	// Traffic names the preset the scenario comes from (Traffics), for the output.
+	Traffic string
 
-	// AppDrain, Quiet and Poll are meshdrain's --app-drain, --quiet and --poll.
-	AppDrain, Quiet, Poll time.Duration
+	// Shape is the clients' arrival pattern (steady Poisson, synchronised or per-client
+	// bursts); BurstPeriod is the time between two bursts of the burst shapes.
+	Shape       Shape
+	BurstPeriod time.Duration
+	// LateClientLag and LateClientPeriod add one more client that sends one request every
+	// LateClientPeriod and learns of the deletion only at LateClientLag (zero: none).
+	LateClientLag, LateClientPeriod time.Duration
+	// Streams is how many long-lived streams (WebSocket- or gRPC-stream-like requests that
+	// end only when the app closes them) the clients hold open from the start.
+	Streams int
+	// Protocol is the port's protocol as the sidecar proxies it: "http" (an HTTP connection
+	// manager) or "tcp" (a TCP proxy: one connection per request, no HTTP-level retries).
+	Protocol string
+
+	// AppDrain, Quiet, MinWait, StreamsWait and Poll are meshdrain's --app-drain, --quiet,
+	// --min-wait, --streams-wait and --poll.
+	AppDrain, Quiet, MinWait, StreamsWait, Poll time.Duration
 
 	// TimeScale multiplies every duration above (and the sidecar's); 1 is real time.
 	TimeScale float64
@@ -78,8 +96,13 @@ func UserScenario() Scenario {
 		GracePeriod: 30 * time.Second,
 		Warmup:      2 * time.Second,
 		Port:        8080,
+		Traffic:     "steady",
+		Shape:       ShapeSteady,
+		Protocol:    ProtocolHTTP,
 		AppDrain:    5 * time.Second,
 		Quiet:       time.Second,
+		MinWait:     drain.DefaultMinWait,
+		StreamsWait: drain.DefaultStreamsWait,
 		Poll:        200 * time.Millisecond,
 		TimeScale:   0.25,
 		Seed:        1,
@@ -116,8 +139,26 @@ func (sc Scenario) Validate() error {
 	if sc.Port <= 0 || sc.Port > 65535 {
 		errs = append(errs, fmt.Errorf("port %d out of range", sc.Port))
 	}
-	if sc.Warmup < 0 || sc.RouteTimeout < 0 || sc.AppDrain < 0 || sc.Quiet <= 0 || sc.Poll <= 0 {
-		errs = append(errs, errors.New("warmup, route timeout and app drain must not be negative; quiet and poll must be > 0"))
+	if sc.Warmup < 0 || sc.RouteTimeout < 0 || sc.AppDrain < 0 || sc.Quiet <= 0 || sc.Poll <= 0 || sc.MinWait < 0 || sc.StreamsWait < 0 {
+		errs = append(errs, errors.New("warmup, route timeout, app drain, min wait and streams wait must not be negative; quiet and poll must be > 0"))
+	}
+	switch sc.Shape {
+	case ShapeSteady, "":
+	case ShapeBursts, ShapeClientBursts:
+		if sc.BurstPeriod <= 0 {
+			errs = append(errs, fmt.Errorf("shape %s needs a burst period > 0", sc.Shape))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("shape %q is not steady, bursts or client-bursts", sc.Shape))
+	}
+	if sc.Protocol != "" && sc.Protocol != ProtocolHTTP && sc.Protocol != ProtocolTCP {
+		errs = append(errs, fmt.Errorf("protocol %q is not http or tcp", sc.Protocol))
+	}
+	if sc.LateClientLag < 0 || sc.LateClientPeriod < 0 || (sc.LateClientLag > 0) != (sc.LateClientPeriod > 0) {
+		errs = append(errs, errors.New("a late client needs both its lag and its period > 0"))
+	}
+	if sc.Streams < 0 {
+		errs = append(errs, errors.New("streams must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -148,6 +189,10 @@ const (
 	StrategySleep StrategyKind = "sleep"
 	// StrategyMeshdrain is "preStop: meshdrain prestop ...".
 	StrategyMeshdrain StrategyKind = "meshdrain"
+	// StrategyOracle knows the future: its preStop returns the moment the last request that
+	// will ever reach the pod has been answered. No real hook can do better; it is the
+	// yardstick of the others.
+	StrategyOracle StrategyKind = "oracle"
 )
 
 // Strategy is one preStop under test.
@@ -172,6 +217,8 @@ func ParseStrategy(s string) (Strategy, error) {
 		return Strategy{Kind: StrategyNone}, nil
 	case s == string(StrategyMeshdrain):
 		return Strategy{Kind: StrategyMeshdrain}, nil
+	case s == string(StrategyOracle):
+		return Strategy{Kind: StrategyOracle}, nil
 	case strings.HasPrefix(s, "sleep:"):
 		d, err := time.ParseDuration(strings.TrimPrefix(s, "sleep:"))
 		if err != nil || d < 0 {
@@ -179,7 +226,7 @@ func ParseStrategy(s string) (Strategy, error) {
 		}
 		return Strategy{Kind: StrategySleep, Sleep: d}, nil
 	}
-	return Strategy{}, fmt.Errorf("strategy %q is not none, sleep:<duration> or meshdrain", s)
+	return Strategy{}, fmt.Errorf("strategy %q is not none, sleep:<duration>, meshdrain or oracle", s)
 }
 
 // DefaultStrategies are the user's attempts (none, sleep 5, sleep 15) and meshdrain.
@@ -245,7 +292,7 @@ func IstioDefaultSidecar() SidecarSpec {
 func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 	in := plan.Input{
 		P99:                sc.P99,
-		EDSLag:             sc.EDSLag.P99,
+		EDSLag:             sc.quotedEDSLag(),
 		Quiet:              sc.Quiet,
 		Poll:               sc.Poll,
 		AppDrain:           sc.AppDrain,
@@ -276,10 +323,19 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 	}
 	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s; %s. From meshdrain plan with eds-lag %s",
 		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), grace, sc.EDSLag)
+	if sc.LateClientLag > sc.EDSLag.P99 {
+		spec.Note += fmt.Sprintf(" (the late client's %s quoted as its p99)", fmtD(sc.LateClientLag))
+	}
 	if in.Clients > 0 {
 		spec.Note += fmt.Sprintf(" --clients %d (the last client by %s in 99 deletions of 100)", in.Clients, fmtD(p.LastClientLag))
 	}
 	return spec, nil
+}
+
+// quotedEDSLag is the lag an operator would give plan: the lag distribution's P99, or the
+// late client's lag when the scenario has one and it is later.
+func (sc Scenario) quotedEDSLag() time.Duration {
+	return max(sc.EDSLag.P99, sc.LateClientLag)
 }
 
 // ModeSidecar is a sidecar in the given mode with Istio's knobs as the user sets them.

@@ -1,0 +1,5 @@
+//go:build race
+
+package inbound
+
+const raceEnabled = true
