@@ -41,11 +41,13 @@ const (
 	fmParallel = 6
 )
 
-// fmFlags are the flags of every case: a short deadline within a short grace period.
+// fmFlags are the flags of every case: a short deadline within a short grace period, and no
+// minimum wait (the 5 s default is longer than these deadlines; cases that test --min-wait
+// set it again).
 func fmFlags(admin string) []string {
 	return []string{"prestop", "--admin", admin, "--grace-period", fmGrace.String(), "--deadline", fmDeadline.String(),
 		"--connect-timeout", "500ms", "--quiet", "400ms", "--poll", "50ms", "--fallback-wait", fmHold.String(),
-		"--latency-allowance", "200ms"}
+		"--latency-allowance", "200ms", "--min-wait", "0"}
 }
 
 type faultSetup struct {
@@ -471,7 +473,7 @@ func faultCases() []faultCase {
 				hang := rawServer(t, func(conn net.Conn, _ *http.Request) { time.Sleep(10 * time.Second) })
 				// --grace-period 2s --app-drain 0s: deadline 1s; the 2 s action timeout is cut.
 				return faultSetup{args: []string{"prestop", "--admin", busyAdmin(t).URL, "--grace-period", "2s", "--app-drain", "0s",
-					"--connect-timeout", "500ms", "--quiet", "400ms", "--poll", "50ms", "--shutdown-url", hang + "/shutdown"}}
+					"--connect-timeout", "500ms", "--quiet", "400ms", "--poll", "50ms", "--min-wait", "0", "--shutdown-url", hang + "/shutdown"}}
 			},
 			check: contains("action timeout cut")},
 		{name: "pidfile-fifo", item: "3", bound: fmHold, minEnd: fmHold, reason: "config-error", code: 2,

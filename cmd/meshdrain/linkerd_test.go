@@ -34,7 +34,7 @@ func (p *linkerdPod) traffic(t *testing.T) {
 }
 
 func linkerdFlags(admin string) []string {
-	return []string{"prestop", "--mesh", "linkerd", "--admin", admin, "--poll", poll.String(), "--quiet", quiet.String(), "--connect-timeout", "500ms"}
+	return []string{"prestop", "--mesh", "linkerd", "--admin", admin, "--poll", poll.String(), "--quiet", quiet.String(), "--connect-timeout", "500ms", "--min-wait", "0"}
 }
 
 // A native proxy keeps serving through the app's preStop: prestop sees the clients stop and
@@ -135,20 +135,20 @@ func TestPrestopMeshAuto(t *testing.T) {
 	pod := startLinkerdPod(t, linkerdsim.Config{})
 	pod.traffic(t)
 	time.AfterFunc(200*time.Millisecond, pod.stop)
-	res := runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", pod.proxy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String())
+	res := runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", pod.proxy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String(), "--min-wait", "0")
 	if res.code != 0 || !strings.Contains(res.stderr, `"msg":"sidecar detected","component":"prestop","mesh":"linkerd"`) ||
 		res.final(t)["naming"] != "linkerd" || res.final(t)["drain_called"] != false {
 		t.Errorf("auto, Linkerd: exit %d\n%s", res.code, res.stderr)
 	}
 
 	envoy := emulated(t, envoysim.Config{}).sim
-	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", envoy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String())
+	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", envoy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String(), "--min-wait", "0")
 	if res.code != 0 || !strings.Contains(res.stderr, `"mesh":"envoy"`) || res.final(t)["drain_called"] != true || res.final(t)["no_drain_call"] != nil {
 		t.Errorf("auto, Envoy: exit %d\n%s", res.code, res.stderr)
 	}
 
 	start := time.Now()
-	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", localhttptest.RefusingURL(t), "--connect-timeout", "300ms")
+	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", localhttptest.RefusingURL(t), "--connect-timeout", "300ms", "--min-wait", "0")
 	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" || res.exited.Sub(start) > 2*time.Second {
 		t.Errorf("auto, nothing: exit %d after %v\n%s", res.code, res.exited.Sub(start), res.stderr)
 	}

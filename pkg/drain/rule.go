@@ -277,7 +277,10 @@ func (r *Rule) moved(o Observation, c Change) {
 	// noise of busy traffic (and slow polls of busy traffic are no silence at all), and twice
 	// them fits in the quiet window anyway. The first gap starts at the watch's start: a
 	// lower bound of a gap that began before.
-	if r.lastStill > r.lastMove && r.lastStill-r.lastMove >= r.cfg.Quiet/2 {
+	// A reset or a change of signal ends the silence but closes no gap between two arrivals:
+	// when the new counter's first arrival came is unknown.
+	closesGap := !c.Reset && !c.SignalChanged && o.Arrivals != nil && r.prev.Arrivals != nil
+	if closesGap && r.lastStill > r.lastMove && r.lastStill-r.lastMove >= r.cfg.Quiet/2 {
 		r.longestGap = max(r.longestGap, o.At-r.beforeMove)
 	}
 	r.lastMove, r.beforeMove = o.At, r.prev.At

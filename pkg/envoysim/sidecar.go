@@ -491,6 +491,7 @@ func (s *Sidecar) serverInfo() map[string]any {
 // to_time_t(systemTime()) - startTimeCurrentEpoch()). It steps when the wall clock crosses a
 // second boundary, not one second after the start: two readings a second apart always differ.
 func uptimeSeconds(now, start time.Time) int64 { return now.Unix() - start.Unix() }
+
 // flushedUptime is server.uptime as Envoy shows it: whole seconds since the start, as of the
 // last stats flush (Envoy refreshes the gauge only there; 0 before the first flush).
 func (s *Sidecar) flushedUptime() uint64 {
