@@ -792,6 +792,12 @@ var istioWithInboundStats = envoysim.Config{Inclusion: envoysim.InclusionIstioDe
 // frozenSeen checks that frozen answers were counted as admin errors.
 func frozenSeen(t *testing.T, r faultRun) {
 	final := r.final()
+	if n, _ := final["active_at_end"].(float64); n > 0 {
+		// Frozen with a request in flight: the rule never reaches quiet, so the freshness
+		// proof is never asked for; the deadline (checked by the case) is the right end.
+		t.Logf("frozen with %v in flight: freshness was not consulted", n)
+		return
+	}
 	if n, _ := final["frozen_answers"].(float64); n == 0 {
 		t.Errorf("no frozen answers counted: %v", final)
 	}
