@@ -78,6 +78,10 @@ func TestNonGracefulDrainRefusesNewConnections(t *testing.T) {
 	if v := statValue(t, s, "listener_manager.listener_stopped"); v != 1 {
 		t.Errorf("listener_manager.listener_stopped = %d", v)
 	}
+	// Envoy keeps stopped listeners in active_listeners_: the gauge does not move.
+	if v := statValue(t, s, "listener_manager.total_listeners_active"); v != 1 {
+		t.Errorf("listener_manager.total_listeners_active = %d after the stop, want 1", v)
+	}
 }
 
 // TestGracefulDrainStopsListenersAtDrainTimeUnlessSkipExit.

@@ -454,7 +454,9 @@ func (s *Sidecar) stopListeners(why string) {
 		l.stopListening()
 		s.server.listenerStopped.inc()
 	}
-	s.server.listenersActive.set(0)
+	// Envoy's stopListeners only counts listener_stopped: the stopped listeners stay in
+	// active_listeners_, so total_listeners_active does not change
+	// (source/common/listener_manager/listener_manager_impl.cc).
 	s.log.Info("inbound listeners stopped", zap.String("why", why))
 }
 
