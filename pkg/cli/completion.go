@@ -38,7 +38,8 @@ func enumFlags() map[string]map[string][]string {
 			"output":       output.Formats,
 			"traffic":      trafficNames(),
 			"strategy":     {"none", "sleep:5s", "sleep:15s", "meshdrain"},
-			"sidecar":      {"istio-default", "recommended", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
+			"sidecar":      {"istio-default", "recommended", "linkerd-default", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
+			"mesh":         {meshIstio, meshLinkerd},
 			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
 		},
 		"emulate": {

@@ -13,6 +13,8 @@ import (
 )
 
 type simulateOptions struct {
+	mesh             string
+	waitBeforeExit   time.Duration
 	traffic          string
 	strategies       []string
 	sidecars         []string
@@ -48,6 +50,7 @@ func defaultSimulateOptions() simulateOptions {
 		strategies = append(strategies, s.String())
 	}
 	return simulateOptions{
+		mesh:             meshIstio,
 		traffic:          "steady",
 		strategies:       strategies,
 		sidecars:         []string{"istio-default", "recommended"},
@@ -97,6 +100,13 @@ multiplied by --time-scale; the same --seed replays the same requests for every 
 --sidecar takes istio-default, recommended, or classic | exit-on-zero | native with the
 Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
 
+--mesh linkerd replays the same pod in a Linkerd mesh: its proxy is the linkerd2-proxy
+emulator (no drain call; it stops accepting only at SIGTERM), its clients retry nothing, and
+meshdrain runs with --mesh linkerd. --sidecar then takes linkerd-default (a native sidecar,
+Linkerd's default since 2.20, and the scenario's grace period), recommended (the grace period
+and deadline of 'meshdrain plan --mesh linkerd'), native, or classic (a classic proxy whose
+preStop sleeps --wait-before-exit); the default is linkerd-default,recommended.
+
 --traffic changes the reference scenario's traffic: steady (the default), bursts,
 client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests,
 streams, tcp (make bench runs them all); flags given explicitly still win. The oracle
@@ -111,11 +121,17 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
   # (keep the default --time-scale 0.25: below it timer lateness distorts the result).
   meshdrain simulate --strategy meshdrain --sidecar recommended --max-failures 0
 
+  # The same rollout in a Linkerd mesh:
+  meshdrain simulate --mesh linkerd
+
   # Raw failures without Istio's retries, as JSON:
   meshdrain simulate --retries 0 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.applyTraffic(cmd); err != nil {
+				return err
+			}
+			if err := o.applyMesh(cmd); err != nil {
 				return err
 			}
 			opts, err := o.build()
@@ -126,9 +142,11 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.mesh, "mesh", o.mesh, "the service mesh: istio (an Envoy sidecar run by pilot-agent) or linkerd (a linkerd2-proxy sidecar)")
+	f.DurationVar(&o.waitBeforeExit, "wait-before-exit", 0, "config.alpha.linkerd.io/proxy-wait-before-exit-seconds, for --mesh linkerd --sidecar classic")
 	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp")
 	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain, oracle")
-	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended, classic, exit-on-zero, native")
+	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended, classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended)")
 	f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "Istio terminationDrainDuration, for --sidecar classic")
 	f.DurationVar(&o.drainDuration, "drain-duration", o.drainDuration, "Istio drainDuration (Envoy --drain-time-s), for --sidecar classic, exit-on-zero, native")
 	f.DurationVar(&o.minDrainDuration, "min-drain-duration", o.minDrainDuration, "Istio MINIMUM_DRAIN_DURATION, for --sidecar exit-on-zero")
@@ -184,6 +202,33 @@ func (o *simulateOptions) applyTraffic(cmd *cobra.Command) error {
 	return nil
 }
 
+// applyMesh checks --mesh and gives a Linkerd run its own default sidecars.
+func (o *simulateOptions) applyMesh(cmd *cobra.Command) error {
+	switch o.mesh {
+	case meshIstio:
+		if cmd.Flags().Changed("wait-before-exit") {
+			return usageError("--wait-before-exit is a Linkerd proxy's setting: it needs --mesh linkerd")
+		}
+	case meshLinkerd:
+		if !cmd.Flags().Changed("sidecar") {
+			o.sidecars = []string{"linkerd-default", "recommended"}
+		}
+		// --retries is Istio's retry budget: Linkerd clients retry no status by default, and
+		// a refused connection is always sent elsewhere by their balancer.
+		for _, name := range []string{"termination-drain-duration", "drain-duration", "min-drain-duration", "retries"} {
+			if cmd.Flags().Changed(name) {
+				return usageError("--%s is an Istio setting; a Linkerd proxy has none (--mesh linkerd)", name)
+			}
+		}
+	default:
+		return usageError("--mesh %q: want istio or linkerd", o.mesh)
+	}
+	if o.waitBeforeExit < 0 || o.waitBeforeExit%time.Second != 0 {
+		return usageError("--wait-before-exit %s: want a whole number of seconds >= 0, as the annotation takes", o.waitBeforeExit)
+	}
+	return nil
+}
+
 // build turns the flags into the runs to make.
 func (o simulateOptions) build() (podsim.Options, error) {
 	var opts podsim.Options
@@ -208,6 +253,7 @@ func (o simulateOptions) build() (podsim.Options, error) {
 	sc.RouteTimeout, sc.GracePeriod, sc.Warmup = o.routeTimeout, o.gracePeriod, o.warmup
 	sc.AppDrain, sc.Quiet, sc.MinWait, sc.StreamsWait, sc.Poll = o.appDrain, o.quiet, o.minWait, o.streamsWait, o.poll
 	sc.TimeScale, sc.Seed, sc.MeshdrainBinary = o.timeScale, o.seed, o.meshdrainBin
+	sc.Mesh = podsim.Mesh(o.mesh)
 	if err := sc.Validate(); err != nil {
 		return opts, usageError("%v", err)
 	}
@@ -226,6 +272,9 @@ func (o simulateOptions) build() (podsim.Options, error) {
 			opts.Scenario.MeshdrainBinary = exe
 		}
 	}
+	if sc.Mesh == podsim.MeshLinkerd {
+		return o.linkerdSidecars(sc, opts)
+	}
 	for _, name := range o.sidecars {
 		switch strings.TrimSpace(name) {
 		case "istio-default":
@@ -240,6 +289,27 @@ func (o simulateOptions) build() (podsim.Options, error) {
 			opts.Sidecars = append(opts.Sidecars, podsim.ModeSidecar(podsim.SidecarMode(strings.TrimSpace(name)), o.terminationDrain, o.drainDuration, o.minDrainDuration))
 		default:
 			return opts, usageError("--sidecar %q: want istio-default, recommended, classic, exit-on-zero or native", name)
+		}
+	}
+	return opts, nil
+}
+
+// linkerdSidecars adds the --sidecar configurations of a Linkerd run.
+func (o simulateOptions) linkerdSidecars(sc podsim.Scenario, opts podsim.Options) (podsim.Options, error) {
+	for _, name := range o.sidecars {
+		switch strings.TrimSpace(name) {
+		case "linkerd-default", string(podsim.SidecarNative):
+			opts.Sidecars = append(opts.Sidecars, podsim.LinkerdDefaultSidecar())
+		case "recommended":
+			spec, err := podsim.RecommendedSidecar(sc)
+			if err != nil {
+				return opts, usageError("--sidecar recommended: %v", err)
+			}
+			opts.Sidecars = append(opts.Sidecars, spec)
+		case string(podsim.SidecarClassic):
+			opts.Sidecars = append(opts.Sidecars, podsim.LinkerdClassicSidecar(o.waitBeforeExit))
+		default:
+			return opts, usageError("--sidecar %q with --mesh linkerd: want linkerd-default, recommended, native or classic", name)
 		}
 	}
 	return opts, nil

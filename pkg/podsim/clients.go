@@ -122,10 +122,13 @@ const (
 	// retry succeeded.
 	outcomeRetried503 = "retried-503"
 	// Failures seen by the caller.
-	failCut      = "503 UC (cut in flight)"
-	failTimeout  = "504 UT (route timeout)"
-	failRefused  = "503 UF (refused, not retried)"
-	fail503      = "503 (not retried)"
+	failCut     = "503 UC (cut in flight)"
+	failTimeout = "504 UT (route timeout)"
+	failRefused = "503 UF (refused, not retried)"
+	fail503     = "503 (not retried)"
+	// fail502: Linkerd's proxy answered 502 for an app that refused or reset the connection
+	// (l5d-proxy-error); Linkerd clients retry nothing by default.
+	fail502      = "502 l5d-proxy-error (Linkerd: not retried)"
 	failOther    = "other"
 	failRetryErr = "retry failed"
 	// failTCPClosed: on a TCP port, the connection ended without a response (the pod's
@@ -341,6 +344,18 @@ func (f *fleet) request(ctx context.Context, tr *httpwire.Client, work time.Dura
 			return failTCPClosed
 		}
 	}
+	if f.sc.linkerd() {
+		// Linkerd retries only what a route's retry annotations allow, none by default. A
+		// refused connection is another matter: the client proxy's balancer sends the request
+		// to a ready endpoint instead (see FIDELITY.md in pkg/linkerd: not confirmed against
+		// the proxy's source), modelled as Istio's connect-failure retry below.
+		switch first {
+		case attempt502:
+			return fail502
+		case attempt503:
+			return fail503
+		}
+	}
 	var retryAs string
 	switch first {
 	case attemptOK:
@@ -393,6 +408,7 @@ const (
 	attemptOK attemptResult = iota
 	attemptRefused
 	attempt503
+	attempt502
 	attemptOtherStatus
 	attemptReset
 	attemptTimeout
@@ -422,6 +438,8 @@ func attempt(ctx context.Context, tr *httpwire.Client, addr string, work time.Du
 	switch {
 	case resp.StatusCode == http.StatusServiceUnavailable:
 		return attempt503
+	case resp.StatusCode == http.StatusBadGateway:
+		return attempt502
 	case copyErr != nil:
 		if ctx.Err() != nil {
 			return attemptTimeout

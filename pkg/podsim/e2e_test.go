@@ -19,11 +19,7 @@ func TestSimulateEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds the binary and runs the simulator")
 	}
-	bin := filepath.Join(t.TempDir(), "meshdrain")
-	build := exec.Command("go", "build", "-o", bin, "github.com/meshdrain/meshdrain/cmd/meshdrain")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildMeshdrain(t)
 
 	const (
 		timeScale = 0.2
@@ -119,4 +115,15 @@ func TestSimulateEndToEnd(t *testing.T) {
 		t.Logf("%-24s requests %d, sidecar 5xx %d, client failures %d %v, app stop %.2fs, pod gone %.2fs",
 			name, r.Requests, r.Sidecar5xx, r.ClientFailures, r.FailuresByKind, r.AppStopS, r.PodGoneS)
 	}
+}
+
+// buildMeshdrain builds the meshdrain binary into the test's temporary directory.
+func buildMeshdrain(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "meshdrain")
+	build := exec.Command("go", "build", "-o", bin, "github.com/meshdrain/meshdrain/cmd/meshdrain")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

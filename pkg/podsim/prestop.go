@@ -62,8 +62,11 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 	if spec.MeshdrainDeadline > 0 {
 		deadline = spec.MeshdrainDeadline
 	}
-	return []string{
-		"prestop",
+	args := []string{"prestop"}
+	if spec.Mesh == MeshLinkerd {
+		args = append(args, "--mesh", string(MeshLinkerd))
+	}
+	return append(args,
 		"--admin", adminURL,
 		"--port", strconv.Itoa(sc.Port),
 		"--grace-period", sc.scale(grace).String(),
@@ -77,7 +80,7 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 		"--latency-allowance", sc.scale(meshdrainLatencyAllowance).String(),
 		"--fallback-wait", sc.scale(meshdrainFallbackWait).String(),
 		"--log-format", "json",
-	}
+	)
 }
 
 // startPreStop runs the strategy's hook; done is closed when it returns or is killed.

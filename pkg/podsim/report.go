@@ -21,6 +21,8 @@ type Report struct {
 
 // ScenarioSummary is the scenario as the JSON output shows it.
 type ScenarioSummary struct {
+	// Mesh is written for Linkerd only, so that an Istio report's JSON stays what it was.
+	Mesh           Mesh    `json:"mesh,omitempty"`
 	Traffic        string  `json:"traffic"`
 	QPS            float64 `json:"qps"`
 	Clients        int     `json:"clients"`
@@ -46,7 +48,7 @@ type SidecarNote struct {
 func NewReport(sc Scenario, sidecars []SidecarSpec, results []Result, wall time.Duration) Report {
 	r := Report{
 		Scenario: ScenarioSummary{
-			Traffic: sc.Traffic, QPS: sc.QPS, Clients: sc.Clients, Threads: sc.Threads, P99: fmtD(sc.P99),
+			Mesh: linkerdOnly(sc.Mesh), Traffic: sc.Traffic, QPS: sc.QPS, Clients: sc.Clients, Threads: sc.Threads, P99: fmtD(sc.P99),
 			AppShutdown: string(sc.AppShutdown), EDSLag: sc.EDSLag.String(),
 			LastClientLagS: roundS(lastLag(planClients(sc)).Seconds()),
 			Retries:        sc.Retries, RouteTimeout: fmtD(sc.RouteTimeout), GracePeriod: fmtD(sc.GracePeriod),
@@ -72,6 +74,11 @@ func (r Report) WriteJSON(w io.Writer) error {
 func (r Report) WriteTable(w io.Writer) error {
 	sc := r.Scenario
 	timeout := "no route timeout (Istio default)"
+	retries := fmt.Sprintf("Istio retries %d", sc.Retries)
+	if sc.Mesh == MeshLinkerd {
+		timeout = "no route timeout (Linkerd default)"
+		retries = "Linkerd clients (no retries)"
+	}
 	if sc.RouteTimeout != "0s" {
 		timeout = "route timeout " + sc.RouteTimeout
 	}
@@ -80,8 +87,8 @@ func (r Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Pod deletion replayed: %g QPS from %d client sidecars to an app with P99 %s on %d threads (%s shutdown),\n",
 		sc.QPS, sc.Clients, sc.P99, sc.Threads, sc.AppShutdown)
-	fmt.Fprintf(w, "grace period %s, EDS lag %s (last client at %.2fs), Istio retries %d, %s.\n",
-		sc.GracePeriod, sc.EDSLag, sc.LastClientLagS, sc.Retries, timeout)
+	fmt.Fprintf(w, "grace period %s, EDS lag %s (last client at %.2fs), %s, %s.\n",
+		sc.GracePeriod, sc.EDSLag, sc.LastClientLagS, retries, timeout)
 	fmt.Fprintf(w, "Times are pod seconds from the deletion; run at time scale %g, seed %d, in %.1fs.\n\n", sc.TimeScale, sc.Seed, r.WallSeconds)
 	for _, s := range r.Sidecars {
 		fmt.Fprintf(w, "  %-14s %s\n", s.Name, s.Note)
@@ -99,10 +106,17 @@ func (r Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "SIDECAR 5XX  503s in the pod sidecar's access log: UF = the app refused the connection, UC = the connection to the")
-	fmt.Fprintln(w, "             app was reset. The callers' sidecars retried them on another replica (Istio's default policy).")
-	fmt.Fprintln(w, "CLIENT FAILURES  what the callers saw after retries: 503 UC = cut in flight (Envoy or the app killed mid-request,")
-	fmt.Fprintln(w, "             not retried by default), 504 UT = route timeout.")
+	if sc.Mesh == MeshLinkerd {
+		fmt.Fprintln(w, "SIDECAR 5XX  502s linkerd-proxy answered for the app (l5d-proxy-error), in Envoy's two classes: UF = the app")
+		fmt.Fprintln(w, "             refused the connection, UC = the connection to the app was reset. Linkerd clients retry none.")
+		fmt.Fprintln(w, "CLIENT FAILURES  what the callers saw: 502 l5d-proxy-error = the app had stopped accepting while clients")
+		fmt.Fprintln(w, "             still sent; 503 UC = cut in flight (a container killed mid-request).")
+	} else {
+		fmt.Fprintln(w, "SIDECAR 5XX  503s in the pod sidecar's access log: UF = the app refused the connection, UC = the connection to the")
+		fmt.Fprintln(w, "             app was reset. The callers' sidecars retried them on another replica (Istio's default policy).")
+		fmt.Fprintln(w, "CLIENT FAILURES  what the callers saw after retries: 503 UC = cut in flight (Envoy or the app killed mid-request,")
+		fmt.Fprintln(w, "             not retried by default), 504 UT = route timeout.")
+	}
 	fmt.Fprintln(w, "APP STOP     when the app got SIGTERM (its preStop returned).  POD GONE  when the last container exited.")
 	fmt.Fprintln(w, "SIGKILL      what was killed, by whom, when.")
 	for _, res := range r.Results {
@@ -111,16 +125,30 @@ func (r Report) WriteTable(w io.Writer) error {
 		}
 	}
 
+	who := 11 // "istio-proxy"
+	for _, res := range r.Results {
+		for _, e := range res.Timeline {
+			who = max(who, len(e.Who))
+		}
+	}
 	for _, res := range r.Results {
 		fmt.Fprintf(w, "\n%s, sidecar %s:\n", res.Strategy, res.Sidecar)
 		for _, e := range res.Timeline {
-			fmt.Fprintf(w, "  %6.2fs  %-11s  %s\n", e.AtS, e.Who, e.What)
+			fmt.Fprintf(w, "  %6.2fs  %-*s  %s\n", e.AtS, who, e.Who, e.What)
 		}
 		if res.PreStopError != "" {
 			fmt.Fprintf(w, "           preStop failed: %s\n", res.PreStopError)
 		}
 	}
 	return nil
+}
+
+// linkerdOnly keeps the mesh out of an Istio report.
+func linkerdOnly(m Mesh) Mesh {
+	if m == MeshLinkerd {
+		return m
+	}
+	return ""
 }
 
 // failureCell is "0", or "7 (0.29%, 503 UC 7)".

@@ -89,7 +89,12 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	start := opts.startSidecar
 	if start == nil {
-		start = startEmulatedSidecar
+		start = startSidecarFor
+	}
+	for _, spec := range opts.Sidecars {
+		if (spec.Mesh == MeshLinkerd) != sc.linkerd() {
+			return nil, fmt.Errorf("sidecar %s is for mesh %s, the scenario's mesh is %s", spec.Name, meshOf(spec.Mesh), meshOf(sc.Mesh))
+		}
 	}
 	type job struct {
 		strat Strategy
@@ -217,10 +222,17 @@ func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy
 	now := time.Now()
 	log(now, "kubelet", "pod deleted: endpoint removal starts (clients learn within %.2fs); preStop %s starts", lastLag(plans).Seconds(), strat)
 	side.Terminate()
-	switch spec.Mode {
-	case SidecarNative:
+	proxy := proxyName(spec)
+	switch {
+	case spec.Mesh == MeshLinkerd && spec.Mode == SidecarNative:
+		log(now, proxy, "native sidecar: no preStop, keeps serving until the app has exited (Linkerd has no drain call)")
+	case spec.Mesh == MeshLinkerd && spec.WaitBeforeExit > 0:
+		log(now, proxy, "preStop: sleep %s (proxy-wait-before-exit-seconds), serving meanwhile", fmtD(spec.WaitBeforeExit))
+	case spec.Mesh == MeshLinkerd:
+		log(now, proxy, "SIGTERM: stops accepting in both directions, finishes the requests in hand")
+	case spec.Mode == SidecarNative:
 		log(now, "istio-proxy", "native sidecar preStop: drain inbound listeners; Envoy stays until the app has exited")
-	case SidecarExitOnZero:
+	case spec.Mode == SidecarExitOnZero:
 		log(now, "istio-proxy", "SIGTERM: pilot-agent drains inbound listeners, exits on zero connections after %s", fmtD(spec.MinDrainDuration))
 	default:
 		log(now, "istio-proxy", "SIGTERM: pilot-agent drains inbound listeners, will SIGKILL Envoy at %s", fmtD(spec.TerminationDrainDuration))
@@ -263,7 +275,7 @@ func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy
 			log(a.ExitedAt(), "app", "exited")
 			if spec.Mode == SidecarNative && !sideExited {
 				side.AppExited()
-				log(time.Now(), "kubelet", "app exited: SIGTERM to the native sidecar, Envoy exits")
+				log(time.Now(), "kubelet", "app exited: SIGTERM to the native sidecar, %s exits", proxy)
 			}
 		case <-sideDone:
 			sideDone = nil
@@ -271,12 +283,14 @@ func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy
 			now := time.Now()
 			res.SidecarExit = clock.at(now)
 			switch {
-			case spec.Mode == SidecarClassic && !graceOver:
+			case spec.Mesh != MeshLinkerd && spec.Mode == SidecarClassic && !graceOver:
 				res.Killed = true
 				res.KilledDetail = append(res.KilledDetail, fmt.Sprintf("envoy by pilot-agent at %.1fs", clock.at(now)))
 				log(now, "pilot-agent", "terminationDrainDuration over: SIGKILL to Envoy")
+			case spec.Mesh == MeshLinkerd:
+				log(now, proxy, "proxy exited (%s)", side.ExitReason())
 			default:
-				log(now, "istio-proxy", "Envoy exited (%s)", side.ExitReason())
+				log(now, proxy, "Envoy exited (%s)", side.ExitReason())
 			}
 		case <-graceTimer.C:
 			graceOver = true
@@ -290,7 +304,7 @@ func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy
 			}
 			if !sideExited {
 				side.Kill()
-				res.KilledDetail = append(res.KilledDetail, fmt.Sprintf("istio-proxy by kubelet at %.1fs", clock.at(now)))
+				res.KilledDetail = append(res.KilledDetail, fmt.Sprintf("%s by kubelet at %.1fs", proxy, clock.at(now)))
 			}
 		}
 	}
@@ -332,13 +346,29 @@ func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy
 		}
 	}
 	if errs := side.Errors(); len(errs) > 0 {
-		log(errs[0].At, "istio-proxy", "%d sidecar 5xx (UF %d, UC %d) between %.2fs and %.2fs",
+		log(errs[0].At, proxy, "%d sidecar 5xx (UF %d, UC %d) between %.2fs and %.2fs",
 			res.Sidecar5xx, res.SidecarUF, res.SidecarUC, clock.at(errs[0].At), clock.at(errs[len(errs)-1].At))
 	}
 	log(clock.t0.Add(sc.scale(lastLag(plans))), "clients", "last client stops sending to the pod")
 	res.Warnings = timingWarnings(res, strat, spec)
 	sort.SliceStable(res.Timeline, func(i, j int) bool { return res.Timeline[i].AtS < res.Timeline[j].AtS })
 	return res, nil
+}
+
+// proxyName is the sidecar container's name in the timeline.
+func proxyName(spec SidecarSpec) string {
+	if spec.Mesh == MeshLinkerd {
+		return "linkerd-proxy"
+	}
+	return "istio-proxy"
+}
+
+// meshOf names a mesh, the empty one included.
+func meshOf(m Mesh) Mesh {
+	if m == "" {
+		return MeshIstio
+	}
+	return m
 }
 
 func containsFlag(flags, flag string) bool {
@@ -376,7 +406,7 @@ func timingWarnings(res Result, strat Strategy, spec SidecarSpec) []string {
 			w = append(w, fmt.Sprintf("%s at %.2fs instead of %.2fs: this machine was too busy to keep pod time; rerun, or raise --time-scale", what, got, want))
 		}
 	}
-	if spec.Mode == SidecarClassic && res.SidecarExit > 0 && res.SidecarExit < res.GracePeriodS {
+	if spec.Mesh != MeshLinkerd && spec.Mode == SidecarClassic && res.SidecarExit > 0 && res.SidecarExit < res.GracePeriodS {
 		late("pilot-agent killed Envoy", spec.TerminationDrainDuration.Seconds(), res.SidecarExit)
 	}
 	if strat.Kind == StrategySleep && strat.Sleep.Seconds() < res.GracePeriodS {

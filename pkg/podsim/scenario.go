@@ -66,6 +66,10 @@ type Scenario struct {
 	// Protocol is the port's protocol as the sidecar proxies it: "http" (an HTTP connection
 	// manager) or "tcp" (a TCP proxy: one connection per request, no HTTP-level retries).
 	Protocol string
+	// Mesh is the service mesh the pod and its clients are in: MeshIstio (the default) or
+	// MeshLinkerd. It decides the pod's proxy (envoysim or linkerdsim) and the clients'
+	// retry policy.
+	Mesh Mesh
 
 	// AppDrain, Quiet, MinWait, StreamsWait and Poll are meshdrain's --app-drain, --quiet,
 	// --min-wait, --streams-wait and --poll.
@@ -160,8 +164,34 @@ func (sc Scenario) Validate() error {
 	if sc.Streams < 0 {
 		errs = append(errs, errors.New("streams must not be negative"))
 	}
+	switch sc.Mesh {
+	case "", MeshIstio:
+	case MeshLinkerd:
+		if sc.Protocol == ProtocolTCP {
+			// linkerdsim proxies HTTP/1.1 only (pkg/linkerd/FIDELITY.md).
+			errs = append(errs, errors.New("the Linkerd proxy emulator proxies HTTP only: protocol tcp needs mesh istio"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("mesh %q is not istio or linkerd", sc.Mesh))
+	}
 	return errors.Join(errs...)
 }
+
+// Mesh is the service mesh of a scenario.
+type Mesh string
+
+const (
+	// MeshIstio: an Envoy sidecar run by pilot-agent; clients retry connect-failure and 503
+	// on another replica (Istio's default retry policy).
+	MeshIstio Mesh = "istio"
+	// MeshLinkerd: a linkerd2-proxy sidecar; clients have no retries (Linkerd retries only
+	// what a route's retry annotations allow, and none by default), so a 502 the pod's proxy
+	// answers for a refusing app reaches the caller.
+	MeshLinkerd Mesh = "linkerd"
+)
+
+// linkerd says whether the scenario runs a Linkerd mesh.
+func (sc Scenario) linkerd() bool { return sc.Mesh == MeshLinkerd }
 
 // scale turns a pod-time duration into the real duration the run waits.
 func (sc Scenario) scale(d time.Duration) time.Duration {
@@ -262,6 +292,11 @@ type SidecarSpec struct {
 	TerminationDrainDuration, DrainDuration, MinDrainDuration time.Duration
 	// GracePeriod overrides the scenario's when the configuration needs a longer one.
 	GracePeriod time.Duration
+	// Mesh is the proxy this configuration is for; empty means MeshIstio.
+	Mesh Mesh
+	// WaitBeforeExit is a classic Linkerd proxy's config.alpha.linkerd.io/
+	// proxy-wait-before-exit-seconds (its preStop sleep). Linkerd only.
+	WaitBeforeExit time.Duration
 	// MeshdrainDeadline and MeshdrainAppDrain are meshdrain's --deadline and --app-drain
 	// for this configuration; zero leaves meshdrain's derivation from the grace period.
 	MeshdrainDeadline, MeshdrainAppDrain time.Duration
@@ -303,9 +338,17 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 	if !sc.EDSLag.Constant() {
 		in.EDSLagMedian, in.Clients = sc.EDSLag.Median, sc.Clients
 	}
+	if sc.linkerd() {
+		// Linkerd's default injection since 2.20: a native sidecar, which needs nothing
+		// from the plan but the grace period and meshdrain's deadline.
+		in.Mesh, in.Sidecar, in.DrainDuration = plan.MeshLinkerd, plan.Native, 0
+	}
 	p, err := plan.Recommend(in)
 	if err != nil {
 		return SidecarSpec{}, fmt.Errorf("recommended sidecar: %w", err)
+	}
+	if sc.linkerd() {
+		return recommendedLinkerd(sc, p, in), nil
 	}
 	spec := SidecarSpec{
 		Name:                     "recommended",
@@ -316,20 +359,73 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 		MeshdrainDeadline:        p.Deadline,
 		MeshdrainAppDrain:        p.AppDrain,
 	}
-	grace := fmt.Sprintf("grace period kept at %s (the plan needs %s)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
-	if p.GracePeriod > sc.GracePeriod {
-		spec.GracePeriod = p.GracePeriod
-		grace = fmt.Sprintf("grace period raised from %s to %s (the plan needs it)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
-	}
+	grace := spec.takeGracePeriod(sc, p)
 	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s; %s. From meshdrain plan with eds-lag %s",
 		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), grace, sc.EDSLag)
 	if sc.LateClientLag > sc.EDSLag.P99 {
 		spec.Note += fmt.Sprintf(" (the late client's %s quoted as its p99)", fmtD(sc.LateClientLag))
 	}
-	if in.Clients > 0 {
-		spec.Note += fmt.Sprintf(" --clients %d (the last client by %s in 99 deletions of 100)", in.Clients, fmtD(p.LastClientLag))
-	}
+	spec.Note += clientsNote(p, in)
 	return spec, nil
+}
+
+// takeGracePeriod keeps the scenario's grace period unless the plan needs a longer one, and
+// says which, for the note.
+func (spec *SidecarSpec) takeGracePeriod(sc Scenario, p plan.Plan) string {
+	if p.GracePeriod > sc.GracePeriod {
+		spec.GracePeriod = p.GracePeriod
+		return fmt.Sprintf("grace period raised from %s to %s (the plan needs it)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
+	}
+	return fmt.Sprintf("grace period kept at %s (the plan needs %s)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
+}
+
+// clientsNote is the --clients part of a recommended sidecar's note.
+func clientsNote(p plan.Plan, in plan.Input) string {
+	if in.Clients == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" --clients %d (the last client by %s in 99 deletions of 100)", in.Clients, fmtD(p.LastClientLag))
+}
+
+// recommendedLinkerd is the native Linkerd proxy with the grace period and meshdrain flags
+// of `meshdrain plan --mesh linkerd`.
+func recommendedLinkerd(sc Scenario, p plan.Plan, in plan.Input) SidecarSpec {
+	spec := SidecarSpec{
+		Name:              "recommended",
+		Mesh:              MeshLinkerd,
+		Mode:              SidecarNative,
+		MeshdrainDeadline: p.Deadline,
+		MeshdrainAppDrain: p.AppDrain,
+	}
+	grace := spec.takeGracePeriod(sc, p)
+	spec.Note = fmt.Sprintf("native linkerd-proxy (SIGTERM after the app exits); meshdrain --mesh linkerd --deadline %s --app-drain %s; %s. From meshdrain plan --mesh linkerd with eds-lag %s",
+		fmtD(p.Deadline), fmtD(p.AppDrain), grace, sc.EDSLag)
+	spec.Note += clientsNote(p, in)
+	return spec
+}
+
+// LinkerdDefaultSidecar is a Linkerd pod as injected by default since Linkerd 2.20: a native
+// sidecar, the scenario's grace period, meshdrain's deadline derived from it.
+func LinkerdDefaultSidecar() SidecarSpec {
+	return SidecarSpec{
+		Name: "linkerd-default",
+		Mesh: MeshLinkerd,
+		Mode: SidecarNative,
+		Note: "native linkerd-proxy (Linkerd >= 2.20 default): SIGTERM only after the app has exited; no drain call exists",
+	}
+}
+
+// LinkerdClassicSidecar is a classic Linkerd proxy with the given
+// proxy-wait-before-exit-seconds (0: Linkerd's default, SIGTERM at the deletion).
+func LinkerdClassicSidecar(waitBeforeExit time.Duration) SidecarSpec {
+	return SidecarSpec{
+		Name:           "classic",
+		Mesh:           MeshLinkerd,
+		Mode:           SidecarClassic,
+		WaitBeforeExit: waitBeforeExit,
+		Note: fmt.Sprintf("classic linkerd-proxy, proxy-wait-before-exit-seconds %s: SIGTERM when that preStop sleep ends, then it stops accepting in both directions",
+			fmtD(waitBeforeExit)),
+	}
 }
 
 // quotedEDSLag is the lag an operator would give plan: the lag distribution's P99, or the
