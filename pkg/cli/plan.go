@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meshdrain/meshdrain/pkg/drain"
 	"github.com/meshdrain/meshdrain/pkg/output"
 	"github.com/meshdrain/meshdrain/pkg/plan"
 	"github.com/meshdrain/meshdrain/pkg/podsim"
@@ -149,6 +150,9 @@ the container named by --container.`,
 	f.IntVar(&opts.in.Clients, "clients", 0, "with --eds-lag p50=D,p99=D: the number of client proxies sending to the workload")
 	f.DurationVar(&opts.in.Quiet, "quiet", opts.in.Quiet, "meshdrain's quiet window: no new inbound request for this long = clients stopped")
 	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval")
+	f.DurationVar(&opts.in.MinWait, "min-wait", drain.DefaultMinWait, "meshdrain's --min-wait: the hook never returns earlier (written into the preStop when not the default)")
+	f.Float64Var(&opts.in.RPSPerClient, "rps-per-client", 0, "requests a second one client proxy sends, when known: a sparse client pauses longer, so --quiet becomes at least −ln(1e-4)/rate (9.2 of its mean gaps)")
+	f.DurationVar(&opts.in.ClientPeriod, "client-period", 0, "when clients send on a schedule: the time between two of one client's requests or bursts (--quiet becomes at least this + --poll)")
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s)")
 	f.StringVar(&opts.mesh, "mesh", opts.mesh, "the service mesh: "+meshNames()+" (with -f: from the pod's annotations unless given)")
 	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native Istio sidecars, which ignore terminationDrainDuration; Linkerd: native (default) or classic)")

@@ -343,6 +343,17 @@ func poissonSilence(n float64, span time.Duration) time.Duration {
 	return time.Duration(float64(span) * math.Expm1(-math.Log(Risk)/n))
 }
 
+// PoissonQuiet is the silence that Poisson arrivals at a known rate (per second) exceed with
+// probability Risk: −ln(Risk)/rate, 9.2 mean gaps. It is the rate term's limit for a rate
+// known in advance rather than measured, which is how `meshdrain plan --rps-per-client` sizes
+// --quiet for a service whose clients are each sparse.
+func PoissonQuiet(perSecond float64) time.Duration {
+	if perSecond <= 0 {
+		return 0
+	}
+	return time.Duration(-math.Log(Risk) / perSecond * float64(time.Second))
+}
+
 // window is the quiet window in force: the largest term.
 func (r *Rule) window() (time.Duration, WindowTerm) {
 	window, term := r.cfg.Quiet, TermQuiet

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/drain"
 )
 
 // Release is the meshdrain release this tree builds; the Makefile's RELEASE and the
@@ -82,6 +84,15 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		if in.CurrentWaitBeforeExit > 0 {
 			inputs["current_proxy_wait_before_exit"] = fmtD(in.CurrentWaitBeforeExit)
 		}
+	}
+	if in.MinWait != drain.DefaultMinWait {
+		inputs["min_wait"] = fmtD(in.MinWait)
+	}
+	if in.RPSPerClient > 0 {
+		inputs["rps_per_client"] = in.RPSPerClient
+	}
+	if in.ClientPeriod > 0 {
+		inputs["client_period"] = fmtD(in.ClientPeriod)
 	}
 	if in.EDSLagMedian > 0 {
 		inputs["eds_lag"] = fmt.Sprintf("p50=%s,p99=%s", fmtD(in.EDSLagMedian), fmtD(in.EDSLag))

@@ -74,8 +74,19 @@ type Input struct {
 	// clients is later than one client's P99, so the plan's lag grows with it.
 	Clients int
 	// Quiet is meshdrain's quiet window: no new inbound request for this long means the
-	// clients have stopped.
+	// clients have stopped. The plan's own --quiet may be longer (RPSPerClient, ClientPeriod).
 	Quiet time.Duration
+	// MinWait is meshdrain's --min-wait: the hook never returns earlier. Zero: 5s, prestop's
+	// default (drain.DefaultMinWait).
+	MinWait time.Duration
+	// RPSPerClient is, when known, the request rate of one client proxy (requests per
+	// second): the last client's pauses are then as long as Poisson arrivals at that rate
+	// make them, and the quiet window must outlast them (drain.PoissonQuiet). Zero: unknown.
+	RPSPerClient float64
+	// ClientPeriod is, when clients send on a schedule (a poller, a fan-out every N seconds),
+	// the time between two of one client's requests or bursts; the quiet window must outlast
+	// it by a poll. Zero: none.
+	ClientPeriod time.Duration
 	// Poll is meshdrain's stats polling interval; detecting the quiet window can take one
 	// more poll.
 	Poll time.Duration
@@ -188,18 +199,23 @@ func Recommend(in Input) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	p := Plan{Input: in, Quiet: in.Quiet, Poll: in.Poll, AppDrain: in.AppDrain}
+	p := Plan{Input: in, Poll: in.Poll, AppDrain: in.AppDrain}
 	lag, typical, lagWhy := lastClientLag(in)
 	p.LastClientLag = lag
+	var quietWhy string
+	p.Quiet, quietWhy = quietWindow(in)
+	if quietWhy != "" {
+		p.Arithmetic = append(p.Arithmetic, Line{"meshdrain --quiet", p.Quiet, quietWhy})
+	}
 
 	// The counter must stay unchanged for the quiet window, and every request still in
 	// flight (up to P99 long) must end: whichever is longer bounds the wait after the last
-	// arrival.
-	settle := max(in.Quiet, in.P99)
-	p.ExpectedFinish = lag + settle + in.Poll
+	// arrival; and the hook never returns before its minimum wait.
+	settle := max(p.Quiet, in.P99)
+	p.ExpectedFinish = max(in.MinWait, lag+settle) + in.Poll
 	if typical > 0 {
 		p.TypicalLastClientLag = typical
-		p.TypicalFinish = typical + settle + in.Poll
+		p.TypicalFinish = max(in.MinWait, typical+settle) + in.Poll
 		p.Arithmetic = append(p.Arithmetic, Line{"eds-lag (last client)", lag, lagWhy},
 			Line{"eds-lag (typical last client)", typical, fmt.Sprintf("the median of the last of %d clients' lag", in.Clients)})
 	}
@@ -211,8 +227,7 @@ func Recommend(in Input) (Plan, error) {
 	p.LastRequestDone = lag + in.P99
 
 	p.Arithmetic = append(p.Arithmetic,
-		Line{"meshdrain expected finish", p.ExpectedFinish, fmt.Sprintf("eds-lag %s + max(quiet %s, p99 %s) + poll %s",
-			fmtD(lag), fmtD(in.Quiet), fmtD(in.P99), fmtD(in.Poll))},
+		Line{"meshdrain expected finish", p.ExpectedFinish, expectedFinishWhy(p, lag)},
 		Line{"margin", p.Margin, fmt.Sprintf("max(%s, expected finish %s / 4)", fmtD(MinMargin), fmtD(p.ExpectedFinish))},
 		Line{"terminationGracePeriodSeconds", p.GracePeriod, fmt.Sprintf("ceil(expected finish %s + margin %s + app-drain %s + %s kill margin)",
 			fmtD(p.ExpectedFinish), fmtD(p.Margin), fmtD(in.AppDrain), fmtD(KillMargin))},
@@ -262,6 +277,38 @@ func Recommend(in Input) (Plan, error) {
 	return p, nil
 }
 
+// quietWindow is the --quiet the plan gives meshdrain: the operator's, or longer when the
+// clients are known to pause longer (a sparse rate per client, a schedule), with the reason
+// when it is longer.
+func quietWindow(in Input) (time.Duration, string) {
+	quiet, why := in.Quiet, ""
+	if in.RPSPerClient > 0 {
+		if q := roundUp(drain.PoissonQuiet(in.RPSPerClient), 100*time.Millisecond); q > quiet {
+			quiet = q
+			why = fmt.Sprintf("−ln(%g) / %g requests a second per client, rounded up: the pause one client's Poisson arrivals exceed once in %.0f (quiet %s is shorter)",
+				drain.Risk, in.RPSPerClient, 1/drain.Risk, fmtD(in.Quiet))
+		}
+	}
+	if in.ClientPeriod > 0 {
+		if q := in.ClientPeriod + in.Poll; q > quiet {
+			quiet = q
+			why = fmt.Sprintf("client period %s + poll %s: a client that sends every %s is never silent for a whole window while it still sends",
+				fmtD(in.ClientPeriod), fmtD(in.Poll), fmtD(in.ClientPeriod))
+		}
+	}
+	return quiet, why
+}
+
+// expectedFinishWhy is the arithmetic of ExpectedFinish.
+func expectedFinishWhy(p Plan, lag time.Duration) string {
+	in := p.Input
+	sum := fmt.Sprintf("eds-lag %s + max(quiet %s, p99 %s)", fmtD(lag), fmtD(p.Quiet), fmtD(in.P99))
+	if in.MinWait > lag+max(p.Quiet, in.P99) {
+		sum = fmt.Sprintf("min-wait %s (> %s)", fmtD(in.MinWait), sum)
+	}
+	return sum + fmt.Sprintf(" + poll %s", fmtD(in.Poll))
+}
+
 // usualFinish is when meshdrain returns in the usual rollout: the typical last client with a
 // lag distribution, the expected finish otherwise.
 func (p Plan) usualFinish() time.Duration {
@@ -294,6 +341,12 @@ func normalize(in Input) (Input, error) {
 	}
 	if in.Poll == 0 {
 		in.Poll = DefaultPoll
+	}
+	if in.MinWait == 0 {
+		in.MinWait = drain.DefaultMinWait
+	}
+	if in.RPSPerClient < 0 || in.ClientPeriod < 0 || in.MinWait < 0 {
+		errs = append(errs, errors.New("rps-per-client, client-period and min-wait must not be negative"))
 	}
 	if in.DrainDuration == 0 {
 		in.DrainDuration = DefaultDrainDuration

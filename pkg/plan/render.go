@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/meshdrain/meshdrain/pkg/drain"
 )
 
 // Annotation names and values the plan sets on the pod template.
@@ -81,6 +83,9 @@ func (p Plan) PrestopArgs() []string {
 		"--app-drain="+fmtD(p.AppDrain),
 		"--quiet="+fmtD(p.Quiet),
 	)
+	if p.Input.MinWait != drain.DefaultMinWait {
+		args = append(args, "--min-wait="+fmtD(p.Input.MinWait))
+	}
 	if p.Poll != DefaultPoll {
 		args = append(args, "--poll="+fmtD(p.Poll))
 	}

@@ -64,10 +64,7 @@ func clientSteps(p Plan, forwarder string) []Step {
 				"new requests here, which %s forwards to the app, still serving", clientsTypical(p), fmtD(p.LastClientLag), forwarder)},
 		{At: p.LastRequestDone, Who: "app", What: fmt.Sprintf(
 			"answers the last client requests (arrived by %s, each ≤ p99 %s)", fmtD(p.LastClientLag), fmtD(in.P99))},
-		{At: p.ExpectedFinish, Worst: p.Deadline, Who: "meshdrain", What: fmt.Sprintf(
-			"waits for the clients: no new inbound request for %s and none active → the preStop returns "+
-				"(%s + %s + one poll %s); bounded by --deadline %s, where it returns anyway and says so",
-			fmtD(in.Quiet), fmtD(p.LastClientLag), fmtD(max(in.Quiet, in.P99)), fmtD(in.Poll), fmtD(p.Deadline))},
+		{At: p.ExpectedFinish, Worst: p.Deadline, Who: "meshdrain", What: meshdrainWaitStep(p)},
 		{At: p.ExpectedFinish, Worst: p.Deadline, Who: "kubelet", What: "sends SIGTERM to the app as soon as its preStop returns"},
 		{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "app", What: fmt.Sprintf(
 			"waits for its own in-flight requests (≤ p99 %s) and exits; bounded by --app-drain %s (e.g. Spring Boot server.shutdown=graceful, "+
@@ -95,4 +92,15 @@ func sidecarT0(s Sidecar) string {
 		return "the istio-proxy sidecar's preStop; the sidecar itself gets SIGTERM only after the app has exited"
 	}
 	return "sends SIGTERM to istio-proxy: the containers of a classic pod stop in no particular order"
+}
+
+// meshdrainWaitStep is meshdrain's wait in the timeline.
+func meshdrainWaitStep(p Plan) string {
+	in := p.Input
+	sum := fmt.Sprintf("%s + %s + one poll %s", fmtD(p.LastClientLag), fmtD(max(p.Quiet, in.P99)), fmtD(in.Poll))
+	if in.MinWait > p.LastClientLag+max(p.Quiet, in.P99) {
+		sum = fmt.Sprintf("its --min-wait %s + one poll %s, later than %s + %s", fmtD(in.MinWait), fmtD(in.Poll), fmtD(p.LastClientLag), fmtD(max(p.Quiet, in.P99)))
+	}
+	return fmt.Sprintf("waits for the clients: no new inbound request for %s and none active → the preStop returns "+
+		"(%s); bounded by --deadline %s, where it returns anyway and says so", fmtD(p.Quiet), sum, fmtD(p.Deadline))
 }

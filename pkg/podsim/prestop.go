@@ -62,6 +62,13 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 	if spec.MeshdrainDeadline > 0 {
 		deadline = spec.MeshdrainDeadline
 	}
+	quiet, minWait := sc.Quiet, sc.MinWait
+	if spec.MeshdrainQuiet > 0 {
+		quiet = spec.MeshdrainQuiet
+	}
+	if spec.MeshdrainMinWait > 0 {
+		minWait = spec.MeshdrainMinWait
+	}
 	args := []string{"prestop"}
 	if spec.Mesh == MeshLinkerd {
 		args = append(args, "--mesh", string(MeshLinkerd))
@@ -72,8 +79,8 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 		"--grace-period", sc.scale(grace).String(),
 		"--app-drain", sc.scale(appDrain).String(),
 		"--deadline", sc.scale(deadline).String(),
-		"--quiet", sc.scale(sc.Quiet).String(),
-		"--min-wait", sc.scale(sc.MinWait).String(),
+		"--quiet", sc.scale(quiet).String(),
+		"--min-wait", sc.scale(minWait).String(),
 		"--streams-wait", sc.scale(sc.StreamsWait).String(),
 		"--poll", sc.scale(sc.Poll).String(),
 		"--connect-timeout", sc.scale(meshdrainConnectTimeout).String(),

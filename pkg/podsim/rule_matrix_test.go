@@ -10,26 +10,23 @@ import (
 )
 
 // TestRuleAgainstEveryTrafficShape replays the planned arrivals of every traffic shape of the
-// benchmark (seeds 1-3) through meshdrain's decision rule, sampled every poll, with the
-// deadline the recommended sidecar gives: no network, no real time, so it runs in
-// milliseconds and checks the rule itself against the matrix (make bench measures the rest:
-// latencies, connections, the real binary). A request planned after the rule's stop is a
-// request lost.
+// benchmark, for many seeds, through meshdrain's decision rule, sampled every poll, with the
+// --quiet, --min-wait and --deadline the recommended sidecar (meshdrain plan, told what an
+// operator knows of the shape: a schedule, a sparse rate per client) gives: no network, no
+// real time, so it checks the rule itself against far more draws than make bench can
+// afford (make bench measures the rest: latencies, connections, the real binary). A request
+// planned after the rule's stop is a request lost.
 func TestRuleAgainstEveryTrafficShape(t *testing.T) {
-	// Shapes where the rule must lose nothing: issue 9's list (and streams, which is the
-	// reference's traffic). Not client-bursts: when several clients leave within one pause,
-	// the pause that follows is longer than twice any seen, and no rule that reads silence can
-	// tell it from the end. Not the shapes whose last clients are sparse and thin out (500
-	// clients at 1.6 QPS each, long-requests at 2 QPS each): the rate measured over their
-	// latest arrivals overstates the rate of the clients left, and a pause can pass for the
-	// end (README, the benchmark matrix, states both).
-	mustNotLose := map[string]bool{"steady": true, "bursts": true, "sparse": true, "late-client": true,
-		"no-traffic": true, "streams": true, "tcp": true}
-	// Where the deadline comes before the last client, meshdrain must still lose no more
-	// than sleep:15s.
-	notWorseThanSleep15 := map[string]bool{"clients-2000": true}
+	seeds := uint64(100)
+	if testing.Short() {
+		seeds = 10
+	}
+	// Where the plan's deadline comes before the last client of the shape (never, with the
+	// plan's --clients), meshdrain must still lose no more than sleep:15s; everywhere else it
+	// must lose nothing.
+	lostBy := map[string]int{}
 	for _, tr := range Traffics() {
-		for seed := uint64(1); seed <= 3; seed++ {
+		for seed := uint64(1); seed <= seeds; seed++ {
 			sc := tr.Apply(UserScenario())
 			sc.Seed = seed
 			plans := planClients(sc)
@@ -51,7 +48,7 @@ func TestRuleAgainstEveryTrafficShape(t *testing.T) {
 				n := float64(count(at))
 				return drain.Observation{At: at, Signal: inbound.SignalHTTPRequests, Arrivals: &n, Active: new(float64)}
 			}
-			rule := drain.NewRule(drain.RuleConfig{Quiet: sc.Quiet, MinWait: sc.MinWait, Deadline: spec.MeshdrainDeadline, StreamsWait: sc.StreamsWait}, observe(0))
+			rule := drain.NewRule(drain.RuleConfig{Quiet: spec.MeshdrainQuiet, MinWait: sc.MinWait, Deadline: spec.MeshdrainDeadline, StreamsWait: sc.StreamsWait}, observe(0))
 			stop := spec.MeshdrainDeadline
 			var d drain.Decision
 			for at := sc.Poll; at < spec.MeshdrainDeadline; at += sc.Poll {
@@ -63,14 +60,18 @@ func TestRuleAgainstEveryTrafficShape(t *testing.T) {
 			lost := len(arrivals) - count(stop)
 			lostBySleep15 := len(arrivals) - count(15*time.Second)
 			floor := lastLag(plans)
-			t.Logf("%-13s seed %d: floor %5.2fs, stop %5.2fs (window %5.2fs by %s), lost %d (sleep:15s %d)",
-				tr.Name, seed, floor.Seconds(), stop.Seconds(), d.Window.Seconds(), d.Term, lost, lostBySleep15)
-			switch {
-			case mustNotLose[tr.Name] && lost > 0:
-				t.Errorf("%s seed %d: %d requests arrive after the rule's stop at %v", tr.Name, seed, lost, stop)
-			case notWorseThanSleep15[tr.Name] && lost > lostBySleep15:
-				t.Errorf("%s seed %d: lost %d, more than sleep:15s (%d)", tr.Name, seed, lost, lostBySleep15)
+			if seed <= 3 || lost > 0 {
+				t.Logf("%-13s seed %3d: floor %5.2fs, stop %5.2fs (window %5.2fs by %s), lost %d (sleep:15s %d)",
+					tr.Name, seed, floor.Seconds(), stop.Seconds(), d.Window.Seconds(), d.Term, lost, lostBySleep15)
+			}
+			if lost > 0 {
+				lostBy[tr.Name]++
+				if lost > lostBySleep15 || floor < spec.MeshdrainDeadline {
+					t.Errorf("%s seed %d: %d requests arrive after the rule's stop at %v (floor %v, deadline %v, sleep:15s lost %d)",
+						tr.Name, seed, lost, stop, floor, spec.MeshdrainDeadline, lostBySleep15)
+				}
 			}
 		}
 	}
+	t.Logf("%d seeds per shape; seeds with a loss, by shape: %v", seeds, lostBy)
 }

@@ -71,6 +71,12 @@ type Scenario struct {
 	// retry policy.
 	Mesh Mesh
 
+	// PlanKnowsRate says that the operator tells `meshdrain plan` the rate of one client
+	// (--rps-per-client QPS/Clients), as one would for a service whose clients are each
+	// sparse; the recommended sidecar's --quiet then covers their pauses. A schedule
+	// (BurstPeriod, LateClientPeriod) is always passed as --client-period.
+	PlanKnowsRate bool
+
 	// AppDrain, Quiet, MinWait, StreamsWait and Poll are meshdrain's --app-drain, --quiet,
 	// --min-wait, --streams-wait and --poll.
 	AppDrain, Quiet, MinWait, StreamsWait, Poll time.Duration
@@ -300,6 +306,9 @@ type SidecarSpec struct {
 	// MeshdrainDeadline and MeshdrainAppDrain are meshdrain's --deadline and --app-drain
 	// for this configuration; zero leaves meshdrain's derivation from the grace period.
 	MeshdrainDeadline, MeshdrainAppDrain time.Duration
+	// MeshdrainQuiet and MeshdrainMinWait are the plan's --quiet and --min-wait; zero leaves
+	// the scenario's.
+	MeshdrainQuiet, MeshdrainMinWait time.Duration
 	// Note explains where the numbers come from, for the output.
 	Note string
 }
@@ -338,6 +347,18 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 	if !sc.EDSLag.Constant() {
 		in.EDSLagMedian, in.Clients = sc.EDSLag.Median, sc.Clients
 	}
+	// A scenario without a minimum wait leaves plan its default 5 s: a longer deadline than
+	// needed, never a shorter one.
+	in.MinWait = sc.MinWait
+	if sc.PlanKnowsRate {
+		in.RPSPerClient = sc.QPS / float64(sc.Clients)
+	}
+	switch {
+	case sc.LateClientPeriod > 0:
+		in.ClientPeriod = sc.LateClientPeriod
+	case sc.Shape == ShapeBursts || sc.Shape == ShapeClientBursts:
+		in.ClientPeriod = sc.BurstPeriod
+	}
 	if sc.linkerd() {
 		// Linkerd's default injection since 2.20: a native sidecar, which needs nothing
 		// from the plan but the grace period and meshdrain's deadline.
@@ -358,15 +379,29 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 		MinDrainDuration:         5 * time.Second,
 		MeshdrainDeadline:        p.Deadline,
 		MeshdrainAppDrain:        p.AppDrain,
+		MeshdrainQuiet:           p.Quiet,
+		MeshdrainMinWait:         sc.MinWait,
 	}
 	grace := spec.takeGracePeriod(sc, p)
-	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s; %s. From meshdrain plan with eds-lag %s",
-		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), grace, sc.EDSLag)
+	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s%s; %s. From meshdrain plan with eds-lag %s",
+		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), quietNote(sc, p, in), grace, sc.EDSLag)
 	if sc.LateClientLag > sc.EDSLag.P99 {
 		spec.Note += fmt.Sprintf(" (the late client's %s quoted as its p99)", fmtD(sc.LateClientLag))
 	}
 	spec.Note += clientsNote(p, in)
 	return spec, nil
+}
+
+// quietNote is the plan's --quiet when it differs from the scenario's, with what set it.
+func quietNote(sc Scenario, p plan.Plan, in plan.Input) string {
+	if p.Quiet == sc.Quiet {
+		return ""
+	}
+	from := fmt.Sprintf("--client-period %s", fmtD(in.ClientPeriod))
+	if in.RPSPerClient > 0 && p.Quiet != in.ClientPeriod+in.Poll {
+		from = fmt.Sprintf("--rps-per-client %.3g", in.RPSPerClient)
+	}
+	return fmt.Sprintf(" --quiet %s (plan %s)", fmtD(p.Quiet), from)
 }
 
 // takeGracePeriod keeps the scenario's grace period unless the plan needs a longer one, and
@@ -396,6 +431,8 @@ func recommendedLinkerd(sc Scenario, p plan.Plan, in plan.Input) SidecarSpec {
 		Mode:              SidecarNative,
 		MeshdrainDeadline: p.Deadline,
 		MeshdrainAppDrain: p.AppDrain,
+		MeshdrainQuiet:    p.Quiet,
+		MeshdrainMinWait:  sc.MinWait,
 	}
 	grace := spec.takeGracePeriod(sc, p)
 	spec.Note = fmt.Sprintf("native linkerd-proxy (SIGTERM after the app exits); meshdrain --mesh linkerd --deadline %s --app-drain %s; %s. From meshdrain plan --mesh linkerd with eds-lag %s",

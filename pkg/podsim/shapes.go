@@ -64,6 +64,7 @@ func Traffics() []Traffic {
 		}},
 		{"sparse", "2 QPS from 2 clients, both learning at 8s", func(sc *Scenario) {
 			sc.QPS, sc.Clients, sc.EDSLag = 2, 2, Dist{Median: 8 * time.Second, P99: 8 * time.Second}
+			sc.PlanKnowsRate = true
 		}},
 		{"late-client", "400 QPS from 20 clients that learn within ~1.5s, and one client sending every 1.5s that learns at 4.5s", func(sc *Scenario) {
 			sc.QPS, sc.Clients = 400, 20
@@ -74,11 +75,12 @@ func Traffics() []Traffic {
 			sc.QPS, sc.Clients = 0.3, 3
 			sc.EDSLag = Dist{Median: 1500 * time.Millisecond, P99: 4 * time.Second}
 		}},
-		{"clients-500", "800 QPS spread over 500 client sidecars (1.6 QPS each)", func(sc *Scenario) { sc.Clients = 500 }},
-		{"clients-2000", "800 QPS spread over 2000 client sidecars (0.4 QPS each)", func(sc *Scenario) { sc.Clients = 2000 }},
+		{"clients-500", "800 QPS spread over 500 client sidecars (1.6 QPS each)", func(sc *Scenario) { sc.Clients, sc.PlanKnowsRate = 500, true }},
+		{"clients-2000", "800 QPS spread over 2000 client sidecars (0.4 QPS each)", func(sc *Scenario) { sc.Clients, sc.PlanKnowsRate = 2000, true }},
 		// 100 QPS keep ~550 requests in flight: more, and a 2-core machine falls behind pod time.
 		{"long-requests", "100 QPS of requests with P99 20s (1000 threads, app drain 25s)", func(sc *Scenario) {
 			sc.QPS, sc.P99, sc.Threads, sc.AppDrain = 100, 20*time.Second, 1000, 25*time.Second
+			sc.PlanKnowsRate = true
 		}},
 		{"streams", "the reference plus one long-lived stream (WebSocket-like) that ends when the app closes it", func(sc *Scenario) {
 			sc.Streams = 1

@@ -412,7 +412,7 @@ const oldFilter = `(^http\.inbound_.*_[0-9]+;?\.(downstream_rq_total|downstream_
 
 func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 	const clusters = 5000 // 22 stats each: 110k stats
-	args := []string{"emulate", "--admin", "127.0.0.1:0", "--agent", "none", "--extra-clusters", strconv.Itoa(clusters), "--log-format", "json"}
+	args := []string{"emulate", "--admin", "http://127.0.0.1:0", "--agent", "none", "--extra-clusters", strconv.Itoa(clusters), "--log-format", "json"}
 	for p := 8080; p < 8090; p++ {
 		args = append(args, "--inbound", fmt.Sprintf("%d=127.0.0.1:9", p))
 	}
