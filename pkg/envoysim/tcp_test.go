@@ -275,7 +275,10 @@ func TestDrainNeverQuietWithAnOpenTCPConnection(t *testing.T) {
 			if res := drain.Run(context.Background(), cfg, client); res.Reason != drain.ReasonDeadline {
 				t.Errorf("strict: reason %s, want deadline", res.Reason)
 			}
-			cfg.StreamsWait = 100 * time.Millisecond
+			// Any ending but the deadline needs the answers shown fresh: without Envoy's admin
+			// request counter (Istio's default stats) that is /server_info's uptime stepping,
+			// which takes up to a second, so the deadline must leave room for it.
+			cfg.StreamsWait, cfg.Deadline = 100*time.Millisecond, 3*time.Second
 			if res := drain.Run(context.Background(), cfg, client); res.Reason != drain.ReasonQuietStreams {
 				t.Errorf("reason %s, want quiet-streams", res.Reason)
 			}
@@ -286,9 +289,6 @@ func TestDrainNeverQuietWithAnOpenTCPConnection(t *testing.T) {
 				want = drain.ReasonDeadline // no gauge: open connections are unknown, never 0
 			}
 			eventually(t, "connection closed", func() bool { return statValue(t, s, "listener.0.0.0.0_15006.downstream_cx_active") <= 0 })
-			// Without Envoy's admin request counter (Istio's default stats), a quiet decision
-			// also needs /server_info's uptime to step, which takes up to a second.
-			cfg.Deadline = 3 * time.Second
 			if res := drain.Run(context.Background(), cfg, client); res.Reason != want {
 				t.Errorf("after close: reason %s, want %s", res.Reason, want)
 			}
