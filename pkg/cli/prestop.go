@@ -35,6 +35,7 @@ type prestopOptions struct {
 	quiet            time.Duration
 	minWait          time.Duration
 	streamsWait      time.Duration
+	clientPeriod     time.Duration
 	strictActive     bool
 	poll             time.Duration
 	connectTimeout   time.Duration
@@ -89,6 +90,7 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.quiet, "quiet", o.quiet, "how long the inbound request counter must stand still (at least two polls, less than the deadline)")
 	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever happens: the endpoint propagation time, within which a silent client may still send (at most the deadline; the default is cut to the deadline)")
 	f.DurationVar(&o.streamsWait, "streams-wait", o.streamsWait, "once the clients have stopped, how long requests may stay open (streams, WebSockets) before the app may stop anyway (reason quiet-streams)")
+	f.DurationVar(&o.clientPeriod, "client-period", 0, "clients that send on a schedule send at least this often: the window then ignores the traffic's own pauses (--quiet must be at least this + --poll; meshdrain plan --client-period writes both)")
 	f.BoolVar(&o.strictActive, "strict-active", false, "wait (up to the deadline) for every open inbound request to end, ignoring --streams-wait")
 	f.DurationVar(&o.poll, "poll", o.poll, "interval between two stats requests (at least 20ms)")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "give up on an unreachable admin API after this long (also bounds each admin call)")
@@ -164,8 +166,9 @@ func prestopLong() string {
   3. waits until the inbound new-request counter has not moved for a quiet window and no
      inbound request is active: the clients' sidecars have stopped routing to this pod. The
      window is at least --quiet, longer when the traffic's own pauses are longer (twice the
-     longest pause seen, or the pause its rate makes a 1-in-10,000 event), and the wait lasts
-     at least --min-wait. Requests still open --streams-wait after the window (streams,
+     longest pause seen, or the pause its rate makes a 1-in-10,000 event; with
+     --client-period, a schedule the clients keep, the pauses are not counted), and the wait
+     lasts at least --min-wait. Requests still open --streams-wait after the window (streams,
      WebSockets) are left to the app's own shutdown (reason quiet-streams) unless
      --strict-active,
   4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you

@@ -222,7 +222,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--app-drain", o.appDrain}, {"--min-wait", o.minWait}, {"--streams-wait", o.streamsWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
+	}{{"--app-drain", o.appDrain}, {"--min-wait", o.minWait}, {"--streams-wait", o.streamsWait}, {"--client-period", o.clientPeriod}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
 		if d.v < 0 {
 			add("%s must not be negative, got %v", d.name, d.v)
 		}
@@ -242,6 +242,9 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	}
 	if o.poll > 0 && o.quiet > 0 && o.quiet < minQuietPolls*o.poll {
 		add("--quiet %v is shorter than two polls (2 x --poll %v): one poll cannot tell a pause in the traffic from its end", o.quiet, o.poll)
+	}
+	if o.clientPeriod > 0 && o.poll > 0 && o.quiet < o.clientPeriod+o.poll {
+		add("--quiet %v is shorter than --client-period %v + --poll %v: a client keeping that schedule could look silent for a whole window while it still sends", o.quiet, o.clientPeriod, o.poll)
 	}
 	if deadline > 0 {
 		if o.quiet >= deadline {
@@ -270,6 +273,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		// asked for is checked above.
 		MinWait:        min(o.minWait, max(deadline, 0)),
 		StreamsWait:    o.streamsWaitOrStrict(),
+		ClientPeriod:   o.clientPeriod,
 		Poll:           o.poll,
 		ConnectTimeout: o.connectTimeout,
 		FallbackWait:   o.fallbackWait,

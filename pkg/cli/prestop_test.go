@@ -161,6 +161,8 @@ func TestStartErrorsAreCollected(t *testing.T) {
 		{[]string{"--poll", "1ns"}, nil, "below 20ms", 5 * time.Second},
 		{[]string{"--quiet", "300ms", "--poll", "200ms"}, nil, "two polls", 5 * time.Second},
 		{[]string{"--quiet", "40s"}, nil, "not shorter than the deadline", 5 * time.Second},
+		{[]string{"--client-period", "2s"}, nil, "shorter than --client-period", 5 * time.Second},
+		{[]string{"--client-period", "-1s"}, nil, "--client-period must not be negative", 5 * time.Second},
 		{[]string{"--min-wait", "60s"}, nil, "beyond the deadline", 29 * time.Second},
 		{[]string{"--admin", "http://10.0.0.1:15000", "--grace-period", "4s"}, nil, "not a loopback", 3 * time.Second},
 		{[]string{"--shutdown-url", "http://metadata.google.internal/"}, nil, "not a loopback", 5 * time.Second},

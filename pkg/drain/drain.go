@@ -79,6 +79,9 @@ type Config struct {
 	// StreamsWait is how long requests may stay open once the quiet window has passed before
 	// the wait ends with quiet-streams; zero or less waits for them to end (rule.go).
 	StreamsWait time.Duration
+	// ClientPeriod is the clients' declared schedule (--client-period): while a client sends,
+	// it sends at least this often, so the rule's gaps term is not needed (rule.go).
+	ClientPeriod time.Duration
 	// Poll is the interval between two stats requests.
 	Poll time.Duration
 	// ConnectTimeout bounds how long an unreachable admin port is retried before concluding
@@ -394,7 +397,7 @@ func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {
 }
 
 func (c *coordinator) watch(ctx, parent context.Context, snap inbound.Snapshot, first inbound.Reading) Reason {
-	c.rule = NewRule(RuleConfig{Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait,
+	c.rule = NewRule(RuleConfig{Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait, ClientPeriod: c.cfg.ClientPeriod,
 		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait}, c.observation(snap, first))
 	c.result.LastArrival = c.clock.Now().Sub(c.start)
 	c.result.RequestsAfterDrain = new(float64)

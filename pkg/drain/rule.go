@@ -112,6 +112,12 @@ type RuleConfig struct {
 	// StreamsWait is how long after the window requests may stay open before the rule
 	// answers quiet-streams; zero or less waits for them to end (strict).
 	StreamsWait time.Duration
+	// ClientPeriod, when set, is the clients' declared schedule: while a client still sends,
+	// it sends at least every ClientPeriod. The gaps term guards against a schedule nobody
+	// stated (twice the longest pause seen, the most one sender leaving can stretch it); with
+	// one stated it is not used, and the quiet window, at least ClientPeriod + a poll
+	// (checked at start), is what no sending client can stay silent for.
+	ClientPeriod time.Duration
 }
 
 // Observation is one poll's reading.
@@ -360,7 +366,7 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 	if r.prev.Signal == inbound.SignalCompletedRequests {
 		window += r.cfg.LatencyAllowance
 	}
-	if gaps := time.Duration(GapFactor * float64(r.longestGap)); gaps > window {
+	if gaps := time.Duration(GapFactor * float64(r.longestGap)); gaps > window && r.cfg.ClientPeriod == 0 {
 		window, term = gaps, TermGaps
 	}
 	if r.rateWindow > window {

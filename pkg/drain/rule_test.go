@@ -160,6 +160,39 @@ func TestRuleBurstsUseTheGapsTerm(t *testing.T) {
 	}
 }
 
+// A declared schedule replaces the gaps term: bursts every 2s with --client-period 2s and the
+// --quiet it requires (2s + a poll) end one quiet window after the last burst, not two pauses;
+// and while the bursts go on, no window ever passes.
+func TestRuleClientPeriodReplacesTheGapsTerm(t *testing.T) {
+	var arrivals []time.Duration
+	for b := time.Duration(0); b <= 8*time.Second; b += 2 * time.Second {
+		arrivals = append(arrivals, every(b+100*ms, 2*ms, 20)...)
+	}
+	cfg := ruleConfig()
+	cfg.MinWait, cfg.ClientPeriod, cfg.Quiet = 5*time.Second, 2*time.Second, 2200*ms
+	d, at := ruleTrace{cfg: cfg, poll: 200 * ms, arrivals: arrivals}.run(t)
+	if d.Reason != ReasonQuiet || d.Term != TermQuiet || d.Window != 2200*ms {
+		t.Fatalf("decision %+v, want quiet by the 2.2s quiet term", d)
+	}
+	// The last burst is seen at 8.2s; 2.2s later the window has passed.
+	if at != 8200*ms+2200*ms {
+		t.Errorf("decided at %v, want 10.4s", at)
+	}
+	if d.LongestGap < 2*time.Second {
+		t.Errorf("longest gap %v: the pauses are still measured and reported", d.LongestGap)
+	}
+	// The same bursts going on to the deadline: never quiet, whatever the poll phase.
+	for phase := time.Duration(0); phase < 200*ms; phase += 50 * ms {
+		var endless []time.Duration
+		for b := time.Duration(0); b <= 40*time.Second; b += 2 * time.Second {
+			endless = append(endless, every(b+phase, 2*ms, 5)...)
+		}
+		if d, at := (ruleTrace{cfg: cfg, poll: 200 * ms, arrivals: endless}).run(t); d.Reason != "" {
+			t.Errorf("phase %v: %s at %v while a client still sends every 2s", phase, d.Reason, at)
+		}
+	}
+}
+
 // Per-client bursts with their own phases: when one of two senders leaves, two gaps merge.
 // The worst case, opposite phases, doubles the gap exactly; the rule still waits it out.
 func TestRuleOneOfTwoBurstingSendersLeaving(t *testing.T) {

@@ -52,6 +52,9 @@ func TestQuietFromTheClientsRate(t *testing.T) {
 		if !slices.Contains(p.PrestopArgs(), "--quiet="+fmtD(tc.wantQuiet)) {
 			t.Errorf("%s: prestop args %v lack --quiet=%s", tc.name, p.PrestopArgs(), fmtD(tc.wantQuiet))
 		}
+		if hasPeriod := slices.Contains(p.PrestopArgs(), "--client-period="+fmtD(tc.period)); hasPeriod != (tc.period > 0) {
+			t.Errorf("%s: prestop args %v: --client-period written %v, want %v", tc.name, p.PrestopArgs(), hasPeriod, tc.period > 0)
+		}
 	}
 	if q := drain.PoissonQuiet(1); q < 9200*time.Millisecond || q > 9220*time.Millisecond {
 		t.Errorf("PoissonQuiet(1) = %s, want −ln(1e-4) s = 9.21s", q)

@@ -86,6 +86,11 @@ func (p Plan) PrestopArgs() []string {
 	if p.Input.MinWait != drain.DefaultMinWait {
 		args = append(args, "--min-wait="+fmtD(p.Input.MinWait))
 	}
+	if p.Input.ClientPeriod > 0 {
+		// The schedule replaces the rule's guess from the pauses it sees (--quiet above
+		// covers it).
+		args = append(args, "--client-period="+fmtD(p.Input.ClientPeriod))
+	}
 	if p.Poll != DefaultPoll {
 		args = append(args, "--poll="+fmtD(p.Poll))
 	}

@@ -73,7 +73,7 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 	if spec.Mesh == MeshLinkerd {
 		args = append(args, "--mesh", string(MeshLinkerd))
 	}
-	return append(args,
+	args = append(args,
 		"--admin", adminURL,
 		"--port", strconv.Itoa(sc.Port),
 		"--grace-period", sc.scale(grace).String(),
@@ -88,6 +88,10 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 		"--fallback-wait", sc.scale(meshdrainFallbackWait).String(),
 		"--log-format", "json",
 	)
+	if spec.MeshdrainClientPeriod > 0 {
+		args = append(args, "--client-period", sc.scale(spec.MeshdrainClientPeriod).String())
+	}
+	return args
 }
 
 // startPreStop runs the strategy's hook; done is closed when it returns or is killed.

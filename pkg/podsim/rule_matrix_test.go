@@ -48,7 +48,8 @@ func TestRuleAgainstEveryTrafficShape(t *testing.T) {
 				n := float64(count(at))
 				return drain.Observation{At: at, Signal: inbound.SignalHTTPRequests, Arrivals: &n, Active: new(float64)}
 			}
-			rule := drain.NewRule(drain.RuleConfig{Quiet: spec.MeshdrainQuiet, MinWait: sc.MinWait, Deadline: spec.MeshdrainDeadline, StreamsWait: sc.StreamsWait}, observe(0))
+			rule := drain.NewRule(drain.RuleConfig{Quiet: spec.MeshdrainQuiet, MinWait: sc.MinWait, Deadline: spec.MeshdrainDeadline, StreamsWait: sc.StreamsWait,
+				ClientPeriod: spec.MeshdrainClientPeriod}, observe(0))
 			stop := spec.MeshdrainDeadline
 			var d drain.Decision
 			for at := sc.Poll; at < spec.MeshdrainDeadline; at += sc.Poll {

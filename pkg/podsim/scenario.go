@@ -307,8 +307,8 @@ type SidecarSpec struct {
 	// for this configuration; zero leaves meshdrain's derivation from the grace period.
 	MeshdrainDeadline, MeshdrainAppDrain time.Duration
 	// MeshdrainQuiet and MeshdrainMinWait are the plan's --quiet and --min-wait; zero leaves
-	// the scenario's.
-	MeshdrainQuiet, MeshdrainMinWait time.Duration
+	// the scenario's. MeshdrainClientPeriod is the plan's --client-period (zero: none).
+	MeshdrainQuiet, MeshdrainMinWait, MeshdrainClientPeriod time.Duration
 	// Note explains where the numbers come from, for the output.
 	Note string
 }
@@ -381,6 +381,7 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 		MeshdrainAppDrain:        p.AppDrain,
 		MeshdrainQuiet:           p.Quiet,
 		MeshdrainMinWait:         sc.MinWait,
+		MeshdrainClientPeriod:    in.ClientPeriod,
 	}
 	grace := spec.takeGracePeriod(sc, p)
 	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s%s; %s. From meshdrain plan with eds-lag %s",
@@ -401,7 +402,11 @@ func quietNote(sc Scenario, p plan.Plan, in plan.Input) string {
 	if in.RPSPerClient > 0 && p.Quiet != in.ClientPeriod+in.Poll {
 		from = fmt.Sprintf("--rps-per-client %.3g", in.RPSPerClient)
 	}
-	return fmt.Sprintf(" --quiet %s (plan %s)", fmtD(p.Quiet), from)
+	note := fmt.Sprintf(" --quiet %s (plan %s)", fmtD(p.Quiet), from)
+	if in.ClientPeriod > 0 {
+		note += fmt.Sprintf(" --client-period %s", fmtD(in.ClientPeriod))
+	}
+	return note
 }
 
 // takeGracePeriod keeps the scenario's grace period unless the plan needs a longer one, and
@@ -426,13 +431,14 @@ func clientsNote(p plan.Plan, in plan.Input) string {
 // of `meshdrain plan --mesh linkerd`.
 func recommendedLinkerd(sc Scenario, p plan.Plan, in plan.Input) SidecarSpec {
 	spec := SidecarSpec{
-		Name:              "recommended",
-		Mesh:              MeshLinkerd,
-		Mode:              SidecarNative,
-		MeshdrainDeadline: p.Deadline,
-		MeshdrainAppDrain: p.AppDrain,
-		MeshdrainQuiet:    p.Quiet,
-		MeshdrainMinWait:  sc.MinWait,
+		Name:                  "recommended",
+		Mesh:                  MeshLinkerd,
+		Mode:                  SidecarNative,
+		MeshdrainDeadline:     p.Deadline,
+		MeshdrainAppDrain:     p.AppDrain,
+		MeshdrainQuiet:        p.Quiet,
+		MeshdrainMinWait:      sc.MinWait,
+		MeshdrainClientPeriod: in.ClientPeriod,
 	}
 	grace := spec.takeGracePeriod(sc, p)
 	spec.Note = fmt.Sprintf("native linkerd-proxy (SIGTERM after the app exits); meshdrain --mesh linkerd --deadline %s --app-drain %s; %s. From meshdrain plan --mesh linkerd with eds-lag %s",
