@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/meshdrain/meshdrain/pkg/output"
 	"github.com/meshdrain/meshdrain/pkg/podsim"
@@ -141,7 +142,12 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 			return runSimulate(cmd, s, o, opts)
 		},
 	}
-	f := cmd.Flags()
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// addFlags registers simulate's flags on f, bound to o.
+func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.mesh, "mesh", o.mesh, "the service mesh: istio (an Envoy sidecar run by pilot-agent) or linkerd (a linkerd2-proxy sidecar)")
 	f.DurationVar(&o.waitBeforeExit, "wait-before-exit", 0, "config.alpha.linkerd.io/proxy-wait-before-exit-seconds, for --mesh linkerd --sidecar classic")
 	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp")
@@ -170,7 +176,6 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 	f.StringVar(&o.meshdrainBin, "meshdrain-bin", "", "meshdrain binary run as the preStop (default: this executable)")
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text (the table), json or yaml")
 	f.IntVar(&o.maxFailures, "max-failures", o.maxFailures, "exit 1 when a run has more client failures than this (-1: never)")
-	return cmd
 }
 
 // applyTraffic takes the numbers of the --traffic preset for every flag not given.

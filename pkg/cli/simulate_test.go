@@ -38,14 +38,8 @@ func TestSimulateLinkerdSidecars(t *testing.T) {
 		t.Helper()
 		o := defaultSimulateOptions()
 		cmd := &cobra.Command{}
-		f := cmd.Flags()
-		f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "")
-		f.StringVar(&o.mesh, "mesh", o.mesh, "")
-		f.DurationVar(&o.waitBeforeExit, "wait-before-exit", 0, "")
-		f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "")
-		f.DurationVar(&o.drainDuration, "drain-duration", o.drainDuration, "")
-		f.DurationVar(&o.minDrainDuration, "min-drain-duration", o.minDrainDuration, "")
-		if err := f.Parse(args); err != nil {
+		o.addFlags(cmd.Flags())
+		if err := cmd.Flags().Parse(args); err != nil {
 			t.Fatal(err)
 		}
 		if err := o.applyMesh(cmd); err != nil {

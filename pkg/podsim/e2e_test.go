@@ -34,21 +34,8 @@ func TestSimulateEndToEnd(t *testing.T) {
 	// The user's scenario at half the rate (and half the clients, so each client's rate and
 	// thus the gaps the quiet window must bridge are unchanged), to stay light on a shared CI
 	// machine.
-	cmd := exec.CommandContext(ctx, bin, "simulate", "-o", "json", "--meshdrain-bin", bin,
-		"--time-scale", "0.2", "--qps", "400", "--clients", "25",
+	report := simulateReport(t, ctx, bin, "--time-scale", "0.2", "--qps", "400", "--clients", "25",
 		"--quiet", quiet.String(), "--poll", poll.String())
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	started := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("simulate: %v\n%s", err, stderr.String())
-	}
-	t.Logf("simulate took %v:\n%s", time.Since(started).Round(time.Millisecond), stderr.String())
-
-	var report podsim.Report
-	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
-		t.Fatalf("decode %q: %v", stdout.String(), err)
-	}
 	results := map[string]podsim.Result{}
 	for _, r := range report.Results {
 		results[r.Strategy+"/"+r.Sidecar] = r
@@ -126,4 +113,23 @@ func buildMeshdrain(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// simulateReport runs `bin simulate -o json` with args, using bin as the preStop, and decodes
+// its report; the progress lines go to the test log.
+func simulateReport(t *testing.T, ctx context.Context, bin string, args ...string) podsim.Report {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"simulate", "-o", "json", "--meshdrain-bin", bin}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	started := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, stderr.String())
+	}
+	t.Logf("simulate took %v:\n%s", time.Since(started).Round(time.Millisecond), stderr.String())
+	var report podsim.Report
+	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
+		t.Fatalf("decode %q: %v", stdout.String(), err)
+	}
+	return report
 }

@@ -1,10 +1,7 @@
 package podsim_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -31,20 +28,7 @@ func TestSimulateLinkerdEndToEnd(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "simulate", "--mesh", "linkerd", "-o", "json", "--meshdrain-bin", bin,
-		"--strategy", "none,sleep:5s,meshdrain", "--sidecar", "recommended")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	started := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("simulate: %v\n%s", err, stderr.String())
-	}
-	t.Logf("simulate took %v:\n%s", time.Since(started).Round(time.Millisecond), stderr.String())
-
-	var report podsim.Report
-	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
-		t.Fatalf("decode %q: %v", stdout.String(), err)
-	}
+	report := simulateReport(t, ctx, bin, "--mesh", "linkerd", "--strategy", "none,sleep:5s,meshdrain", "--sidecar", "recommended")
 	if report.Scenario.Mesh != podsim.MeshLinkerd {
 		t.Errorf("report's mesh = %q, want linkerd", report.Scenario.Mesh)
 	}

@@ -371,18 +371,11 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 	if sc.linkerd() {
 		return recommendedLinkerd(sc, p, in), nil
 	}
-	spec := SidecarSpec{
-		Name:                     "recommended",
-		Mode:                     SidecarClassic,
-		TerminationDrainDuration: p.TerminationDrainDuration,
-		DrainDuration:            max(45*time.Second, p.AppExitWorst),
-		MinDrainDuration:         5 * time.Second,
-		MeshdrainDeadline:        p.Deadline,
-		MeshdrainAppDrain:        p.AppDrain,
-		MeshdrainQuiet:           p.Quiet,
-		MeshdrainMinWait:         sc.MinWait,
-		MeshdrainClientPeriod:    in.ClientPeriod,
-	}
+	spec := planned(sc, p, in)
+	spec.Mode = SidecarClassic
+	spec.TerminationDrainDuration = p.TerminationDrainDuration
+	spec.DrainDuration = max(45*time.Second, p.AppExitWorst)
+	spec.MinDrainDuration = 5 * time.Second
 	grace := spec.takeGracePeriod(sc, p)
 	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s%s; %s. From meshdrain plan with eds-lag %s",
 		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), quietNote(sc, p, in), grace, sc.EDSLag)
@@ -391,6 +384,19 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 	}
 	spec.Note += clientsNote(p, in)
 	return spec, nil
+}
+
+// planned is the "recommended" sidecar's meshdrain flags as the plan gives them, whatever
+// the mesh; the caller adds the sidecar's own settings.
+func planned(sc Scenario, p plan.Plan, in plan.Input) SidecarSpec {
+	return SidecarSpec{
+		Name:                  "recommended",
+		MeshdrainDeadline:     p.Deadline,
+		MeshdrainAppDrain:     p.AppDrain,
+		MeshdrainQuiet:        p.Quiet,
+		MeshdrainMinWait:      sc.MinWait,
+		MeshdrainClientPeriod: in.ClientPeriod,
+	}
 }
 
 // quietNote is the plan's --quiet when it differs from the scenario's, with what set it.
@@ -430,16 +436,8 @@ func clientsNote(p plan.Plan, in plan.Input) string {
 // recommendedLinkerd is the native Linkerd proxy with the grace period and meshdrain flags
 // of `meshdrain plan --mesh linkerd`.
 func recommendedLinkerd(sc Scenario, p plan.Plan, in plan.Input) SidecarSpec {
-	spec := SidecarSpec{
-		Name:                  "recommended",
-		Mesh:                  MeshLinkerd,
-		Mode:                  SidecarNative,
-		MeshdrainDeadline:     p.Deadline,
-		MeshdrainAppDrain:     p.AppDrain,
-		MeshdrainQuiet:        p.Quiet,
-		MeshdrainMinWait:      sc.MinWait,
-		MeshdrainClientPeriod: in.ClientPeriod,
-	}
+	spec := planned(sc, p, in)
+	spec.Mesh, spec.Mode = MeshLinkerd, SidecarNative
 	grace := spec.takeGracePeriod(sc, p)
 	spec.Note = fmt.Sprintf("native linkerd-proxy (SIGTERM after the app exits); meshdrain --mesh linkerd --deadline %s --app-drain %s; %s. From meshdrain plan --mesh linkerd with eds-lag %s",
 		fmtD(p.Deadline), fmtD(p.AppDrain), grace, sc.EDSLag)
