@@ -63,6 +63,14 @@ type Sidecar interface {
 	DrainListeners(ctx context.Context, mode envoyadmin.DrainMode) error
 }
 
+// UsedOnlyReader is the optional part of a Sidecar that polls more cheaply between complete
+// reads (*envoyadmin.Client has it: Envoy's usedonly, completed with the last complete read).
+// Its answers may miss a counter that moved, so the watch polls with it but never decides on
+// it: the poll that would end the wait is followed by a complete read, and that one decides.
+type UsedOnlyReader interface {
+	InboundUsed(ctx context.Context, sel inbound.Selector) (inbound.Snapshot, error)
+}
+
 // Config holds every knob of one drain. Durations are relative to the moment Run starts.
 type Config struct {
 	Selector  inbound.Selector
@@ -146,11 +154,14 @@ type Result struct {
 	// OpenStreams is the in-flight gauge when the wait ended with quiet-streams.
 	OpenStreams *float64
 	Polls       int
-	AdminErrors int
-	DrainCalled bool
-	ActionsRun  bool
-	ActionsTook time.Duration
-	ActionErr   error
+	// CompleteReads counts the polls made to confirm a decision that a cheaper poll
+	// (UsedOnlyReader) proposed; they are in Polls too.
+	CompleteReads int
+	AdminErrors   int
+	DrainCalled   bool
+	ActionsRun    bool
+	ActionsTook   time.Duration
+	ActionErr     error
 	// FrozenAnswers counts admin answers that could not be fresh (counted in AdminErrors too).
 	FrozenAnswers int
 	// RecentArrivals is what arrived in the RecentWindow before the sidecar went away; nil
@@ -404,37 +415,80 @@ func (c *coordinator) watch(ctx, parent context.Context, snap inbound.Snapshot, 
 	c.result.ActiveAtEnd = first.Active
 	c.watchStarted = true
 	c.arrivals.add(c.clock.Now(), first)
+	cheap, _ := c.sidecar.(UsedOnlyReader)
 	for {
 		if reason := c.wait(parent, c.cfg.Poll); reason != "" {
 			return reason
 		}
-		snap, err := c.fetch(ctx)
-		if reason := c.stopped(parent); reason != "" {
+		fetch := c.fetch
+		if cheap != nil {
+			fetch = c.fetchUsed(cheap)
+		}
+		snap, d, reason := c.poll(ctx, parent, fetch)
+		if reason != "" {
 			return reason
 		}
-		if err == nil {
-			err = c.freshStats(snap)
-		}
-		if err != nil {
-			if envoyadmin.IsRefused(err) {
-				return c.sidecarGone()
-			}
-			c.adminError(err)
+		if d.Reason == "" {
 			continue
 		}
-		reading := snap.Read()
-		d := c.rule.Observe(c.observation(snap, reading))
-		c.account(d)
-		c.result.ActiveAtEnd = reading.Active
-		now := c.clock.Now()
-		c.arrivals.add(now, reading)
-		c.progress(now, reading)
+		if cheap != nil {
+			// Without an admin counter (Istio's default stats), the answers are shown fresh
+			// by /server_info's uptime stepping, which can take a second: that wait is made
+			// on cheap polls, before the complete read.
+			if snap.AdminRequestsTotal == nil && c.fresh.adminLast == nil && !c.confirmQuiet(ctx, c.start.Add(d.LastArrival), snap) {
+				continue
+			}
+			// The cheap answer may have missed a counter that moved: the decision is made
+			// again on a complete read, which counts anything missed as an arrival now.
+			c.result.CompleteReads++
+			if snap, d, reason = c.poll(ctx, parent, c.fetch); reason != "" {
+				return reason
+			}
+			if d.Change.Arrivals > 0 {
+				// Arrivals the cheap polls did not show (or that came in the milliseconds
+				// between the two): a sidecar whose cheap answers miss arrivals would make
+				// every quiet window a pause in the traffic, and stretch the next one.
+				c.log.Warn("a complete read showed arrivals the cheap (usedonly) polls had not; polling the complete stats from now on",
+					zap.Float64("arrivals", d.Change.Arrivals))
+				cheap = nil
+			}
+			if d.Reason == "" {
+				continue
+			}
+		}
 		// A decision rests on the counter having stood still since the last arrival: it
 		// stands only if the answers are known to be fresh across that time.
-		if d.Reason != "" && c.confirmQuiet(ctx, c.start.Add(d.LastArrival), snap) {
+		if c.confirmQuiet(ctx, c.start.Add(d.LastArrival), snap) {
 			return d.Reason
 		}
 	}
+}
+
+// poll takes one poll with fetch and shows it to the rule. A failed poll is an admin error
+// and no decision; reason is set when the wait must end at once.
+func (c *coordinator) poll(ctx, parent context.Context, fetch func(context.Context) (inbound.Snapshot, error)) (inbound.Snapshot, Decision, Reason) {
+	snap, err := fetch(ctx)
+	if reason := c.stopped(parent); reason != "" {
+		return snap, Decision{}, reason
+	}
+	if err == nil {
+		err = c.freshStats(snap)
+	}
+	if err != nil {
+		if envoyadmin.IsRefused(err) {
+			return snap, Decision{}, c.sidecarGone()
+		}
+		c.adminError(err)
+		return snap, Decision{}, ""
+	}
+	reading := snap.Read()
+	d := c.rule.Observe(c.observation(snap, reading))
+	c.account(d)
+	c.result.ActiveAtEnd = reading.Active
+	now := c.clock.Now()
+	c.arrivals.add(now, reading)
+	c.progress(now, reading)
+	return snap, d, ""
 }
 
 // observation is the rule's view of a poll.
@@ -465,6 +519,16 @@ func (c *coordinator) fetch(ctx context.Context) (inbound.Snapshot, error) {
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
 	return c.sidecar.Inbound(callCtx, c.cfg.Selector)
+}
+
+// fetchUsed is fetch through the sidecar's cheaper poll.
+func (c *coordinator) fetchUsed(r UsedOnlyReader) func(context.Context) (inbound.Snapshot, error) {
+	return func(ctx context.Context) (inbound.Snapshot, error) {
+		c.result.Polls++
+		callCtx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
+		defer cancel()
+		return r.InboundUsed(callCtx, c.cfg.Selector)
+	}
 }
 
 // wait sleeps for d on the injected clock, but never past the deadline. It returns the
@@ -550,6 +614,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		optionalField("rate_per_s", rate(c.result.Rate)),
 		optionalField("open_streams", c.result.OpenStreams),
 		zap.Int("polls", c.result.Polls),
+		zap.Int("complete_reads", c.result.CompleteReads),
 		zap.Int("admin_errors", c.result.AdminErrors),
 		zap.Bool("drain_called", c.result.DrainCalled),
 		zap.Bool("actions_run", c.result.ActionsRun),

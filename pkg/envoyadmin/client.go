@@ -62,6 +62,7 @@ type Client struct {
 	target localhttp.Target
 	http   Doer
 	opts   Options
+	used   usedView // the picture InboundUsed completes
 }
 
 // New returns a client for baseURL: "http://127.0.0.1:15000", "http://[::1]:15000", or a unix
@@ -115,7 +116,16 @@ func IsUnreachable(err error) bool { return localhttp.IsUnreachable(err) }
 // Stats fetches /stats/prometheus restricted by filter (an RE2 regex Envoy matches against
 // its own stat names) and returns the parsed families.
 func (c *Client) Stats(ctx context.Context, filter string) (map[string]*dto.MetricFamily, error) {
+	return c.stats(ctx, filter, false)
+}
+
+// stats is Stats, with usedOnly adding Envoy's usedonly: only the stats whose "used" flag is
+// set are answered.
+func (c *Client) stats(ctx context.Context, filter string, usedOnly bool) (map[string]*dto.MetricFamily, error) {
 	q := url.Values{}
+	if usedOnly {
+		q.Set("usedonly", "")
+	}
 	if filter != "" {
 		q.Set("filter", filter)
 	}
@@ -130,10 +140,12 @@ func (c *Client) Stats(ctx context.Context, filter string) (map[string]*dto.Metr
 
 // Inbound fetches and normalises the inbound side selected by sel.
 func (c *Client) Inbound(ctx context.Context, sel inbound.Selector) (inbound.Snapshot, error) {
-	families, err := c.Stats(ctx, inbound.StatsFilter(sel))
+	filter := inbound.StatsFilter(sel)
+	families, err := c.Stats(ctx, filter)
 	if err != nil {
 		return inbound.Snapshot{}, err
 	}
+	c.used.refresh(filter, families)
 	return inbound.Normalise(families, sel), nil
 }
 

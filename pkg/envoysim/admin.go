@@ -299,6 +299,9 @@ func (a *adminServer) handleStats(params map[string]string, format statsFormat) 
 	if bad != "" {
 		return textResponse(400, bad)
 	}
+	if p.usedOnly && a.s.hideUsed.Load() {
+		p.types = map[statType]bool{} // no type: nothing is selected
+	}
 	a.s.server.uptime.set(a.s.flushedUptime())
 	body, contentType := renderStats(a.s.store.all(), p)
 	return adminResponse{code: 200, contentType: contentType, body: body}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -47,6 +48,7 @@ type Sidecar struct {
 	listeners map[string]*listenerStats
 	server    serverStats
 	faults    *Faults
+	hideUsed  atomic.Bool // HideFromUsedOnly
 
 	mu               sync.Mutex
 	healthFailed     bool
@@ -263,6 +265,14 @@ func (s *Sidecar) ExitReason() string {
 
 // Faults is the runtime fault injection of this sidecar.
 func (s *Sidecar) Faults() *Faults { return s.faults }
+
+// HideFromUsedOnly makes /stats?usedonly answer no stat at all, as if Envoy had cleared every
+// used flag just before the answer: the worst a usedonly poll can show. Envoy can clear the
+// flag (Metric::markUnused in source/common/stats/allocator.cc; a hot restart's NeverImport
+// gauge merge clears it too); which of its code paths do so, and when, was not confirmed
+// here, so the emulator never clears it by itself: tests turn this on to check that no
+// decision rests on a usedonly answer.
+func (s *Sidecar) HideFromUsedOnly(on bool) { s.hideUsed.Store(on) }
 
 // Kill is SIGKILL: every socket is closed at once and in-flight requests are cut.
 func (s *Sidecar) Kill() { s.exit("killed") }

@@ -70,12 +70,13 @@ func (s *stat) add(n uint64) {
 	s.used.Store(true)
 }
 
+// dec leaves the used flag as it is, as Envoy's Gauge::sub does (allocator.cc): only add
+// and set mark a stat used.
 func (s *stat) dec() {
 	if s == nil {
 		return
 	}
 	s.value.Add(^uint64(0))
-	s.used.Store(true)
 }
 
 func (s *stat) set(n uint64) {

@@ -375,7 +375,9 @@ type costReport struct {
 	Stats             int     `json:"stats"`
 	FilteredBytes     int     `json:"filtered_bytes"`
 	UnfilteredBytes   int     `json:"unfiltered_bytes"`
+	UsedBytes         int     `json:"used_bytes"`
 	EmulatorFilterMS  float64 `json:"emulator_filtered_ms"`
+	EmulatorUsedMS    float64 `json:"emulator_usedonly_ms"`
 	EmulatorOldMS     float64 `json:"emulator_old_filter_ms"`
 	EmulatorPilotMS   float64 `json:"emulator_pilot_agent_ms"`
 	EmulatorUnfiltMS  float64 `json:"emulator_unfiltered_ms"`
@@ -383,6 +385,9 @@ type costReport struct {
 	ParseAllocs       int64   `json:"parse_allocs"`
 	ParseBytes        int64   `json:"parse_bytes"`
 	ExpfmtAllocs      int64   `json:"expfmt_allocs"`
+	WatchNS           float64 `json:"watch_ns"`
+	WatchAllocs       int64   `json:"watch_allocs"`
+	WatchBytes        int64   `json:"watch_bytes"`
 	PrestopCPUPerPoll float64 `json:"prestop_cpu_per_poll_ms"`
 	PrestopPolls      int     `json:"prestop_polls"`
 	PrestopMaxRSSKB   int64   `json:"prestop_max_rss_kb"`
@@ -391,14 +396,16 @@ type costReport struct {
 
 func (c *costReport) lines() [][2]string {
 	return [][2]string{
-		{"bytes of one filtered poll, 10 inbound ports, " + strconv.Itoa(c.Stats) + " stats", fmt.Sprintf("%d B (unfiltered /stats/prometheus: %d B)", c.FilteredBytes, c.UnfilteredBytes)},
+		{"bytes of one filtered poll, 10 inbound ports, " + strconv.Itoa(c.Stats) + " stats", fmt.Sprintf("%d B complete, %d B usedonly (unfiltered /stats/prometheus: %d B)", c.FilteredBytes, c.UsedBytes, c.UnfilteredBytes)},
 		{"meshdrain CPU per poll: parse + normalise + read of that response (in-process)", fmt.Sprintf("%.3f ms, %d allocations, %d B (expfmt alone: %d allocations)", c.ParseNS/1e6, c.ParseAllocs, c.ParseBytes, c.ExpfmtAllocs)},
+		{"… of a watch poll: the usedonly response parsed, completed with the complete one, normalised and read", fmt.Sprintf("%.3f ms, %d allocations, %d B", c.WatchNS/1e6, c.WatchAllocs, c.WatchBytes)},
 		{"meshdrain prestop process CPU per poll (user+sys of a 6s dry run less a 2s one, per extra poll)", fmt.Sprintf("%.3f ms (%d polls in 6s)", c.PrestopCPUPerPoll, c.PrestopPolls)},
 		{"prestop peak RSS", fmt.Sprintf("%.1f MiB", float64(c.PrestopMaxRSSKB)/1024)},
-		{"emulated Envoy CPU per filtered poll (meshdrain's filter)", fmt.Sprintf("%.1f ms", c.EmulatorFilterMS)},
-		{"… pilot-agent's poll (/stats?usedonly&filter=downstream_cx_active$)", fmt.Sprintf("%.1f ms (meshdrain's filter: %.2f×)", c.EmulatorPilotMS, c.EmulatorFilterMS/c.EmulatorPilotMS)},
-		{"… the unfiltered dump (/stats/prometheus)", fmt.Sprintf("%.1f ms (meshdrain's filter: %.2f×)", c.EmulatorUnfiltMS, c.EmulatorFilterMS/c.EmulatorUnfiltMS)},
-		{"… the previous filter (an ^ per alternative)", fmt.Sprintf("%.1f ms (meshdrain's filter: %.2f×)", c.EmulatorOldMS, c.EmulatorFilterMS/c.EmulatorOldMS)},
+		{"emulated Envoy CPU per watch poll (meshdrain's filter, usedonly)", fmt.Sprintf("%.1f ms (%.2f× pilot-agent's poll)", c.EmulatorUsedMS, c.EmulatorUsedMS/c.EmulatorPilotMS)},
+		{"… per complete read (meshdrain's filter; the first poll and one per quiet decision)", fmt.Sprintf("%.1f ms (%.2f× pilot-agent's poll)", c.EmulatorFilterMS, c.EmulatorFilterMS/c.EmulatorPilotMS)},
+		{"… pilot-agent's poll (/stats?usedonly&filter=downstream_cx_active$)", fmt.Sprintf("%.1f ms", c.EmulatorPilotMS)},
+		{"… the unfiltered dump (/stats/prometheus)", fmt.Sprintf("%.1f ms (meshdrain's watch poll: %.3f×)", c.EmulatorUnfiltMS, c.EmulatorUsedMS/c.EmulatorUnfiltMS)},
+		{"… the previous filter (an ^ per alternative)", fmt.Sprintf("%.1f ms (meshdrain's watch poll: %.3f×)", c.EmulatorOldMS, c.EmulatorUsedMS/c.EmulatorOldMS)},
 		{"binary size", fmt.Sprintf("%d B (%.2f MiB)", c.BinaryBytes, float64(c.BinaryBytes)/(1<<20))},
 	}
 }
@@ -425,7 +432,7 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 		return nil, err
 	}
 	defer func() { _ = emu.Process.Kill(); _ = emu.Wait() }()
-	admin, err := readAdminURL(stdout)
+	admin, inbounds, err := readEmulator(stdout, 10)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +452,16 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 		}
 		return body, err
 	}
+	// One request through every inbound port (its app refuses: a 503), so that their stats
+	// are used, as a serving pod's are, and the usedonly answer holds them.
+	for _, addr := range inbounds {
+		if resp, err := client.Get("http://" + addr + "/"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
 	filtered := "/stats/prometheus?filter=" + url.QueryEscape(inbound.StatsFilter(inbound.Selector{}))
+	used := "/stats/prometheus?usedonly&filter=" + url.QueryEscape(inbound.StatsFilter(inbound.Selector{}))
 	old := "/stats/prometheus?filter=" + url.QueryEscape(oldFilter)
 	pilot := "/stats?usedonly&filter=" + url.QueryEscape("downstream_cx_active$")
 	unfiltered := "/stats/prometheus"
@@ -457,7 +473,11 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.FilteredBytes, c.UnfilteredBytes = len(payload), len(dump)
+	usedPayload, err := get(used)
+	if err != nil {
+		return nil, err
+	}
+	c.FilteredBytes, c.UsedBytes, c.UnfilteredBytes = len(payload), len(usedPayload), len(dump)
 	c.Stats = bytes.Count(dump, []byte("\n")) - bytes.Count(dump, []byte("# TYPE"))
 	if text, err := get("/stats"); err == nil {
 		c.Stats = bytes.Count(text, []byte("\n"))
@@ -484,7 +504,7 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 		for _, q := range []struct {
 			name, path string
 			n          int
-		}{{"filtered", filtered, 20}, {"pilot", pilot, 20}, {"old", old, 5}, {"unfiltered", unfiltered, 5}} {
+		}{{"filtered", filtered, 20}, {"used", used, 20}, {"pilot", pilot, 20}, {"old", old, 5}, {"unfiltered", unfiltered, 5}} {
 			ms, err := measure(q.path, q.n)
 			if err != nil {
 				return nil, err
@@ -492,7 +512,7 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 			samples[q.name] = append(samples[q.name], ms)
 		}
 	}
-	c.EmulatorFilterMS, c.EmulatorPilotMS = median(samples["filtered"]), median(samples["pilot"])
+	c.EmulatorFilterMS, c.EmulatorUsedMS, c.EmulatorPilotMS = median(samples["filtered"]), median(samples["used"]), median(samples["pilot"])
 	c.EmulatorOldMS, c.EmulatorUnfiltMS = median(samples["old"]), median(samples["unfiltered"])
 
 	// meshdrain's own CPU per poll: the real response parsed, normalised and read.
@@ -507,6 +527,27 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 		}
 	})
 	c.ParseNS, c.ParseAllocs, c.ParseBytes = float64(parse.NsPerOp()), parse.AllocsPerOp(), parse.AllocedBytesPerOp()
+	// The watch poll: the usedonly answer parsed, completed with the picture (the complete
+	// answer), normalised and read.
+	picture, err := inbound.ParseFamilies(bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	watch := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			answer, err := inbound.ParseFamilies(bytes.NewReader(usedPayload))
+			if err != nil {
+				b.Fatal(err)
+			}
+			merged, ok := inbound.CompleteWith(picture, answer)
+			if !ok {
+				b.Fatal("the usedonly answer does not complete the complete one")
+			}
+			_ = inbound.Normalise(merged, inbound.Selector{}).Read()
+		}
+	})
+	c.WatchNS, c.WatchAllocs, c.WatchBytes = float64(watch.NsPerOp()), watch.AllocsPerOp(), watch.AllocedBytesPerOp()
 	c.ExpfmtAllocs = expfmtAllocs(payload)
 
 	// The real prestop process, dry-run against the same emulator, twice (2s and 6s): the
@@ -586,14 +627,28 @@ func vmHWM(pid int) int64 {
 	return 0
 }
 
-func readAdminURL(r io.Reader) (string, error) {
+// readEmulator reads the emulator's admin URL and the listen addresses of its n inbound ports
+// from what it prints at start ("admin: URL", then "inbound PORT: ADDR -> APP").
+func readEmulator(r io.Reader, n int) (string, []string, error) {
+	var admin string
+	var inbounds []string
 	scanner := bufio.NewScanner(r)
 	for scanner.Scan() {
-		if u, ok := strings.CutPrefix(scanner.Text(), "admin: "); ok {
-			return strings.TrimSpace(u), nil
+		line := scanner.Text()
+		if u, ok := strings.CutPrefix(line, "admin: "); ok {
+			admin = strings.TrimSpace(u)
+		}
+		if rest, ok := strings.CutPrefix(line, "inbound "); ok {
+			if _, mapping, ok := strings.Cut(rest, ": "); ok {
+				addr, _, _ := strings.Cut(mapping, " -> ")
+				inbounds = append(inbounds, strings.TrimSpace(addr))
+			}
+		}
+		if admin != "" && len(inbounds) == n {
+			return admin, inbounds, nil
 		}
 	}
-	return "", errors.New("the emulator printed no admin URL")
+	return "", nil, fmt.Errorf("the emulator printed admin URL %q and %d of %d inbound addresses", admin, len(inbounds), n)
 }
 
 // procCPU is a process's user+system CPU in milliseconds, from /proc/PID/stat.
