@@ -422,7 +422,7 @@ func (c *coordinator) watch(ctx, parent context.Context, snap inbound.Snapshot, 
 		}
 		fetch := c.fetch
 		if cheap != nil {
-			fetch = c.fetchUsed(cheap)
+			fetch = func(ctx context.Context) (inbound.Snapshot, error) { return c.fetchWith(ctx, cheap.InboundUsed) }
 		}
 		snap, d, reason := c.poll(ctx, parent, fetch)
 		if reason != "" {
@@ -515,20 +515,15 @@ func (c *coordinator) account(d Decision) {
 }
 
 func (c *coordinator) fetch(ctx context.Context) (inbound.Snapshot, error) {
+	return c.fetchWith(ctx, c.sidecar.Inbound)
+}
+
+// fetchWith is one poll through read, counted and bounded by the connect timeout.
+func (c *coordinator) fetchWith(ctx context.Context, read func(context.Context, inbound.Selector) (inbound.Snapshot, error)) (inbound.Snapshot, error) {
 	c.result.Polls++
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
-	return c.sidecar.Inbound(callCtx, c.cfg.Selector)
-}
-
-// fetchUsed is fetch through the sidecar's cheaper poll.
-func (c *coordinator) fetchUsed(r UsedOnlyReader) func(context.Context) (inbound.Snapshot, error) {
-	return func(ctx context.Context) (inbound.Snapshot, error) {
-		c.result.Polls++
-		callCtx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
-		defer cancel()
-		return r.InboundUsed(callCtx, c.cfg.Selector)
-	}
+	return read(callCtx, c.cfg.Selector)
 }
 
 // wait sleeps for d on the injected clock, but never past the deadline. It returns the

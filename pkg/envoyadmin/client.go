@@ -140,12 +140,22 @@ func (c *Client) stats(ctx context.Context, filter string, usedOnly bool) (map[s
 
 // Inbound fetches and normalises the inbound side selected by sel.
 func (c *Client) Inbound(ctx context.Context, sel inbound.Selector) (inbound.Snapshot, error) {
+	return c.complete(ctx, sel, false)
+}
+
+// complete reads the complete stats of sel. keep starts InboundUsed's picture with them;
+// otherwise they only replace a picture already kept of the same selection.
+func (c *Client) complete(ctx context.Context, sel inbound.Selector, keep bool) (inbound.Snapshot, error) {
 	filter := inbound.StatsFilter(sel)
 	families, err := c.Stats(ctx, filter)
 	if err != nil {
 		return inbound.Snapshot{}, err
 	}
-	c.used.refresh(filter, families)
+	if keep {
+		c.used.reset(filter, families)
+	} else {
+		c.used.refresh(filter, families)
+	}
 	return inbound.Normalise(families, sel), nil
 }
 

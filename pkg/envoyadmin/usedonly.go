@@ -34,12 +34,7 @@ func (c *Client) InboundUsed(ctx context.Context, sel inbound.Selector) (inbound
 	filter := inbound.StatsFilter(sel)
 	picture := c.used.get(filter)
 	if picture == nil {
-		families, err := c.Stats(ctx, filter)
-		if err != nil {
-			return inbound.Snapshot{}, err
-		}
-		c.used.reset(filter, families)
-		return inbound.Normalise(families, sel), nil
+		return c.complete(ctx, sel, true)
 	}
 	answer, err := c.stats(ctx, filter, true)
 	if err != nil {
@@ -47,14 +42,13 @@ func (c *Client) InboundUsed(ctx context.Context, sel inbound.Selector) (inbound
 	}
 	merged, ok := inbound.CompleteWith(picture, answer)
 	if !ok {
-		c.used.reset("", nil)
-		return c.InboundUsed(ctx, sel)
+		return c.complete(ctx, sel, true)
 	}
 	c.used.reset(filter, merged)
 	snap := inbound.Normalise(merged, sel)
 	// The admin request counter proves an answer fresh only by its own value: a carried one
 	// proves nothing, so it is left unknown when this answer lacks it.
-	snap.AdminRequestsTotal = inbound.Normalise(answer, sel).AdminRequestsTotal
+	snap.AdminRequestsTotal = inbound.AdminRequests(answer)
 	return snap, nil
 }
 

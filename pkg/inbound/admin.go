@@ -26,3 +26,15 @@ func (n *normaliser) adminRequests(name string, fam *dto.MetricFamily) {
 		}
 	}
 }
+
+// AdminRequests reads AdminRequestsStat alone from parsed families: nil when they do not
+// carry it.
+func AdminRequests(families map[string]*dto.MetricFamily) *float64 {
+	var n normaliser
+	for _, name := range []string{"envoy_http_admin_downstream_rq_total", "envoy_http_downstream_rq_total"} {
+		if fam, ok := families[name]; ok {
+			n.adminRequests(name, fam)
+		}
+	}
+	return n.adminRequestsTotal
+}
