@@ -7,19 +7,21 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo $(RE
 IMAGE ?= ghcr.io/meshdrain/meshdrain:$(RELEASE)
 LDFLAGS := -s -w -X github.com/meshdrain/meshdrain/pkg/cli.Version=$(VERSION)
 BIN := bin/meshdrain
+SIM_BIN := bin/meshdrain-sim
 GO ?= go
 
 FUZZTIME ?= 30s
 # Each fuzz target as package:Name. Their seeds (testdata/fuzz) run with every `go test`.
-FUZZ_TARGETS := ./pkg/inbound:FuzzParse ./pkg/inbound:FuzzStatsFilter ./pkg/envoyadmin:FuzzReadResponse ./pkg/cli:FuzzPrestopConfig
+FUZZ_TARGETS := ./pkg/mesh/envoy:FuzzParse ./pkg/mesh/envoy:FuzzStatsFilter ./pkg/mesh/envoy:FuzzReadResponse ./pkg/cli:FuzzPrestopConfig
 
 .PHONY: help build test test-race lint demo clean image faults fuzz bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## Build the static, stripped binary into bin/meshdrain
+build: ## Build the pod binary (bin/meshdrain: static, stripped) and the test world (bin/meshdrain-sim)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meshdrain
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(SIM_BIN) ./cmd/meshdrain-sim
 
 test: lint ## Run every test (unit, integration, end-to-end), the race detector on the concurrent packages, and the size check
 	$(GO) test -count=1 ./...
@@ -44,14 +46,14 @@ fuzz: ## Fuzz the stats parser, the admin response reader and prestop's flag/var
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 	echo "fuzz $$name in $$pkg for $(FUZZTIME)"; $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
-demo: build ## Replay the user's rollout (domain.md §5) for each preStop strategy, on this machine
-	$(BIN) simulate
+demo: build ## Replay the user's rollout (docs/facts.md §5) for each preStop strategy, on this machine
+	$(SIM_BIN) simulate
 
 image: ## Print the docker build command of the release image (IMAGE=... to push elsewhere)
 	@echo docker build -t $(IMAGE) --build-arg VERSION=$(RELEASE) .
 
 bench: build ## The benchmark matrix: every traffic shape x preStop strategy, then poll costs (several minutes)
-	$(GO) run ./scripts/bench --meshdrain-bin $(BIN) $(BENCH_FLAGS)
+	$(GO) run ./scripts/bench --meshdrain-bin $(BIN) --sim-bin $(SIM_BIN) $(BENCH_FLAGS)
 
 clean: ## Remove build output
 	rm -rf bin

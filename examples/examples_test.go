@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/cli"
-	"github.com/meshdrain/meshdrain/pkg/plan"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -328,7 +329,7 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 // linkerdScenario is userScenario for a Linkerd proxy.
 func linkerdScenario(sc plan.Sidecar) plan.Input {
 	in := userScenario(sc)
-	in.Mesh = plan.MeshLinkerd
+	in.Mesh = mesh.Linkerd
 	return in
 }
 
@@ -346,7 +347,7 @@ func checkLinkerd(t reporter, tpl corev1.PodTemplateSpec, ps prestop, grace, app
 	if ann[plan.LinkerdInjectAnnotation] != "enabled" {
 		t.Errorf("%s is not \"enabled\": the example gets no proxy unless its namespace asks for one", plan.LinkerdInjectAnnotation)
 	}
-	if got := argValue(ps.args, "--mesh"); got != string(plan.MeshLinkerd) {
+	if got := argValue(ps.args, "--mesh"); got != string(mesh.Linkerd) {
 		t.Errorf("prestop --mesh %q: prestop reads a Linkerd proxy only with --mesh=linkerd (its defaults are Envoy's)", got)
 	}
 	if got := argValue(ps.args, "--admin"); got != plan.LinkerdAdminURL {

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/meshdrain/meshdrain/pkg/cli"
-	"github.com/meshdrain/meshdrain/pkg/plan"
+	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"

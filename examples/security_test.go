@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshdrain/meshdrain/pkg/plan"
+	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
+	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
 )
 
 // The fault matrix's Linkerd cases: where a Linkerd proxy's admin port differs from Envoy's.

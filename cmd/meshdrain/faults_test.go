@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/envoysim"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
+	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 )
 
 // The fault matrix runs the real binary against misbehaving admin servers, shutdown

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/envoysim"
-	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
+	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
 )
 
-// These run the binary as the kubelet would against pkg/linkerdsim, the Linkerd proxy
+// These run the binary as the kubelet would against pkg/sim/linkerdsim, the Linkerd proxy
 // emulator, on 127.0.0.1: the app's preStop of a Linkerd pod.
 
 // linkerdPod is an emulated proxy with inbound port 8080 in front of an app, and its client.

@@ -6,7 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshdrain/meshdrain/pkg/status"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/status"
 )
 
 type checkOptions struct {
@@ -103,9 +104,9 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 		return usageError("--proxy-wait-before-exit is judged against the app's latest exit: give --grace-period too")
 	}
 	switch {
-	case o.sidecar.mesh == meshLinkerd && o.terminationDrainDuration > 0:
+	case o.sidecar.mesh == mesh.Linkerd && o.terminationDrainDuration > 0:
 		return usageError("--termination-drain-duration is Istio's pilot-agent setting; a classic Linkerd proxy has --proxy-wait-before-exit")
-	case (o.sidecar.mesh == meshIstio || o.sidecar.mesh == meshEnvoy) && o.proxyWaitBeforeExit > 0:
+	case (o.sidecar.mesh == mesh.Istio || o.sidecar.mesh == mesh.Envoy) && o.proxyWaitBeforeExit > 0:
 		return usageError("--proxy-wait-before-exit is a Linkerd proxy's setting; a classic Istio sidecar has --termination-drain-duration")
 	}
 	sc, admin, sel, err := o.sidecar.sidecar()

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshdrain/meshdrain/pkg/envoysim"
-	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 )
 
 func TestCheckCommandExitCodes(t *testing.T) {
@@ -23,7 +23,7 @@ func TestCheckCommandExitCodes(t *testing.T) {
 		{"istio-legacy", envoysim.Config{Profile: envoysim.ProfileIstioLegacy}, nil, ExitOK, "check passed"},
 		{"envoy named", envoysim.Config{Profile: envoysim.ProfileEnvoy}, []string{"--cluster", "service_a"}, ExitOK, "cluster-requests"},
 		{"envoy unnamed", envoysim.Config{Profile: envoysim.ProfileEnvoy}, nil, ExitFailure, "--cluster NAME"},
-		{"istio-default", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, []string{"--port", "8080"}, ExitFailure, "fix: " + inbound.MissingStatsHint},
+		{"istio-default", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, []string{"--port", "8080"}, ExitFailure, "fix: " + envoy.MissingStatsHint},
 		{"istio-default relaxed", envoysim.Config{Inclusion: envoysim.InclusionIstioDefault}, []string{"--min-signal", "completions"}, ExitOK, "WARN"},
 		{"short terminationDrainDuration", envoysim.Config{}, []string{"--grace-period", "30s", "--app-drain", "5s", "--termination-drain-duration", "5s"},
 			ExitFailure, `proxy.istio.io/config: '{"terminationDrainDuration": "30s"}'`},

@@ -6,66 +6,37 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
-	"github.com/meshdrain/meshdrain/pkg/envoysim"
-	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
-	"github.com/meshdrain/meshdrain/pkg/output"
-	"github.com/meshdrain/meshdrain/pkg/podsim"
-	"github.com/meshdrain/meshdrain/pkg/status"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/output"
+	"github.com/meshdrain/meshdrain/pkg/operator/status"
 )
 
 // enumFlags are the flags that take one of a few values, by command and flag name: the
-// shell completes them (registerEnumCompletions), and TestEveryEnumFlagCompletes fails when
+// shell completes them (RegisterEnumCompletions), and TestEveryEnumFlagCompletes fails when
 // a string flag is neither here nor declared free-form.
 func enumFlags() map[string]map[string][]string {
 	logFormats := []string{"json", "console"}
 	return map[string]map[string][]string{
 		"prestop": {
-			"drain-mode": {string(envoyadmin.DrainGraceful), string(envoyadmin.DrainImmediate), string(envoyadmin.DrainNone)},
+			"drain-mode": {string(mesh.DrainGraceful), string(mesh.DrainImmediate), string(mesh.DrainNone)},
 			"signal":     {"TERM", "INT", "QUIT", "HUP", "USR1", "USR2"},
 			"log-format": logFormats,
-			"mesh":       sidecarMeshes,
+			"mesh":       mesh.Names(mesh.Choices...),
 		},
-		"status": {"output": output.Formats, "mesh": sidecarMeshes},
+		"status": {"output": output.Formats, "mesh": mesh.Names(mesh.Choices...)},
 		"check": {
 			"output":     output.Formats,
-			"mesh":       sidecarMeshes,
+			"mesh":       mesh.Names(mesh.Choices...),
 			"min-signal": {string(status.MinRequests), string(status.MinCompletions), string(status.MinConnections)},
 		},
 		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions(), "mesh": meshCompletions()},
 		"version": {"output": output.Formats},
-		"simulate": {
-			"output":       output.Formats,
-			"traffic":      trafficNames(),
-			"strategy":     {"none", "sleep:5s", "sleep:15s", "meshdrain"},
-			"sidecar":      {"istio-default", "recommended", "linkerd-default", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
-			"mesh":         {meshIstio, meshLinkerd},
-			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
-		},
-		"emulate": {
-			"mesh":           {meshIstio, meshLinkerd},
-			"injection":      {string(linkerdsim.InjectionNative), string(linkerdsim.InjectionClassic)},
-			"profile":        {string(envoysim.ProfileIstio), string(envoysim.ProfileIstioLegacy), string(envoysim.ProfileIstio116), string(envoysim.ProfileEnvoy)},
-			"inclusion":      {string(envoysim.InclusionAll), string(envoysim.InclusionIstioDefault)},
-			"agent":          {string(envoysim.AgentClassic), string(envoysim.AgentNative), string(envoysim.AgentExitOnZero), string(envoysim.AgentNone)},
-			"drain-strategy": {envoysim.DrainImmediate, envoysim.DrainGradual},
-			"log-format":     logFormats,
-		},
 	}
 }
 
-func trafficNames() []string {
-	var names []string
-	for _, t := range podsim.Traffics() {
-		names = append(names, t.Name)
-	}
-	return names
-}
-
-// registerEnumCompletions registers the completion of every flag of enumFlags that has none
+// RegisterEnumCompletions registers the completion of every flag of enumFlags that has none
 // yet, so that no enum flag is left to the file completion a shell falls back to.
-func registerEnumCompletions(root *cobra.Command) {
-	table := enumFlags()
+func RegisterEnumCompletions(root *cobra.Command, table map[string]map[string][]string) {
 	for _, cmd := range root.Commands() {
 		if cmd.DisableFlagParsing && cmd.ValidArgsFunction == nil {
 			// cobra hands such a command its whole command line and completes no flag itself.

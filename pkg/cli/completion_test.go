@@ -49,7 +49,7 @@ func TestCompletionOfFlagValues(t *testing.T) {
 // TestHelpHasExamples checks that each of these commands' --help shows an example, since the
 // help text is the documentation a person in a pod's shell has.
 func TestHelpHasExamples(t *testing.T) {
-	for _, name := range []string{"install", "plan", "completion", "version", "status", "check", "simulate", "emulate", "prestop"} {
+	for _, name := range []string{"install", "plan", "completion", "version", "status", "check", "prestop"} {
 		code, out, errOut := runMain(t, name, "--help")
 		if code != ExitOK || !strings.Contains(out, "Examples:\n  ") || !strings.Contains(out, "meshdrain "+name) {
 			t.Errorf("%s --help: exit %d, stderr %q, no example in:\n%s", name, code, errOut, out)
@@ -86,8 +86,6 @@ func TestEveryEnumFlagCompletes(t *testing.T) {
 		// prestop parses its own flags (fail-safe): its completion is its own too.
 		{[]string{"__complete", "prestop", "--drain-mode=i"}, []string{"--drain-mode=immediate"}},
 		{[]string{"__complete", "prestop", "--grace-period", "30s", "--signal", ""}, []string{"TERM", "USR1"}},
-		{[]string{"__complete", "emulate", "--agent", ""}, []string{"classic", "native", "exit-on-zero", "none"}},
-		{[]string{"__complete", "simulate", "--sidecar", ""}, []string{"istio-default", "recommended"}},
 		{[]string{"__complete", "version", "-o", ""}, []string{"yaml"}},
 		{[]string{"__complete", "status", "--mesh", ""}, []string{"auto", "istio", "envoy", "linkerd"}},
 		{[]string{"__complete", "plan", "--mesh", ""}, []string{"istio", "linkerd"}},
@@ -119,22 +117,10 @@ func TestOutputFormats(t *testing.T) {
 			t.Errorf("plan -o %s: exit %d %s", format, code, errOut)
 		}
 	}
-	for _, args := range [][]string{{"version"}, {"status"}, {"check"}, {"plan", "--p99", "1s", "--eds-lag", "2s"}, {"simulate"}} {
+	for _, args := range [][]string{{"version"}, {"status"}, {"check"}, {"plan", "--p99", "1s", "--eds-lag", "2s"}} {
 		code, _, errOut := runMain(t, append(args, "-o", "xml")...)
 		if code != ExitUsage || !strings.Contains(errOut, "text, json") {
 			t.Errorf("%v -o xml: exit %d, stderr %q", args, code, errOut)
 		}
-	}
-}
-
-func TestEmulateAdminIsAURL(t *testing.T) {
-	for _, bad := range []string{"127.0.0.1:15000", "http://127.0.0.1", "http://127.0.0.1:15000/stats", "https://127.0.0.1:15000"} {
-		code, _, errOut := runMain(t, "emulate", "--admin", bad, "--inbound", "8080=127.0.0.1:1")
-		if code != ExitUsage || !strings.Contains(errOut, "--admin") {
-			t.Errorf("emulate --admin %s: exit %d, stderr %q", bad, code, errOut)
-		}
-	}
-	if addr, err := adminListenAddr("http://127.0.0.1:0/"); err != nil || addr != "127.0.0.1:0" {
-		t.Errorf("adminListenAddr = %q, %v", addr, err)
 	}
 }

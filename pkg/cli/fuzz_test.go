@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
-	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 )
 
 // fuzzUnsafe are the flags the fuzz target leaves out: they open paths for writing
@@ -71,12 +71,12 @@ func FuzzPrestopConfig(f *testing.F) {
 			t.Fatalf("poll %v quiet %v deadline %v", cfg.Poll, cfg.Quiet, cfg.Deadline)
 		case cfg.MinWait < 0 || cfg.MinWait > cfg.Deadline:
 			t.Fatalf("min-wait %v deadline %v", cfg.MinWait, cfg.Deadline)
-		case setup.sidecar == nil && (setup.opts.mesh != meshAuto || len(setup.candidates) == 0):
+		case setup.sidecar == nil && (setup.opts.mesh != mesh.Auto || len(setup.candidates) == 0):
 			t.Fatal("no sidecar to drain and nothing to detect")
-		case setup.opts.mesh == meshLinkerd && cfg.DrainMode != envoyadmin.DrainNone:
+		case setup.opts.mesh == mesh.Linkerd && cfg.DrainMode != mesh.DrainNone:
 			t.Fatalf("a Linkerd drain with drain mode %s", cfg.DrainMode)
 		}
-		if _, err := regexp.Compile(inbound.StatsFilter(cfg.Selector)); err != nil {
+		if _, err := regexp.Compile(envoy.StatsFilter(cfg.Selector)); err != nil {
 			t.Fatalf("filter for %+v: %v", cfg.Selector, err)
 		}
 		for _, s := range cfg.Settings {

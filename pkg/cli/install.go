@@ -3,7 +3,7 @@ package cli
 import (
 	"fmt"
 
-	"github.com/meshdrain/meshdrain/pkg/install"
+	"github.com/meshdrain/meshdrain/pkg/hook/install"
 	"github.com/spf13/cobra"
 )
 

@@ -1,18 +1,17 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/envoysim"
-	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
 )
 
 // startLinkerdSim starts an emulated Linkerd proxy with inbound port 8080 in front of a
@@ -140,86 +139,12 @@ func TestSidecarFlagsLinkerdUsage(t *testing.T) {
 // TestAdminDefaultPerMesh: without --admin each mesh reads its own sidecar's admin port, and
 // auto asks Linkerd's, then Envoy's (nothing is dialled here).
 func TestAdminDefaultPerMesh(t *testing.T) {
-	for mesh, want := range map[string]string{meshLinkerd: "http://127.0.0.1:4191", meshIstio: "http://127.0.0.1:15000", meshEnvoy: "http://127.0.0.1:15000", meshAuto: ""} {
+	for sidecarMesh, want := range map[mesh.Mesh]string{mesh.Linkerd: "http://127.0.0.1:4191", mesh.Istio: "http://127.0.0.1:15000", mesh.Envoy: "http://127.0.0.1:15000", mesh.Auto: ""} {
 		flags := defaultSidecarFlags()
-		flags.mesh = mesh
+		flags.mesh = sidecarMesh
 		_, admin, _, err := flags.sidecar()
 		if err != nil || admin != want {
-			t.Errorf("--mesh %s: admin %q, %v; want %q", mesh, admin, err, want)
+			t.Errorf("--mesh %s: admin %q, %v; want %q", sidecarMesh, admin, err, want)
 		}
-	}
-}
-
-// syncBuffer is a bytes buffer the emulator writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// TestEmulateLinkerd runs `meshdrain emulate --mesh linkerd` in-process, reads it with status
-// and check as a user would, then ends it as the pod's deletion does.
-func TestEmulateLinkerd(t *testing.T) {
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
-	defer app.Close()
-	var out, errOut syncBuffer
-	root := NewRootCommand(streams{in: strings.NewReader(""), out: &out, err: &errOut})
-	root.SetArgs([]string{"emulate", "--mesh", "linkerd", "--admin", "http://127.0.0.1:0",
-		"--inbound", "8080=127.0.0.1:0>" + strings.TrimPrefix(app.URL, "http://"), "--probe-path", "/healthz"})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-
-	var admin, inboundAddr string
-	deadline := time.Now().Add(5 * time.Second)
-	for admin == "" || inboundAddr == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner: %q %q", out.String(), errOut.String())
-		}
-		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(line, "admin: "); ok {
-				admin = v
-			}
-			if v, ok := strings.CutPrefix(line, "inbound 8080: "); ok {
-				inboundAddr, _, _ = strings.Cut(v, " -> ")
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	sendRequests(t, "http://"+inboundAddr+"/", 4)
-	sendRequests(t, "http://"+inboundAddr+"/healthz", 1)
-	if doc := statusJSON(t, "--admin", admin, "--port", "8080"); doc.Mesh != "linkerd" || *doc.Inbound[0].RequestsTotal != 4 {
-		t.Errorf("status against the emulator: %+v", doc)
-	}
-	if code, out, _ := runMain(t, "check", "--admin", admin, "--port", "8080"); code != ExitOK {
-		t.Errorf("check against the emulator: exit %d\n%s", code, out)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("emulate: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("emulate did not stop")
-	}
-	if !strings.Contains(errOut.String(), "emulator stopped") {
-		t.Errorf("no final log line: %s", errOut.String())
-	}
-	if code, _, errOut := runMain(t, "emulate", "--mesh", "linkerd", "--injection", "native", "--wait-before-exit", "5s"); code != ExitUsage ||
-		!strings.Contains(errOut, "cannot be used simultaneously") {
-		t.Errorf("a sleep on a native sidecar: exit %d %s", code, errOut)
 	}
 }

@@ -17,7 +17,8 @@ import (
 // msg) so log pipelines read it as they read any Go service; console is for people.
 // logFile "" means stderr; "/proc/1/fd/1" sends a preStop hook's logs to the container's
 // main stdout, where `kubectl logs` shows them (a hook's own output is discarded).
-func newLogger(format, logFile string, stderr io.Writer, level zapcore.Level) (*zap.Logger, func(), error) {
+// NewLogger is the logger of a command that is not a hook (emulate): to stderr or a file.
+func NewLogger(format, logFile string, stderr io.Writer, level zapcore.Level) (*zap.Logger, func(), error) {
 	encoder, err := encoderFor(format)
 	if err != nil {
 		return nil, nil, &ExitError{Code: ExitUsage, Err: err}

@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshdrain/meshdrain/pkg/drain"
-	"github.com/meshdrain/meshdrain/pkg/output"
-	"github.com/meshdrain/meshdrain/pkg/plan"
-	"github.com/meshdrain/meshdrain/pkg/podsim"
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/output"
+	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 )
 
 // planOptions are `meshdrain plan`'s inputs: the workload facts of plan.Input, plus the
@@ -19,7 +19,7 @@ import (
 type planOptions struct {
 	in       plan.Input
 	edsLag   string
-	mesh     string
+	mesh     mesh.Mesh
 	sidecar  string
 	output   string
 	file     string
@@ -28,7 +28,7 @@ type planOptions struct {
 	patch    plan.PatchOptions
 }
 
-// The output formats every command that prints data takes (pkg/output).
+// The output formats every command that prints data takes (pkg/operator/output).
 const (
 	outputText = output.Text
 	outputJSON = output.JSON
@@ -44,7 +44,7 @@ func defaultPlanOptions() planOptions {
 			Poll:          plan.DefaultPoll,
 			DrainDuration: plan.DefaultDrainDuration,
 		},
-		mesh:    string(plan.MeshIstio),
+		mesh:    mesh.Istio,
 		sidecar: string(plan.Classic),
 		output:  outputText,
 		patch:   plan.PatchOptions{Image: plan.DefaultImage, Dir: "/meshdrain"},
@@ -119,7 +119,7 @@ the container named by --container.`,
 					return usageError("plan needs --%s", name)
 				}
 			}
-			lag, err := podsim.ParseDist(opts.edsLag)
+			lag, err := plan.ParseDist(opts.edsLag)
 			if err != nil {
 				return usageError("--eds-lag: %v", err)
 			}
@@ -154,7 +154,7 @@ the container named by --container.`,
 	f.Float64Var(&opts.in.RPSPerClient, "rps-per-client", 0, "requests a second one client proxy sends, when known: a sparse client pauses longer, so --quiet becomes at least −ln(1e-4)/rate (9.2 of its mean gaps)")
 	f.DurationVar(&opts.in.ClientPeriod, "client-period", 0, "when clients send on a schedule: the time between two of one client's requests or bursts (--quiet becomes at least this + --poll)")
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s)")
-	f.StringVar(&opts.mesh, "mesh", opts.mesh, "the service mesh: "+meshNames()+" (with -f: from the pod's annotations unless given)")
+	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+" (with -f: from the pod's annotations unless given)")
 	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native Istio sidecars, which ignore terminationDrainDuration; Linkerd: native (default) or classic)")
 	f.DurationVar(&opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today, to compare with the plan (with -f: read from the manifest)")
 	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio only: proxyConfig drainDuration in force (how long Envoy keeps accepting once drained; with -f: read from proxy.istio.io/config)")
@@ -174,7 +174,7 @@ the container named by --container.`,
 // runPlan reads the workload (with -f), derives the plan and prints it in the requested format.
 func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	opts.in.Sidecar = plan.Sidecar(opts.sidecar)
-	opts.in.Mesh = plan.Mesh(opts.mesh)
+	opts.in.Mesh = mesh.Mesh(opts.mesh)
 	var manifests *plan.Manifests
 	var workload *plan.Workload
 	if opts.file != "" {
@@ -186,7 +186,7 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 			opts.in.Mesh = m
 		}
 	}
-	if opts.in.Mesh == plan.MeshLinkerd {
+	if opts.in.Mesh == mesh.Linkerd {
 		if changed("drain-duration") {
 			return usageError("--drain-duration is Istio's proxyConfig drainDuration: a Linkerd proxy has no drain time (it stops accepting at SIGTERM)")
 		}
@@ -236,7 +236,7 @@ func fromWorkload(in *plan.Input, workload *plan.Workload, changed func(string) 
 	if !changed("grace-period") {
 		in.CurrentGracePeriod = workload.GracePeriod
 	}
-	if in.Mesh == plan.MeshLinkerd {
+	if in.Mesh == mesh.Linkerd {
 		if sc, _ := workload.LinkerdSidecar(); sc != "" && !changed("sidecar") {
 			in.Sidecar = sc
 		}

@@ -16,14 +16,16 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
-	"github.com/meshdrain/meshdrain/pkg/drain"
-	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
-	"github.com/meshdrain/meshdrain/pkg/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 )
 
 type prestopOptions struct {
-	mesh             string
+	mesh             mesh.Mesh
 	admin            string
 	allowRemote      bool
 	ports            []int
@@ -70,7 +72,7 @@ func defaultPrestopOptions() prestopOptions {
 		connectTimeout:   2 * time.Second,
 		latencyAllowance: time.Second,
 		fallbackWait:     5 * time.Second,
-		drainMode:        string(envoyadmin.DrainGraceful),
+		drainMode:        string(mesh.DrainGraceful),
 		logFormat:        "json",
 	}
 }
@@ -78,8 +80,8 @@ func defaultPrestopOptions() prestopOptions {
 // prestopFlags registers prestop's flags on fs. The command parses its own flag set (see
 // newPrestopCommand), so the same registration serves the help text and the parsing.
 func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
-	f.StringVar(&o.mesh, "mesh", o.mesh, "the sidecar: istio or envoy (Envoy's admin API, drained with /drain_listeners), linkerd (a Linkerd proxy: no drain call), or auto (ask the admin port at start, within --connect-timeout)")
-	f.StringVar(&o.admin, "admin", "", "the sidecar's admin API (default per mesh: "+envoyadmin.DefaultURL+"; linkerd "+linkerd.DefaultAdminURL+"; auto tries "+linkerd.DefaultAdminURL+" then "+envoyadmin.DefaultURL+"); also http://[::1]:PORT, http://localhost:PORT or unix:/path/admin.sock")
+	f.StringVar((*string)(&o.mesh), "mesh", string(o.mesh), "the sidecar: istio or envoy (Envoy's admin API, drained with /drain_listeners), linkerd (a Linkerd proxy: no drain call), or auto (ask the admin port at start, within --connect-timeout)")
+	f.StringVar(&o.admin, "admin", "", "the sidecar's admin API (default per mesh: "+envoy.DefaultURL+"; linkerd "+linkerd.DefaultAdminURL+"; auto tries "+linkerd.DefaultAdminURL+" then "+envoy.DefaultURL+"); also http://[::1]:PORT, http://localhost:PORT or unix:/path/admin.sock")
 	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --admin and --shutdown-url name a host other than the pod's loopback")
 	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found)")
 	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
@@ -128,8 +130,8 @@ func newPrestopCommand(s streams) *cobra.Command {
   # Watch a live sidecar by hand without draining it or touching the app:
   meshdrain prestop --dry-run --log-format console --port 8080
 
-  # A Linkerd pod (as plan --mesh linkerd writes it):
-  /meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
+  # A Linkerd pod (as plan --sidecarMesh linkerd writes it):
+  /meshdrain/meshdrain prestop --sidecarMesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
 
   # A generic Envoy (Consul-style names), signalling the app itself:
   meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener \
@@ -159,7 +161,7 @@ func prestopLong() string {
 	b.WriteString(`prestop is meant to be the app container's preStop hook. It:
 
   1. reads the sidecar's inbound stats: Envoy's admin API (filtered server-side), or with
-     --mesh linkerd a Linkerd proxy's /metrics on 127.0.0.1:4191,
+     --sidecarMesh linkerd a Linkerd proxy's /metrics on 127.0.0.1:4191,
   2. Envoy only: POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect
      elsewhere (a Linkerd proxy has no drain endpoint: no call is made, and the final line
      says so),
@@ -175,14 +177,14 @@ func prestopLong() string {
      configure, always by --deadline (default: grace-period - app-drain - 1s); the actions'
      own timeout is cut so that they end before the grace period.
 
---mesh istio (the default) and envoy read Envoy; linkerd reads a Linkerd proxy; auto asks the
+--sidecarMesh istio (the default) and envoy read Envoy; linkerd reads a Linkerd proxy; auto asks the
 admin port at start which sidecar it is (--admin, else 4191 then 15000), within
 --connect-timeout: no admin port at all ends no-sidecar, one that answers as neither is a
 start error. A hook whose sidecar is known should name it: detecting costs requests at the
 worst moment.
 
 It fails safe: any start error (a bad flag or MESHDRAIN_* value, a --pidfile, --pid or --exec
-that does not check out, a remote --admin, an admin port --mesh auto cannot identify) is logged, the app is held for --fallback-wait
+that does not check out, a remote --admin, an admin port --sidecarMesh auto cannot identify) is logged, the app is held for --fallback-wait
 (capped by the grace period; --min-wait if longer), and the exit code is 2. An unusable
 --log-file does not stop the drain: it logs to stderr and exits 2 at the end. --admin and
 --shutdown-url must be the pod's loopback (127.0.0.0/8, [::1], localhost) or a unix socket
@@ -295,7 +297,7 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 		}
 	}
 	sidecar := setup.sidecar
-	if o.mesh == meshAuto {
+	if o.mesh == mesh.Auto {
 		var problems []error
 		sidecar, problems = detectForDrain(ctx, logger, setup, &cfg, start)
 		if len(problems) > 0 {
@@ -303,8 +305,8 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 			return &ExitError{Code: res.ExitCode()}
 		}
 	}
-	if hook, ok := sidecar.(*linkerdHook); ok {
-		hook.log = logger
+	if hook, ok := sidecar.(*linkerd.HookSidecar); ok {
+		hook.Log = logger
 	}
 	cfg.Clock = clock.Real{}
 	cfg.Logger = logger
@@ -332,9 +334,9 @@ func reportValidation(s streams, setup *prestopSetup) error {
 	cfg := setup.cfg
 	fmt.Fprintf(s.out, "prestop configuration ok\n")
 	switch o := setup.opts; {
-	case o.mesh == meshAuto:
+	case o.mesh == mesh.Auto:
 		fmt.Fprintf(s.out, "  mesh      auto: asks %s at start, within --connect-timeout %v\n", strings.Join(redactAll(setup.candidates), ", then "), o.connectTimeout)
-	case o.mesh == meshLinkerd:
+	case o.mesh == mesh.Linkerd:
 		fmt.Fprintf(s.out, "  mesh      linkerd: reads /metrics, no drain call (%s)\n", linkerd.NoDrainCallReason)
 		fmt.Fprintf(s.out, "  admin     %s\n", setup.adminURL)
 	default:
@@ -369,31 +371,32 @@ func redactAll(urls []string) []string {
 }
 
 // detectForDrain is --mesh auto at run time: it asks the candidates which sidecar answers
-// (detectSidecar) and builds that sidecar's drain. An admin port that answers as neither
-// sidecar, or keeps failing, is a start problem (the fail-safe path); no admin port at all
-// is the drain's no-sidecar, as for a chosen mesh.
+// (sidecars.DetectUntil) and builds that sidecar's drain. An admin port that answers as
+// neither sidecar, or keeps failing, is a start problem (the fail-safe path); no admin port
+// at all is the drain's no-sidecar, as for a chosen mesh.
 func detectForDrain(ctx context.Context, logger *zap.Logger, setup *prestopSetup, cfg *drain.Config, start time.Time) (drain.Sidecar, []error) {
 	o := setup.opts
-	found := detectSidecar(ctx, o, setup.candidates, start, cfg.Deadline)
+	limit := start.Add(min(o.connectTimeout, cfg.Deadline))
+	found := sidecars.DetectUntil(ctx, setup.candidates, o.sidecarOptions(cfg), o.poll, start, limit)
 	switch {
-	case found.mesh != "":
-		mesh := meshIstio
-		if found.mesh == linkerd.MeshLinkerd {
-			mesh = meshLinkerd
+	case found.Mesh != "":
+		chosen := mesh.Istio
+		if found.Mesh == mesh.Linkerd {
+			chosen = mesh.Linkerd
 		}
-		logger.Info("sidecar detected", zap.String("mesh", string(found.mesh)), zap.String("admin", localhttp.Redact(found.url)),
-			zap.Int64("took_ms", found.took.Milliseconds()))
-		sidecar, warnings, problems := o.sidecarFor(mesh, found.url, setup.drainModeSet, cfg)
+		logger.Info("sidecar detected", zap.String("mesh", string(found.Mesh)), zap.String("admin", localhttp.Redact(found.URL)),
+			zap.Int64("took_ms", found.Took.Milliseconds()))
+		sidecar, warnings, problems := o.sidecarFor(chosen, found.URL, setup.drainModeSet, cfg)
 		for _, w := range warnings {
 			logger.Warn(w)
 		}
 		return sidecar, problems
-	case found.unreachable:
+	case found.Unreachable:
 		logger.Warn("--mesh auto: no sidecar admin port answered", zap.Strings("candidates", redactAll(setup.candidates)),
-			zap.String("error", found.err.Error()), zap.Int64("took_ms", found.took.Milliseconds()))
-		return undetected{}, nil
+			zap.String("error", found.Err.Error()), zap.Int64("took_ms", found.Took.Milliseconds()))
+		return sidecars.Undetected{}, nil
 	}
-	return nil, []error{fmt.Errorf("--mesh auto: cannot tell which sidecar answers (pass --mesh istio, envoy or linkerd, and --admin): %w", found.err)}
+	return nil, []error{fmt.Errorf("--mesh auto: cannot tell which sidecar answers (pass --mesh istio, envoy or linkerd, and --admin): %w", found.Err)}
 }
 
 // redactedValue is a flag's value as it may be logged.

@@ -11,11 +11,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/meshdrain/meshdrain/pkg/drain"
-	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
-	"github.com/meshdrain/meshdrain/pkg/inbound"
-	"github.com/meshdrain/meshdrain/pkg/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 )
 
 // Bounds checked at start.
@@ -114,7 +113,7 @@ func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
 		switch {
 		case f.Name == "admin" && value == "":
 			value = strings.Join(setup.adminURLs(), ",")
-		case f.Name == "drain-mode" && o.mesh == meshLinkerd && value != string(envoyadmin.DrainNone):
+		case f.Name == "drain-mode" && o.mesh == mesh.Linkerd && value != string(mesh.DrainNone):
 			value += " (not used: a Linkerd proxy gets no drain call)"
 		}
 		cfg.Settings = append(cfg.Settings, drain.Setting{Name: f.Name, Value: redactedValue(f.Name, value), Source: sources[f.Name]})
@@ -127,15 +126,15 @@ func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
 // candidate admin URLs that detection will ask at start.
 func (setup *prestopSetup) chooseSidecar(cfg *drain.Config) {
 	o := &setup.opts
-	if !contains(sidecarMeshes, o.mesh) {
-		setup.problems = append(setup.problems, usageError("--mesh %q: want %s", o.mesh, strings.Join(sidecarMeshes, ", ")))
+	if _, err := mesh.Parse(string(o.mesh)); err != nil {
+		setup.problems = append(setup.problems, usageError("%v", err))
 		return
 	}
-	if o.mesh == meshAuto {
-		setup.candidates = setup.adminURLs()
+	if o.mesh == mesh.Auto {
+		setup.candidates = sidecars.Candidates(o.admin)
 		for _, u := range setup.candidates {
 			// The same parse as the client detection will build: loopback unless allowed.
-			if _, err := linkerd.New(u, linkerd.Options{AllowRemote: o.allowRemote}); err != nil {
+			if _, err := sidecars.Open(mesh.Linkerd, u, o.sidecarOptions(cfg)); err != nil {
 				setup.problems = append(setup.problems, usageError("--admin: %v", err))
 			}
 		}
@@ -151,16 +150,10 @@ func (setup *prestopSetup) chooseSidecar(cfg *drain.Config) {
 // adminURLs are the admin URLs the drain will read: --admin, or the mesh's default; with
 // --mesh auto and no --admin, the candidates in the order detection asks them.
 func (setup *prestopSetup) adminURLs() []string {
-	o := setup.opts
-	switch {
-	case o.admin != "":
-		return []string{o.admin}
-	case o.mesh == meshAuto:
-		return linkerd.DefaultCandidates
-	case o.mesh == meshLinkerd:
-		return []string{linkerd.DefaultAdminURL}
+	if setup.opts.admin == "" && setup.opts.mesh != mesh.Auto {
+		return []string{sidecars.DefaultAdminURL(setup.opts.mesh)}
 	}
-	return []string{envoyadmin.DefaultURL}
+	return sidecars.Candidates(setup.opts.admin)
 }
 
 // CheckPrestopConfig checks a prestop configuration (its arguments and environment) as the
@@ -204,7 +197,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	var problems []error
 	add := func(format string, args ...any) { problems = append(problems, usageError(format, args...)) }
 
-	mode, err := envoyadmin.ParseDrainMode(o.drainMode)
+	mode, err := mesh.ParseDrainMode(o.drainMode)
 	if err != nil {
 		add("--drain-mode: %v", err)
 	}
@@ -254,7 +247,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 			add("--min-wait %v is beyond the deadline %v", o.minWait, deadline)
 		}
 	}
-	sel := inbound.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes}
+	sel := mesh.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes}
 	if err := sel.Validate(); err != nil {
 		add("--%v", err)
 	}

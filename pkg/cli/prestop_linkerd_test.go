@@ -11,13 +11,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/meshdrain/meshdrain/pkg/drain"
-	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
-	"github.com/meshdrain/meshdrain/pkg/envoysim"
-	"github.com/meshdrain/meshdrain/pkg/inbound"
-	"github.com/meshdrain/meshdrain/pkg/linkerd"
-	"github.com/meshdrain/meshdrain/pkg/linkerdsim"
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
+	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
 )
 
 func problemsText(setup *prestopSetup) string {
@@ -34,19 +35,19 @@ func TestPrestopMesh(t *testing.T) {
 	load := func(args ...string) *prestopSetup { return loadPrestop(context.Background(), args, nil) }
 
 	setup := load()
-	if _, ok := setup.sidecar.(*envoyadmin.Client); !ok || setup.opts.mesh != meshIstio || setup.adminURL != envoyadmin.DefaultURL ||
-		setup.cfg.DrainMode != envoyadmin.DrainGraceful || len(setup.problems) > 0 {
+	if _, ok := setup.sidecar.(*envoy.Client); !ok || setup.opts.mesh != mesh.Istio || setup.adminURL != envoy.DefaultURL ||
+		setup.cfg.DrainMode != mesh.DrainGraceful || len(setup.problems) > 0 {
 		t.Errorf("default: %T mesh %s admin %s drain %s %v", setup.sidecar, setup.opts.mesh, setup.adminURL, setup.cfg.DrainMode, setup.problems)
 	}
-	for _, mesh := range []string{meshIstio, meshEnvoy} {
-		if setup := load("--mesh", mesh, "--admin", "http://127.0.0.1:19000"); len(setup.problems) > 0 || setup.adminURL != "http://127.0.0.1:19000" {
-			t.Errorf("--mesh %s: %v", mesh, setup.problems)
+	for _, sidecarMesh := range []mesh.Mesh{mesh.Istio, mesh.Envoy} {
+		if setup := load("--mesh", string(sidecarMesh), "--admin", "http://127.0.0.1:19000"); len(setup.problems) > 0 || setup.adminURL != "http://127.0.0.1:19000" {
+			t.Errorf("--mesh %s: %v", sidecarMesh, setup.problems)
 		}
 	}
 
 	setup = load("--mesh=linkerd", "--port", "8080")
-	hook, ok := setup.sidecar.(*linkerdHook)
-	if !ok || len(setup.problems) > 0 || setup.adminURL != linkerd.DefaultAdminURL || setup.cfg.DrainMode != envoyadmin.DrainNone {
+	hook, ok := setup.sidecar.(*linkerd.HookSidecar)
+	if !ok || len(setup.problems) > 0 || setup.adminURL != linkerd.DefaultAdminURL || setup.cfg.DrainMode != mesh.DrainNone {
 		t.Fatalf("linkerd: %T admin %s drain %s %v", setup.sidecar, setup.adminURL, setup.cfg.DrainMode, setup.problems)
 	}
 	h := hook.Hints()
@@ -83,7 +84,7 @@ func TestPrestopMesh(t *testing.T) {
 	}
 
 	setup = load("--mesh", "auto")
-	if setup.sidecar != nil || strings.Join(setup.candidates, " ") != linkerd.DefaultAdminURL+" "+envoyadmin.DefaultURL || len(setup.problems) > 0 {
+	if setup.sidecar != nil || strings.Join(setup.candidates, " ") != linkerd.DefaultAdminURL+" "+envoy.DefaultURL || len(setup.problems) > 0 {
 		t.Errorf("auto: %T candidates %v %v", setup.sidecar, setup.candidates, setup.problems)
 	}
 	if setup := load("--mesh", "auto", "--admin", "http://[::1]:4191"); strings.Join(setup.candidates, " ") != "http://[::1]:4191" {
@@ -146,23 +147,23 @@ func TestDetectSidecar(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		candidates  []string
-		mesh        linkerd.Mesh
+		mesh        mesh.Mesh
 		url         string
 		unreachable bool
 		atOnce      bool
 	}{
-		{"linkerd first", []string{closed, proxy.AdminURL(), envoy.AdminURL()}, linkerd.MeshLinkerd, proxy.AdminURL(), false, true},
-		{"envoy", []string{closed, envoy.AdminURL()}, linkerd.MeshEnvoy, envoy.AdminURL(), false, true},
+		{"linkerd first", []string{closed, proxy.AdminURL(), envoy.AdminURL()}, mesh.Linkerd, proxy.AdminURL(), false, true},
+		{"envoy", []string{closed, envoy.AdminURL()}, mesh.Envoy, envoy.AdminURL(), false, true},
 		{"nothing listens", []string{closed}, "", "", true, false},
 		{"something else", []string{notASidecar(t), envoy.AdminURL()}, "", "", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			found := detectSidecar(context.Background(), o, c.candidates, start, 10*time.Second)
-			if found.mesh != c.mesh || found.url != c.url || found.unreachable != c.unreachable {
+			found := sidecars.DetectUntil(context.Background(), c.candidates, sidecars.Options{RequestTimeout: o.connectTimeout}, o.poll, start, start.Add(o.connectTimeout))
+			if found.Mesh != c.mesh || found.URL != c.url || found.Unreachable != c.unreachable {
 				t.Errorf("found %+v", found)
 			}
-			if c.mesh == "" && found.err == nil {
+			if c.mesh == "" && found.Err == nil {
 				t.Error("no error")
 			}
 			if took := time.Since(start); (c.atOnce && took > 200*time.Millisecond) || (!c.atOnce && (took < o.connectTimeout || took > o.connectTimeout+time.Second)) {
@@ -172,7 +173,7 @@ func TestDetectSidecar(t *testing.T) {
 	}
 	// The hook's deadline bounds detection too.
 	start := time.Now()
-	if found := detectSidecar(context.Background(), o, []string{closed}, start, 50*time.Millisecond); !found.unreachable || time.Since(start) > 250*time.Millisecond {
+	if found := sidecars.DetectUntil(context.Background(), []string{closed}, sidecars.Options{RequestTimeout: o.connectTimeout}, o.poll, start, start.Add(50*time.Millisecond)); !found.Unreachable || time.Since(start) > 250*time.Millisecond {
 		t.Errorf("deadline 50ms: %+v after %v", found, time.Since(start))
 	}
 }
@@ -186,13 +187,13 @@ func TestLinkerdHookWarnsAboutSilentPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.DebugLevel)
-	hook := &linkerdHook{Client: client, log: zap.New(core)}
+	hook := &linkerd.HookSidecar{Client: client, Log: zap.New(core)}
 	for i := 0; i < 3; i++ {
-		snap, err := hook.Inbound(context.Background(), inbound.Selector{Ports: []int{9090}})
+		snap, err := hook.Inbound(context.Background(), mesh.Selector{Ports: []int{9090}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := snap.Read(); r.Signal != inbound.SignalHTTPRequests || *r.Arrivals != 0 || *r.Active != 0 || snap.AdminRequestsTotal == nil {
+		if r := snap.Read(); r.Signal != mesh.SignalHTTPRequests || *r.Arrivals != 0 || *r.Active != 0 || snap.AdminRequestsTotal == nil {
 			t.Fatalf("reading %+v", r)
 		}
 	}
@@ -216,11 +217,11 @@ func TestStatusCheckAllowRemote(t *testing.T) {
 			t.Errorf("%v: exit %d %s", args, code, errOut)
 		}
 	}
-	for _, mesh := range []string{meshAuto, meshIstio, meshLinkerd} {
+	for _, sidecarMesh := range []mesh.Mesh{mesh.Auto, mesh.Istio, mesh.Linkerd} {
 		flags := defaultSidecarFlags()
-		flags.mesh, flags.admin, flags.allowRemote = mesh, "http://10.0.0.7:4191", true
+		flags.mesh, flags.admin, flags.allowRemote = sidecarMesh, "http://10.0.0.7:4191", true
 		if _, _, _, err := flags.sidecar(); err != nil {
-			t.Errorf("--mesh %s --allow-remote: %v", mesh, err)
+			t.Errorf("--mesh %s --allow-remote: %v", sidecarMesh, err)
 		}
 	}
 }

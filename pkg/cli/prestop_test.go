@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 )
 
 // The deadline is what ties the wait to the pod's grace period: derived by default, checked

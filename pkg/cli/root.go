@@ -49,6 +49,9 @@ func usageError(format string, args ...any) error {
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, args...)}
 }
 
+// UsageError is usageError for the other command trees (meshdrain-sim).
+func UsageError(format string, args ...any) error { return usageError(format, args...) }
+
 // streams are the process's standard streams, injected so commands are testable.
 type streams struct {
 	in       io.Reader
@@ -58,24 +61,31 @@ type streams struct {
 // Main runs meshdrain with args and returns the process exit code. It is the only place that
 // decides an exit code; main only calls os.Exit with it.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return Execute(NewRootCommand(streams{in: stdin, out: stdout, err: stderr}), args, stderr)
+}
+
+// Execute runs a command tree with args, prints its error once and returns the exit code:
+// an *ExitError's, 2 for cobra's usage errors, 1 for any other. meshdrain-sim runs its own
+// tree through it, so both binaries end the same way.
+func Execute(root *cobra.Command, args []string, stderr io.Writer) int {
 	// SIGHUP too: a hook run from a terminal that goes away must still say why it ended.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
-	root := NewRootCommand(streams{in: stdin, out: stdout, err: stderr})
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
 	}
+	name := root.Name()
 	var exitErr *ExitError
 	if errors.As(err, &exitErr) {
 		if exitErr.Err != nil {
-			fmt.Fprintf(stderr, "meshdrain: %v\n", exitErr.Err)
+			fmt.Fprintf(stderr, "%s: %v\n", name, exitErr.Err)
 		}
 		return exitErr.Code
 	}
-	fmt.Fprintf(stderr, "meshdrain: %v\n", err)
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	// Cobra reports unknown flags, commands and argument counts as plain errors.
 	if isCobraUsageError(err) {
 		return ExitUsage
@@ -93,31 +103,24 @@ func isCobraUsageError(err error) bool {
 	return false
 }
 
-// NewRootCommand builds the meshdrain command tree.
+// NewRootCommand builds the meshdrain command tree: what runs in a pod and what operators
+// run. The test world (simulate, emulate) is meshdrain-sim's, so none of it is linked here.
 func NewRootCommand(s streams) *cobra.Command {
-	root := &cobra.Command{
+	root := NewRoot(s.in, s.out, s.err, &cobra.Command{
 		Use:   "meshdrain",
-		Short: "Let an app stop only once its Envoy sidecar has stopped receiving new requests",
-		Long: `meshdrain replaces the guessed "preStop: sleep N" of pods with an Envoy sidecar
-(Istio first) by a measurement: it watches the sidecar's inbound request counters through
-Envoy's admin API, drains the inbound listeners, and lets the app stop as soon as the clients
-have stopped sending, never later than a deadline derived from terminationGracePeriodSeconds.`,
-		Example: `  # See the difference on this machine: none / sleep 5s / sleep 15s / meshdrain
-  meshdrain simulate
-
-  # As the app container's preStop hook (logs to kubectl logs):
-  meshdrain prestop --grace-period=30s --app-drain=5s --log-file=/proc/1/fd/1
+		Short: "Let an app stop only once its sidecar has stopped receiving new requests",
+		Long: `meshdrain replaces the guessed "preStop: sleep N" of pods with a service-mesh sidecar
+(Istio or any Envoy, Linkerd) by a measurement: it watches the sidecar's inbound request
+counters through its admin API, drains the inbound listeners, and lets the app stop as soon as
+the clients have stopped sending, never later than a deadline derived from
+terminationGracePeriodSeconds.`,
+		Example: `  # As the app container's preStop hook (logs to kubectl logs):
+  meshdrain prestop --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
 
   # What should the grace period and the sidecar's drain settings be? Into your own Deployment:
-  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s -f deploy.yaml -o yaml`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.SetIn(s.in)
-	root.SetOut(s.out)
-	root.SetErr(s.err)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &ExitError{Code: ExitUsage, Err: err}
+  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s -f deploy.yaml -o yaml
+
+  # See the difference on this machine (none / sleep / meshdrain): meshdrain-sim simulate`,
 	})
 	root.AddCommand(
 		newVersionCommand(s),
@@ -125,12 +128,24 @@ have stopped sending, never later than a deadline derived from terminationGraceP
 		newInstallCommand(s),
 		newPlanCommand(s),
 		newCompletionCommand(s),
-		newSimulateCommand(s),
-		newEmulateCommand(s),
 		newStatusCommand(s),
 		newCheckCommand(s),
 	)
-	registerEnumCompletions(root)
+	RegisterEnumCompletions(root, enumFlags())
+	return root
+}
+
+// NewRoot finishes a root command the way both binaries want it: errors printed once by
+// Execute, no usage dump on an error, a bad flag exits 2.
+func NewRoot(in io.Reader, out, errOut io.Writer, root *cobra.Command) *cobra.Command {
+	root.SilenceUsage = true
+	root.SilenceErrors = true
+	root.SetIn(in)
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &ExitError{Code: ExitUsage, Err: err}
+	})
 	return root
 }
 

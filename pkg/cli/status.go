@@ -3,22 +3,22 @@ package cli
 import (
 	"context"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/meshdrain/meshdrain/pkg/envoyadmin"
-	"github.com/meshdrain/meshdrain/pkg/inbound"
-	"github.com/meshdrain/meshdrain/pkg/linkerd"
-	"github.com/meshdrain/meshdrain/pkg/status"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
+	"github.com/meshdrain/meshdrain/pkg/operator/status"
 )
 
 // sidecarFlags are the flags that say which sidecar and which inbound endpoints to read,
 // spelled as prestop spells them so an operator can copy a hook's flags to status or check.
 type sidecarFlags struct {
-	mesh           string
+	mesh           mesh.Mesh
 	admin          string
 	ports          []int
 	clusters       []string
@@ -27,25 +27,13 @@ type sidecarFlags struct {
 	allowRemote    bool
 }
 
-// Values of --mesh. istio and envoy both read an Envoy admin API (which of the two it is,
-// status still tells from the stats); linkerd reads a Linkerd proxy; auto asks the admin port.
-const (
-	meshAuto    = "auto"
-	meshIstio   = "istio"
-	meshEnvoy   = "envoy"
-	meshLinkerd = "linkerd"
-)
-
-// sidecarMeshes are the --mesh values of status and check.
-var sidecarMeshes = []string{meshAuto, meshIstio, meshEnvoy, meshLinkerd}
-
 func defaultSidecarFlags() sidecarFlags {
-	return sidecarFlags{mesh: meshAuto, connectTimeout: 2 * time.Second}
+	return sidecarFlags{mesh: mesh.Auto, connectTimeout: 2 * time.Second}
 }
 
 func (s *sidecarFlags) bind(f *pflag.FlagSet) {
-	f.StringVar(&s.mesh, "mesh", s.mesh, "the sidecar: auto (ask the admin port: Linkerd's 4191, then Envoy's 15000), istio, envoy or linkerd")
-	f.StringVar(&s.admin, "admin", "", "the sidecar's admin base URL (default per mesh: Envoy "+envoyadmin.DefaultURL+", Linkerd "+linkerd.DefaultAdminURL+")")
+	f.StringVar((*string)(&s.mesh), "mesh", string(s.mesh), "the sidecar: auto (ask the admin port: Linkerd's 4191, then Envoy's 15000), istio, envoy or linkerd")
+	f.StringVar(&s.admin, "admin", "", "the sidecar's admin base URL (default per mesh: Envoy "+envoy.DefaultURL+", Linkerd "+linkerd.DefaultAdminURL+")")
 	f.IntSliceVar(&s.ports, "port", nil, "inbound target port to read (repeatable; default: every inbound port found)")
 	f.StringSliceVar(&s.clusters, "cluster", nil, "generic Envoy: inbound cluster name, e.g. local_app (repeatable)")
 	f.StringSliceVar(&s.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix, e.g. public_listener (repeatable)")
@@ -55,10 +43,10 @@ func (s *sidecarFlags) bind(f *pflag.FlagSet) {
 
 // sidecar validates the flags and returns the sidecar to sample, the admin URL to show (""
 // while the mesh is still to be detected) and the selector.
-func (s *sidecarFlags) sidecar() (status.Sidecar, string, inbound.Selector, error) {
-	var sel inbound.Selector
-	if !contains(sidecarMeshes, s.mesh) {
-		return nil, "", sel, usageError("--mesh %q: want %s", s.mesh, strings.Join(sidecarMeshes, ", "))
+func (s *sidecarFlags) sidecar() (status.Sampler, string, mesh.Selector, error) {
+	var sel mesh.Selector
+	if _, err := mesh.Parse(string(s.mesh)); err != nil {
+		return nil, "", sel, usageError("%v", err)
 	}
 	if s.connectTimeout <= 0 {
 		return nil, "", sel, usageError("--connect-timeout must be positive, got %v", s.connectTimeout)
@@ -72,69 +60,44 @@ func (s *sidecarFlags) sidecar() (status.Sidecar, string, inbound.Selector, erro
 	if len(s.ports) > 0 && generic {
 		return nil, "", sel, usageError("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
 	}
-	if s.mesh == meshLinkerd && generic {
+	if s.mesh == mesh.Linkerd && generic {
 		return nil, "", sel, usageError("--cluster and --http-prefix name Envoy stats; a Linkerd proxy counts per target port: use --port")
 	}
-	sel = inbound.Selector{Ports: s.ports, Clusters: s.clusters, HTTPPrefixes: s.httpPrefixes}
-	if s.mesh == meshAuto {
-		candidates := []string{s.admin}
-		if s.admin == "" {
-			candidates = linkerd.DefaultCandidates
-		}
+	sel = mesh.Selector{Ports: s.ports, Clusters: s.clusters, HTTPPrefixes: s.httpPrefixes}
+	// Each call is bounded by the sample's timeout, at most 1s.
+	opts := sidecars.Options{RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: s.allowRemote}
+	if s.mesh == mesh.Auto {
+		candidates := sidecars.Candidates(s.admin)
 		for _, u := range candidates {
-			if _, err := newAdminSidecar(linkerd.MeshLinkerd, u, s.connectTimeout, s.allowRemote); err != nil {
+			if _, err := sidecars.Open(mesh.Linkerd, u, opts); err != nil {
 				return nil, "", sel, usageError("--admin: %v", err)
 			}
 		}
-		detect := func(ctx context.Context, u string) (linkerd.Mesh, error) {
-			return linkerd.DetectWith(ctx, u, linkerd.Options{RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: s.allowRemote})
-		}
-		build := func(mesh linkerd.Mesh, u string) (status.Sidecar, error) {
-			return newAdminSidecar(mesh, u, s.connectTimeout, s.allowRemote)
-		}
+		detect := func(ctx context.Context, u string) (mesh.Mesh, error) { return sidecars.Detect(ctx, u, opts) }
+		build := func(found mesh.Mesh, u string) (status.Sampler, error) { return newSampler(found, u, opts) }
 		return status.Detect(candidates, detect, build), s.admin, sel, nil
 	}
-	mesh, admin := linkerd.MeshEnvoy, s.admin
-	if s.mesh == meshLinkerd {
-		mesh = linkerd.MeshLinkerd
-	}
+	admin := s.admin
 	if admin == "" {
-		admin = defaultAdminURL(mesh)
+		admin = sidecars.DefaultAdminURL(s.mesh)
 	}
-	sc, err := newAdminSidecar(mesh, admin, s.connectTimeout, s.allowRemote)
+	sc, err := newSampler(s.mesh, admin, opts)
 	if err != nil {
 		return nil, "", sel, usageError("--admin: %v", err)
 	}
 	return sc, admin, sel, nil
 }
 
-// defaultAdminURL is where each sidecar's admin answers in the pod.
-func defaultAdminURL(mesh linkerd.Mesh) string {
-	if mesh == linkerd.MeshLinkerd {
-		return linkerd.DefaultAdminURL
-	}
-	return envoyadmin.DefaultURL
-}
-
-// newAdminSidecar is the one place status and check build their admin clients, both on
-// localhttp as prestop's are. Each call is bounded by the sample's timeout, at most 1s. Like
-// prestop, they call only the loopback unless --allow-remote is given, for either mesh: a
-// person reaches a pod with kubectl exec or kubectl port-forward (both loopback), and a
-// MESHDRAIN_ADMIN variable must not turn a CI job's check into a request to any host.
-func newAdminSidecar(mesh linkerd.Mesh, adminURL string, timeout time.Duration, allowRemote bool) (status.Sidecar, error) {
-	perCall := min(timeout, time.Second)
-	if mesh == linkerd.MeshLinkerd {
-		c, err := linkerd.New(adminURL, linkerd.Options{RequestTimeout: perCall, AllowRemote: allowRemote})
-		if err != nil {
-			return nil, err
-		}
-		return status.Linkerd(c), nil
-	}
-	c, err := envoyadmin.New(adminURL, envoyadmin.Options{RequestTimeout: perCall, AllowRemote: allowRemote})
+// newSampler opens the sidecar as prestop does (sidecars.Open: loopback only unless
+// --allow-remote, for either mesh: a person reaches a pod with kubectl exec or kubectl
+// port-forward, both loopback, and a MESHDRAIN_ADMIN variable must not turn a CI job's check
+// into a request to any host) and samples it with the reader of its mesh.
+func newSampler(m mesh.Mesh, adminURL string, opts sidecars.Options) (status.Sampler, error) {
+	sc, err := sidecars.Open(m, adminURL, opts)
 	if err != nil {
 		return nil, err
 	}
-	return status.Envoy(c), nil
+	return status.SamplerFor(sc)
 }
 
 type statusOptions struct {
@@ -155,7 +118,7 @@ new-request counter, its rate, the active requests and the active connections. A
 sidecar does not expose is shown as "-" (null in JSON), never as 0. Hints say what to change
 when the stats prestop needs are missing.
 
---mesh auto (the default) asks the admin port which sidecar it is: Linkerd's (4191) is tried
+--sidecarMesh auto (the default) asks the admin port which sidecar it is: Linkerd's (4191) is tried
 first, then Envoy's (15000), or only --admin when given. For a Linkerd proxy status reads
 /metrics (the proxy cannot filter it): request_total per target port, request_total minus
 response_total as the requests in flight (Linkerd has no in-flight gauge), the client
@@ -178,7 +141,7 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
   # Watch one port's request rate while a rollout runs:
   meshdrain status --port 8080 --watch --interval 500ms
 
-  # A Linkerd proxy (found by itself; --mesh linkerd skips the question):
+  # A Linkerd proxy (found by itself; --sidecarMesh linkerd skips the question):
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080
 
   # From your machine, through a port-forward (loopback, no --allow-remote needed):

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/envoysim"
-	"github.com/meshdrain/meshdrain/pkg/inbound"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 )
 
 // startSim starts an emulated sidecar with inbound port 8080 in front of a trivial app and
@@ -104,7 +104,7 @@ func TestStatusCommandIstioDefaultInclusionHint(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("status shows what is there even without a signal; exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "signal:  none") || !strings.Contains(out, "hint: ") || !strings.Contains(out, inbound.MissingStatsHint) {
+	if !strings.Contains(out, "signal:  none") || !strings.Contains(out, "hint: ") || !strings.Contains(out, envoy.MissingStatsHint) {
 		t.Errorf("output:\n%s", out)
 	}
 }

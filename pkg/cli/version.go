@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshdrain/meshdrain/pkg/output"
-	"github.com/meshdrain/meshdrain/pkg/plan"
+	"github.com/meshdrain/meshdrain/pkg/operator/output"
+	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 )
 
 // Version is set at build time with -ldflags "-X github.com/meshdrain/meshdrain/pkg/cli.Version=...".

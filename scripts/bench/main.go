@@ -38,13 +38,15 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/meshdrain/meshdrain/pkg/inbound"
-	"github.com/meshdrain/meshdrain/pkg/podsim"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/sim/podsim"
 )
 
 func main() {
 	var (
-		bin       = flag.String("meshdrain-bin", "bin/meshdrain", "the meshdrain binary: the preStop under test, and the emulator of the cost measurements")
+		bin       = flag.String("meshdrain-bin", "bin/meshdrain", "the meshdrain binary: the preStop under test")
+		simBin    = flag.String("sim-bin", "bin/meshdrain-sim", "the meshdrain-sim binary: the emulator of the cost measurements")
 		seeds     = flag.String("seeds", "1,2,3", "seeds to replay each shape with (comma-separated); cells show the range over them")
 		traffics  = flag.String("traffic", "", "only these shapes (comma-separated; default: all)")
 		timeScale = flag.Float64("time-scale", 0.25, "simulator time scale")
@@ -54,7 +56,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *bin, *seeds, *traffics, *timeScale, *jsonOut, *costs); err != nil {
+	if err := run(ctx, *bin, *simBin, *seeds, *traffics, *timeScale, *jsonOut, *costs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -69,7 +71,7 @@ type row struct {
 	results map[string][]podsim.Result // by strategy, one per seed
 }
 
-func run(ctx context.Context, bin, seedList, only string, timeScale float64, jsonOut string, costs bool) error {
+func run(ctx context.Context, bin, simBin, seedList, only string, timeScale float64, jsonOut string, costs bool) error {
 	bin, err := absBinary(bin)
 	if err != nil {
 		return err
@@ -126,7 +128,7 @@ func run(ctx context.Context, bin, seedList, only string, timeScale float64, jso
 	var c *costReport
 	if costs {
 		fmt.Fprintln(os.Stderr, "bench: measuring poll costs")
-		if c, err = measureCosts(ctx, bin); err != nil {
+		if c, err = measureCosts(ctx, bin, simBin); err != nil {
 			return fmt.Errorf("poll costs: %w", err)
 		}
 	}
@@ -417,13 +419,13 @@ const oldFilter = `(^http\.inbound_.*_[0-9]+;?\.(downstream_rq_total|downstream_
 	`(^cluster\.inbound\|[0-9]+\|.*\.(upstream_rq_total|upstream_rq_active|upstream_cx_active)$)|` +
 	`(^listener\.[0-9a-fA-F._:\[\]]+_15006\.(downstream_cx_total|downstream_cx_active)$)|(^server\.state$)`
 
-func measureCosts(ctx context.Context, bin string) (*costReport, error) {
+func measureCosts(ctx context.Context, bin, simBin string) (*costReport, error) {
 	const clusters = 5000 // 22 stats each: 110k stats
 	args := []string{"emulate", "--admin", "http://127.0.0.1:0", "--agent", "none", "--extra-clusters", strconv.Itoa(clusters), "--log-format", "json"}
 	for p := 8080; p < 8090; p++ {
 		args = append(args, "--inbound", fmt.Sprintf("%d=127.0.0.1:9", p))
 	}
-	emu := exec.CommandContext(ctx, bin, args...)
+	emu := exec.CommandContext(ctx, simBin, args...)
 	stdout, err := emu.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -460,8 +462,8 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 			resp.Body.Close()
 		}
 	}
-	filtered := "/stats/prometheus?filter=" + url.QueryEscape(inbound.StatsFilter(inbound.Selector{}))
-	used := "/stats/prometheus?usedonly&filter=" + url.QueryEscape(inbound.StatsFilter(inbound.Selector{}))
+	filtered := "/stats/prometheus?filter=" + url.QueryEscape(envoy.StatsFilter(mesh.Selector{}))
+	used := "/stats/prometheus?usedonly&filter=" + url.QueryEscape(envoy.StatsFilter(mesh.Selector{}))
 	old := "/stats/prometheus?filter=" + url.QueryEscape(oldFilter)
 	pilot := "/stats?usedonly&filter=" + url.QueryEscape("downstream_cx_active$")
 	unfiltered := "/stats/prometheus"
@@ -521,7 +523,7 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 	parse := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			snap, err := inbound.Parse(bytes.NewReader(payload), inbound.Selector{})
+			snap, err := envoy.Parse(bytes.NewReader(payload), mesh.Selector{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -531,22 +533,22 @@ func measureCosts(ctx context.Context, bin string) (*costReport, error) {
 	c.ParseNS, c.ParseAllocs, c.ParseBytes = float64(parse.NsPerOp()), parse.AllocsPerOp(), parse.AllocedBytesPerOp()
 	// The watch poll: the usedonly answer parsed, completed with the picture (the complete
 	// answer), normalised and read.
-	picture, err := inbound.ParseFamilies(bytes.NewReader(payload))
+	picture, err := envoy.ParseFamilies(bytes.NewReader(payload))
 	if err != nil {
 		return nil, err
 	}
 	watch := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			answer, err := inbound.ParseFamilies(bytes.NewReader(usedPayload))
+			answer, err := envoy.ParseFamilies(bytes.NewReader(usedPayload))
 			if err != nil {
 				b.Fatal(err)
 			}
-			merged, ok := inbound.CompleteWith(picture, answer)
+			merged, ok := envoy.CompleteWith(picture, answer)
 			if !ok {
 				b.Fatal("the usedonly answer does not complete the complete one")
 			}
-			_ = inbound.Normalise(merged, inbound.Selector{}).Read()
+			_ = envoy.Normalise(merged, mesh.Selector{}).Read()
 		}
 	})
 	c.WatchNS, c.WatchAllocs, c.WatchBytes = float64(watch.NsPerOp()), watch.AllocsPerOp(), watch.AllocedBytesPerOp()

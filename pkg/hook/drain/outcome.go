@@ -1,0 +1,271 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// Reasons only the command layer reports: the drain never ran as configured.
+const (
+	// ReasonConfigError: the configuration could not be used (a bad flag or MESHDRAIN_*
+	// value, a check that failed at start); meshdrain held the app for the fallback wait.
+	ReasonConfigError Reason = "config-error"
+)
+
+// ExitActionFailed is the exit code when the wait ended with a reason whose code is 0 but an
+// action (--signal, --shutdown-url, --exec) failed.
+const ExitActionFailed = 1
+
+// ExitConfigError is ReasonConfigError's exit code, also used when a drain ran degraded.
+const ExitConfigError = 2
+
+// ReasonInfo documents one way a drain ends. It is the single source of the exit-code
+// contract: ExitCode reads it, `prestop --help` prints it, and tests hold the README to it.
+type ReasonInfo struct {
+	Reason Reason
+	Code   int
+	When   string
+}
+
+var reasonTable = []ReasonInfo{
+	{ReasonQuiet, 0, "the inbound counter stood still for the quiet window (at least --quiet; longer when the traffic's own pauses are) with nothing active, and --min-wait is over"},
+	{ReasonQuietStreams, 0, "arrivals stopped for the quiet window but requests stayed open (streams, WebSockets, TCP connections) for --streams-wait more: the app's own shutdown ends them; the final line has open_streams"},
+	{ReasonSidecarGone, 0, "the admin port started refusing while no request had arrived within the quiet window and none was active: the sidecar is gone, nothing is lost"},
+	{ReasonNoSidecar, 0, "the admin port was never reached within --connect-timeout"},
+	{ReasonConfigError, 2, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"},
+	{ReasonDeadline, 3, "--deadline came first"},
+	{ReasonNoSignal, 4, "the sidecar exposes no usable inbound stat (or none for --port): the log names the fix; the app was held for --fallback-wait"},
+	{ReasonSidecarGoneBusy, 5, "the admin port started refusing while requests were still arriving or in flight: the sidecar stopped under live traffic (Envoy killed by Istio's terminationDrainDuration, a classic Linkerd proxy SIGTERMed at the deletion), and those requests failed"},
+	{ReasonInterrupted, 130, "meshdrain itself got SIGINT, SIGTERM or SIGHUP; no action runs"},
+}
+
+// Reasons returns every reason with its exit code, in the order of the contract.
+func Reasons() []ReasonInfo { return append([]ReasonInfo(nil), reasonTable...) }
+
+// recentWindow is how far back the arrivals reported with a dying sidecar are counted.
+const recentWindow = 5 * time.Second
+
+// arrivalLog keeps the arrivals seen at each poll of the last recentWindow, to say how many
+// requests were still coming when the sidecar went away.
+type arrivalLog struct {
+	samples []recentArrival
+	last    *float64
+}
+
+type recentArrival struct {
+	at    time.Time
+	delta float64
+}
+
+func (l *arrivalLog) add(now time.Time, r mesh.Reading) {
+	if r.Arrivals == nil {
+		return
+	}
+	if l.last != nil {
+		delta := *r.Arrivals - *l.last
+		if delta < 0 {
+			delta = *r.Arrivals // a reset: what was counted since
+		}
+		if delta > 0 {
+			l.samples = append(l.samples, recentArrival{at: now, delta: delta})
+		}
+	}
+	v := *r.Arrivals
+	l.last = &v
+	cut := 0
+	for cut < len(l.samples) && now.Sub(l.samples[cut].at) > recentWindow {
+		cut++
+	}
+	l.samples = l.samples[cut:]
+}
+
+func (l *arrivalLog) since(from time.Time) float64 {
+	total := 0.0
+	for _, s := range l.samples {
+		if s.at.After(from) {
+			total += s.delta
+		}
+	}
+	return total
+}
+
+// sidecarGone is the reason when the admin port starts refusing. It is benign only when the
+// clients had already stopped: no arrival within the quiet window and nothing in flight at
+// the last reading. Otherwise the sidecar stopped under live traffic (Istio's default
+// terminationDrainDuration kills Envoy 5 s after the deletion; a classic Linkerd proxy stops
+// accepting at its SIGTERM), the user's own incident, and saying "sidecar-gone, exit 0" would
+// report it as a success.
+func (c *coordinator) sidecarGone() Reason {
+	now := c.clock.Now()
+	windowStart := now.Add(-recentWindow)
+	if windowStart.Before(c.start) {
+		windowStart = c.start
+	}
+	recent := c.arrivals.since(windowStart)
+	c.result.RecentArrivals = &recent
+	c.result.RecentWindow = now.Sub(windowStart)
+	active := c.result.ActiveAtEnd
+	// "Lately" is the quiet window in force: sparse traffic's window is longer than --quiet.
+	window := max(c.cfg.Quiet, c.result.Window)
+	arrivedLately := c.watchStarted && now.Sub(c.start.Add(c.result.LastArrival)) < window && recent > 0
+	if !arrivedLately && (active == nil || *active == 0) {
+		return ReasonSidecarGone
+	}
+	c.log.Warn("the sidecar went away while requests were still arriving or in flight: they failed (cut, or refused at the callers; behind Envoy: 503 UC)",
+		zap.Float64("arrivals_recent", recent),
+		zap.Int64("recent_window_ms", c.result.RecentWindow.Milliseconds()),
+		zap.Int64("last_arrival_ms", c.result.LastArrival.Milliseconds()),
+		optionalField("active_at_end", active),
+		zap.String("fix", c.sidecar.Hints().SidecarGone))
+	return ReasonSidecarGoneBusy
+}
+
+// holdMinWait honours --min-wait on the paths that end before the rule could apply it (no
+// sidecar, no signal, sidecar gone): it is a floor whatever happened, bounded by the deadline.
+func (c *coordinator) holdMinWait(parent context.Context, reason Reason) Reason {
+	switch reason {
+	case ReasonQuiet, ReasonQuietStreams, ReasonDeadline, ReasonInterrupted:
+		return reason
+	}
+	left := c.start.Add(c.cfg.MinWait).Sub(c.clock.Now())
+	if left <= 0 {
+		return reason
+	}
+	c.log.Info("holding for --min-wait", zap.String("reason", string(reason)),
+		zap.Int64("min_wait_ms", c.cfg.MinWait.Milliseconds()), zap.Int64("hold_ms", left.Milliseconds()))
+	if stop := c.wait(parent, left); stop == ReasonInterrupted {
+		return stop
+	}
+	return reason
+}
+
+// actionTimeout is the actions' timeout, cut to what is left of the grace period less
+// ActionMargin: an action must never run into the kubelet's SIGKILL at the grace period.
+func (c *coordinator) actionTimeout() time.Duration {
+	timeout := c.cfg.ActionTimeout
+	if c.cfg.GracePeriod <= 0 {
+		return timeout
+	}
+	left := c.start.Add(c.cfg.GracePeriod - c.cfg.ActionMargin).Sub(c.clock.Now())
+	if left < timeout {
+		c.log.Warn("action timeout cut to what is left of the grace period",
+			zap.Int64("action_timeout_ms", timeout.Milliseconds()),
+			zap.Int64("cut_to_ms", max(left, 0).Milliseconds()),
+			zap.Int64("grace_period_ms", c.cfg.GracePeriod.Milliseconds()),
+			zap.Int64("margin_ms", c.cfg.ActionMargin.Milliseconds()))
+		timeout = left
+	}
+	return timeout
+}
+
+// runActions runs the actions within their (cut) timeout; a failure is logged at ERROR.
+func (c *coordinator) runActions(parent context.Context) {
+	timeout := c.actionTimeout()
+	if timeout <= 0 {
+		c.result.ActionErr = fmt.Errorf("no time left before the grace period ends: actions not run")
+		c.log.Error("actions not run: no time left before the grace period ends", zap.Strings("actions", actionNames(c.cfg.Actions)))
+		return
+	}
+	// The actions get their own time: the wait's context may be over.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
+	defer cancel()
+	c.result.ActionsRun = true
+	for _, a := range c.cfg.Actions {
+		started := c.clock.Now()
+		if err := a.Run(actx); err != nil {
+			c.result.ActionErr = joinActionErr(c.result.ActionErr, fmt.Errorf("%s: %w", a, err))
+			c.log.Error("action failed", zap.Stringer("action", a), zap.String("error", err.Error()),
+				zap.Int64("took_ms", c.clock.Now().Sub(started).Milliseconds()))
+			continue
+		}
+		c.log.Info("action done", zap.Stringer("action", a), zap.Int64("took_ms", c.clock.Now().Sub(started).Milliseconds()))
+	}
+}
+
+func joinActionErr(prev, err error) error {
+	if prev == nil {
+		return err
+	}
+	return fmt.Errorf("%w; %w", prev, err)
+}
+
+func actionNames(actions []Action) []string {
+	names := make([]string, 0, len(actions))
+	for _, a := range actions {
+		names = append(names, a.String())
+	}
+	return names
+}
+
+// outcomeFields are the final event's fields about how trustworthy the outcome is.
+func (c *coordinator) outcomeFields() []zap.Field {
+	fields := []zap.Field{zap.Int("frozen_answers", c.result.FrozenAnswers), peakRSSField()}
+	if c.result.RecentArrivals != nil {
+		fields = append(fields, zap.Float64("arrivals_recent", *c.result.RecentArrivals),
+			zap.Int64("recent_window_ms", c.result.RecentWindow.Milliseconds()))
+	}
+	if c.result.Reason == ReasonSidecarGoneBusy {
+		fields = append(fields, zap.String("fix", c.sidecar.Hints().SidecarGone))
+	}
+	if why := c.sidecar.Hints().NoDrainCall; why != "" && !c.result.DrainCalled {
+		fields = append(fields, zap.String("no_drain_call", why))
+	}
+	if c.result.Degraded != nil {
+		fields = append(fields, zap.String("config_error", c.result.Degraded.Error()))
+	}
+	return fields
+}
+
+// finalLevel is the final event's level: ERROR when an action failed, WARN when the outcome
+// is not the clients having left, INFO otherwise.
+func (c *coordinator) finalLevel() zapcore.Level {
+	switch {
+	case c.result.ActionErr != nil, c.result.Degraded != nil:
+		return zapcore.ErrorLevel
+	case c.result.Reason == ReasonDeadline, c.result.Reason == ReasonNoSignal, c.result.Reason == ReasonSidecarGoneBusy:
+		return zapcore.WarnLevel
+	}
+	return zapcore.InfoLevel
+}
+
+// Setting is one configuration value and where it came from, for the "drain started" event:
+// a MESHDRAIN_* variable set in the pod spec must never act without a trace.
+type Setting struct {
+	Name   string
+	Value  string
+	Source string // "flag", "env MESHDRAIN_X" or "default"
+}
+
+type settingsObject []Setting
+
+func (s settingsObject) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	for _, setting := range s {
+		_ = enc.AddObject(setting.Name, zapcore.ObjectMarshalerFunc(func(e zapcore.ObjectEncoder) error {
+			e.AddString("value", setting.Value)
+			e.AddString("from", setting.Source)
+			return nil
+		}))
+	}
+	return nil
+}
+
+// startFields are the "drain started" event's fields about the actions and the settings.
+func (c *coordinator) startFields() []zap.Field {
+	fields := []zap.Field{zap.Strings("actions", actionNames(c.cfg.Actions))}
+	if why := c.sidecar.Hints().NoDrainCall; why != "" {
+		fields = append(fields, zap.String("no_drain_call", why))
+	}
+	if c.cfg.GracePeriod > 0 {
+		fields = append(fields, zap.Int64("grace_period_ms", c.cfg.GracePeriod.Milliseconds()))
+	}
+	if len(c.cfg.Settings) > 0 {
+		fields = append(fields, zap.Object("settings", settingsObject(c.cfg.Settings)))
+	}
+	return fields
+}

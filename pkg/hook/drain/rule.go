@@ -1,0 +1,378 @@
+package drain
+
+import (
+	"math"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// The decision rule: when may the app stop? Its inputs are the sidecar's inbound arrival
+// counter and in-flight gauge, sampled every poll; its answer is "not yet", "quiet" (the
+// clients have stopped sending and nothing is in flight) or "quiet-streams" (they have stopped
+// sending, but requests that only the app can end are still open).
+//
+// Silence is the only evidence that clients have left, and silence also happens while they
+// still send: between bursts, between a sparse client's requests, while the last clients of a
+// busy service thin out. So the silence the rule asks for (the quiet window) is the largest of
+//
+//   - quiet: the configured --quiet (plus the latency allowance when only completions are
+//     counted), the least silence that ever means anything;
+//   - gaps:  GapFactor × the longest gap seen between two arrivals during the watch. When one
+//     of several senders leaves, two neighbouring gaps of the arrival stream merge into one,
+//     so the longest gap at most doubles: a gap more than twice any seen so far means that more
+//     than one sender left at once, or that all of them did;
+//   - rate:  the silence that Poisson arrivals at the observed rate would exceed with
+//     probability Risk (1e-4). A rate measured from n arrivals over a time T is itself
+//     uncertain, so the silence is the one that the Poisson process has probability Risk to
+//     exceed given that evidence (a flat prior on the rate): (T/(T+s))^n = Risk, that is
+//     s = T·(Risk^(−1/n) − 1), which tends to −ln(Risk)/rate ≈ 9.2 mean gaps as n grows and is
+//     longer when few arrivals were seen (11.7 mean gaps for n = 20, 12.7 for n = 15). Three
+//     measurements are used and the longest silence wins: the latest 20 arrivals and the
+//     latest 15 (they follow the clients as they thin out, the shorter one sooner, which a
+//     thinning rate needs: the older arrivals overstate the rate of the clients left), and
+//     everything since Envoy started (downstream_rq_total over server.uptime), so that a
+//     service whose usual traffic is sparse is not judged by one busy moment, and is judged
+//     even when nothing arrived since the start;
+//
+// capped by the time left before the deadline, and never ending before MinWait: silence cannot
+// tell a sparse client that has not learnt of the deletion yet from one that has, and MinWait
+// (sized by endpoint propagation) is the time by which most clients have learnt. With no
+// arrival at all since the start and no long-run rate, only quiet and MinWait apply: there is
+// no traffic to judge.
+//
+// Once the window has passed, the in-flight gauge must be 0 for "quiet". Requests that stay
+// open (streams, WebSockets, long polls, TCP connections) end only when the app closes them,
+// so after StreamsWait more the rule answers "quiet-streams" with their number and lets the
+// app's own shutdown (GOAWAY, close frames) end them; StreamsWait ≤ 0 keeps waiting for 0.
+//
+// The rule is a pure value: observations in, decisions out, no clock, so that every timing is
+// tested exactly.
+
+// Rule constants. They are not flags: each one is the statement of a property, documented in
+// the README, rather than a knob to tune per pod.
+const (
+	// GapFactor bounds how much longer the next gap may be than the longest one seen: two
+	// neighbouring gaps merge when one sender leaves.
+	GapFactor = 2.0
+	// Risk is the probability that Poisson arrivals at the observed rate stay silent for the
+	// rate term's window while clients still send.
+	Risk = 1e-4
+	// RateArrivals is how many of the latest arrivals the recent rate is measured over: few
+	// enough to follow clients as they leave, enough that the estimate's own uncertainty
+	// costs little (11.7 mean gaps instead of 9.2).
+	RateArrivals = 20
+	// RecentArrivals is a second, quicker measurement, for traffic that thins out faster than
+	// 20 arrivals show (12.7 mean gaps): with fewer, the uncertainty would stretch the window
+	// of ordinary traffic (10 arrivals: 15.1 mean gaps, a whole quiet window at 16 requests a
+	// second, the rate of the reference workload's last client).
+	RecentArrivals = 15
+	// LongRunMinUptime is the least server.uptime (seconds) for the long-run rate to count:
+	// the gauge is refreshed only at each stats flush (5 s by default) and a young Envoy's
+	// average says little.
+	LongRunMinUptime = 60
+)
+
+// Defaults of prestop's --min-wait and --streams-wait.
+const (
+	// DefaultMinWait is a few seconds of endpoint propagation: most client sidecars learn of a
+	// deleted endpoint within 1-3s (docs/facts.md §1), and 5s is also what Istio itself waits
+	// before it looks at connections (pilot-agent's MINIMUM_DRAIN_DURATION).
+	DefaultMinWait = 5 * time.Second
+	// DefaultStreamsWait is how long requests may stay open after the quiet window: one more
+	// default quiet window, longer than a typical P99, shorter than any stream.
+	DefaultStreamsWait = time.Second
+)
+
+// ReasonQuietStreams ends a wait in which arrivals stopped but requests stayed open.
+const ReasonQuietStreams Reason = "quiet-streams"
+
+// WindowTerm names the term that set the quiet window.
+type WindowTerm string
+
+// Window terms, as the final log event names them.
+const (
+	TermQuiet WindowTerm = "quiet" // --quiet (and the latency allowance)
+	TermGaps  WindowTerm = "gaps"  // GapFactor × the longest gap seen
+	TermRate  WindowTerm = "rate"  // the Poisson silence at the observed rate
+)
+
+// RuleConfig holds the rule's settings. Durations are measured from the start of the drain,
+// like every Observation.At.
+type RuleConfig struct {
+	// Quiet is the least window (--quiet).
+	Quiet time.Duration
+	// LatencyAllowance is added to Quiet when the signal counts completions, which lag
+	// arrivals by the request latency.
+	LatencyAllowance time.Duration
+	// MinWait is the earliest the rule may decide (--min-wait).
+	MinWait time.Duration
+	// Deadline is when the wait ends anyway; the window is capped by it.
+	Deadline time.Duration
+	// StreamsWait is how long after the window requests may stay open before the rule
+	// answers quiet-streams; zero or less waits for them to end (strict).
+	StreamsWait time.Duration
+	// ClientPeriod, when set, is the clients' declared schedule: while a client still sends,
+	// it sends at least every ClientPeriod. The gaps term guards against a schedule nobody
+	// stated (twice the longest pause seen, the most one sender leaving can stretch it); with
+	// one stated it is not used, and the quiet window, at least ClientPeriod + a poll
+	// (checked at start), is what no sending client can stay silent for.
+	ClientPeriod time.Duration
+}
+
+// Observation is one poll's reading.
+type Observation struct {
+	// At is the time since the start of the drain.
+	At     time.Duration
+	Signal mesh.Signal
+	// Arrivals and Active are the reading's counter and gauge (nil when unknown).
+	Arrivals, Active *float64
+	// Uptime is Envoy's server.uptime in seconds (nil when the sidecar does not expose it).
+	Uptime *float64
+}
+
+// Decision is the rule's answer to one observation, with what the coordinator reports.
+type Decision struct {
+	// Reason is ReasonQuiet or ReasonQuietStreams when the app may stop, "" to keep waiting.
+	Reason Reason
+	// Window is the quiet window in force and Term the term that set it. Capped says that the
+	// window would end after the deadline: then only the deadline ends the wait.
+	Window time.Duration
+	Term   WindowTerm
+	Capped bool
+	// Rate is the arrival rate (per second) of the measurement behind the rate term; 0 when
+	// none.
+	Rate float64
+	// LastArrival is when the counter last moved, since the start of the drain.
+	LastArrival time.Duration
+	// LongestGap is the longest silence between arrivals during the watch, the one in
+	// progress included.
+	LongestGap time.Duration
+	// OpenStreams is the in-flight gauge when the reason is quiet-streams (nil if unknown).
+	OpenStreams *float64
+	// Change is what this observation changed, for the coordinator's accounting.
+	Change Change
+}
+
+// Change describes the movement of the counter since the previous observation.
+type Change struct {
+	// Moved is true when the counter or the signal changed: the silence starts again.
+	Moved bool
+	// Arrivals is how many new arrivals the counter shows (after a reset, its new value).
+	Arrivals float64
+	// SignalChanged is set, with From and To, when the signal is not the previous one's.
+	SignalChanged bool
+	From, To      mesh.Signal
+	// Reset is set, with ResetFrom and ResetTo, when the counter went down: Envoy restarted
+	// or its stats were reset.
+	Reset              bool
+	ResetFrom, ResetTo float64
+}
+
+// arrivalSample is the counter's value when it was seen to move.
+type arrivalSample struct {
+	at    time.Duration
+	count float64
+}
+
+// Rule is the decision rule's state for one drain.
+type Rule struct {
+	cfg  RuleConfig
+	prev Observation
+
+	lastMove time.Duration
+	// beforeMove is the observation before lastMove's (an arrival seen at lastMove happened
+	// after it), and lastStill the latest observation without movement since lastMove (zero
+	// when none): a gap closed by the next movement lasted less than next − beforeMove and
+	// more than lastStill − lastMove.
+	beforeMove, lastStill time.Duration
+	longestGap            time.Duration
+	// samples are the counter at recent movements, oldest first, starting with the baseline
+	// of the watch; a signal change or a reset starts them again.
+	samples []arrivalSample
+	// rate and rateWindow are the rate term's measured rate and silence, as of the last
+	// movement (or the baseline); 0 when nothing was measured.
+	rate       float64
+	rateWindow time.Duration
+}
+
+// NewRule starts the rule at the first observation of the watch.
+func NewRule(cfg RuleConfig, first Observation) *Rule {
+	r := &Rule{cfg: cfg, prev: first, lastMove: first.At, beforeMove: first.At}
+	r.rebase(first)
+	return r
+}
+
+// rebase starts the rate samples at o's counter; only the long-run rate is known then.
+func (r *Rule) rebase(o Observation) {
+	r.samples = r.samples[:0]
+	if o.Arrivals != nil {
+		r.samples = append(r.samples, arrivalSample{o.At, *o.Arrivals})
+	}
+	r.rate, r.rateWindow = 0, 0
+	if n, uptime, ok := longRun(o); ok {
+		r.rate, r.rateWindow = n/uptime.Seconds(), poissonSilence(n, uptime)
+	}
+}
+
+// Observe takes one poll's reading and says whether the app may stop.
+func (r *Rule) Observe(o Observation) Decision {
+	change := r.change(o)
+	if change.Moved {
+		r.moved(o, change)
+	} else {
+		r.lastStill = o.At
+	}
+	r.prev = o
+
+	window, term := r.window()
+	capped := r.cfg.Deadline > 0 && r.lastMove+window > r.cfg.Deadline
+	d := Decision{
+		Window:      window,
+		Term:        term,
+		Capped:      capped,
+		Rate:        r.rate,
+		LastArrival: r.lastMove,
+		LongestGap:  max(r.longestGap, o.At-r.lastMove),
+		Change:      change,
+	}
+	end := max(r.lastMove+window, r.cfg.MinWait)
+	if capped || o.At < end {
+		return d
+	}
+	switch {
+	case o.Active != nil && *o.Active == 0:
+		d.Reason = ReasonQuiet
+	case o.Active == nil && o.Signal == mesh.SignalCompletedRequests:
+		// Completions have no in-flight gauge: the latency allowance covers it.
+		d.Reason = ReasonQuiet
+	case r.cfg.StreamsWait > 0 && o.At-end >= r.cfg.StreamsWait:
+		d.Reason = ReasonQuietStreams
+		if o.Active != nil {
+			d.OpenStreams = ptr(*o.Active)
+		}
+	}
+	return d
+}
+
+// change compares o with the previous observation. Any change of the counter is movement,
+// including a decrease (Envoy restarted or its stats were reset), and so is a change of
+// signal or a counter appearing or vanishing.
+func (r *Rule) change(o Observation) Change {
+	prev := r.prev
+	var c Change
+	switch {
+	case o.Signal != prev.Signal:
+		c.Moved, c.SignalChanged, c.From, c.To = true, true, prev.Signal, o.Signal
+	case o.Arrivals == nil && prev.Arrivals == nil:
+	case o.Arrivals == nil || prev.Arrivals == nil:
+		c.Moved = true
+	case *o.Arrivals > *prev.Arrivals:
+		c.Moved, c.Arrivals = true, *o.Arrivals-*prev.Arrivals
+	case *o.Arrivals < *prev.Arrivals:
+		c.Moved, c.Reset, c.ResetFrom, c.ResetTo = true, true, *prev.Arrivals, *o.Arrivals
+		c.Arrivals = *o.Arrivals
+	}
+	return c
+}
+
+// moved restarts the silence at o, records the gap it closed and measures the rate.
+func (r *Rule) moved(o Observation, c Change) {
+	// The gap is recorded by its upper bound, so that twice it covers a gap that doubles.
+	// Only a silence seen to last half the quiet window counts: shorter ones are the sampling
+	// noise of busy traffic (and slow polls of busy traffic are no silence at all), and twice
+	// them fits in the quiet window anyway. The first gap starts at the watch's start: a
+	// lower bound of a gap that began before.
+	// A reset or a change of signal ends the silence but closes no gap between two arrivals:
+	// when the new counter's first arrival came is unknown.
+	closesGap := !c.Reset && !c.SignalChanged && o.Arrivals != nil && r.prev.Arrivals != nil
+	if closesGap && r.lastStill > r.lastMove && r.lastStill-r.lastMove >= r.cfg.Quiet/2 {
+		r.longestGap = max(r.longestGap, o.At-r.beforeMove)
+	}
+	r.lastMove, r.beforeMove = o.At, r.prev.At
+	if c.SignalChanged || c.Reset || o.Arrivals == nil || r.prev.Arrivals == nil {
+		// Another counter: its history says nothing about this one's rate.
+		r.rebase(o)
+		return
+	}
+	const keep = 4 * RateArrivals
+	if len(r.samples) >= keep {
+		r.samples = append(r.samples[:0], r.samples[len(r.samples)-keep/2:]...)
+	}
+	r.samples = append(r.samples, arrivalSample{o.At, *o.Arrivals})
+	r.rate, r.rateWindow = 0, 0
+	// Two measurements of the recent rate: the latest RateArrivals arrivals, and the latest
+	// RecentArrivals, which sees clients thinning out sooner. The longer silence wins.
+	for _, want := range []float64{RecentArrivals, RateArrivals} {
+		if n, span := r.recent(want); n > 0 {
+			if w := poissonSilence(n, span); w > r.rateWindow {
+				r.rate, r.rateWindow = n/span.Seconds(), w
+			}
+		}
+	}
+	if n, uptime, ok := longRun(o); ok {
+		if w := poissonSilence(n, uptime); w > r.rateWindow {
+			r.rate, r.rateWindow = n/uptime.Seconds(), w
+		}
+	}
+}
+
+// recent is the latest want arrivals (all since the baseline when there are fewer) and the
+// time they took: arrivals after the oldest sample used, and the time since it.
+func (r *Rule) recent(want float64) (float64, time.Duration) {
+	last := r.samples[len(r.samples)-1]
+	from := r.samples[0]
+	for i := len(r.samples) - 2; i >= 0; i-- {
+		from = r.samples[i]
+		if last.count-from.count >= want {
+			break
+		}
+	}
+	if last.at <= from.at || last.count <= from.count {
+		return 0, 0
+	}
+	return last.count - from.count, last.at - from.at
+}
+
+// longRun is the arrival counter and Envoy's uptime, when Envoy has run long enough for that
+// average to mean something.
+func longRun(o Observation) (float64, time.Duration, bool) {
+	if o.Uptime == nil || o.Arrivals == nil || *o.Uptime < LongRunMinUptime || *o.Arrivals <= 0 {
+		return 0, 0, false
+	}
+	return *o.Arrivals, time.Duration(*o.Uptime * float64(time.Second)), true
+}
+
+// poissonSilence is the silence s that Poisson arrivals, of a rate known only through n
+// arrivals in span, exceed with probability Risk: (span/(span+s))^n = Risk.
+func poissonSilence(n float64, span time.Duration) time.Duration {
+	return time.Duration(float64(span) * math.Expm1(-math.Log(Risk)/n))
+}
+
+// PoissonQuiet is the silence that Poisson arrivals at a known rate (per second) exceed with
+// probability Risk: −ln(Risk)/rate, 9.2 mean gaps. It is the rate term's limit for a rate
+// known in advance rather than measured, which is how `meshdrain plan --rps-per-client` sizes
+// --quiet for a service whose clients are each sparse.
+func PoissonQuiet(perSecond float64) time.Duration {
+	if perSecond <= 0 {
+		return 0
+	}
+	return time.Duration(-math.Log(Risk) / perSecond * float64(time.Second))
+}
+
+// window is the quiet window in force: the largest term.
+func (r *Rule) window() (time.Duration, WindowTerm) {
+	window, term := r.cfg.Quiet, TermQuiet
+	if r.prev.Signal == mesh.SignalCompletedRequests {
+		window += r.cfg.LatencyAllowance
+	}
+	if gaps := time.Duration(GapFactor * float64(r.longestGap)); gaps > window && r.cfg.ClientPeriod == 0 {
+		window, term = gaps, TermGaps
+	}
+	if r.rateWindow > window {
+		window, term = r.rateWindow, TermRate
+	}
+	return window, term
+}
+
+func ptr(v float64) *float64 { return &v }

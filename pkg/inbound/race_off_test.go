@@ -1,5 +1,0 @@
-//go:build !race
-
-package inbound
-
-const raceEnabled = false

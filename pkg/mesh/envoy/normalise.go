@@ -1,0 +1,573 @@
+package envoy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// virtualInboundPort is the port of Istio's virtualInbound listener, through which every
+// inbound connection of a sidecar passes.
+const virtualInboundPort = "15006"
+
+// ParseFamilies parses Envoy's /stats/prometheus output. Envoy writes the 0.0.4 text format
+// with untyped-free TYPE lines and no HELP, which expfmt reads as is. The read buffer and the
+// parser are reused from poll to poll: a preStop polls every 200ms for up to a minute.
+func ParseFamilies(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := parsers.Get().(*parser)
+	defer parsers.Put(p)
+	p.body.Reset()
+	if _, err := p.body.ReadFrom(r); err != nil {
+		return nil, fmt.Errorf("parse prometheus stats: %w", err)
+	}
+	p.in.Reset(trimTrailingSpace(p.body.Bytes()))
+	families, err := p.text.TextToMetricFamilies(&p.in)
+	if err != nil {
+		return nil, fmt.Errorf("parse prometheus stats: %w", err)
+	}
+	return families, nil
+}
+
+// parser is what one parse needs besides the families it returns.
+type parser struct {
+	body bytes.Buffer
+	in   bytes.Reader
+	text expfmt.TextParser
+}
+
+var parsers = sync.Pool{New: func() any { return &parser{text: expfmt.NewTextParser(model.UTF8Validation)} }}
+
+// Parse reads Envoy's Prometheus output and normalises it for sel.
+func Parse(r io.Reader, sel mesh.Selector) (mesh.Snapshot, error) {
+	families, err := ParseFamilies(r)
+	if err != nil {
+		return mesh.Snapshot{}, err
+	}
+	return Normalise(families, sel), nil
+}
+
+// StatsFilter returns the RE2 regex to send as /stats?filter=: it matches the Envoy (text)
+// stat names of exactly the stats Normalise reads, in every naming variant, so that one poll
+// of a sidecar in a large mesh stays a few kilobytes (docs/facts.md §2: never poll unfiltered).
+//
+// Envoy matches it against every stat name on its main thread, the thread that also answers
+// /ready, so it is written to be cheap for any regex engine: one leading ^ over one
+// alternation, every alternative ending in $, and no point where two ways on are possible
+// (each character decides: no ".*" before a literal, port lists as a trie). A backtracking
+// engine never retries, and Go's regexp runs it as a one-pass matcher; a name is rejected
+// after its first characters. Per-worker listener copies (listener.X.worker_N.*) are excluded
+// by the anchoring. Two consequences: the HTTP prefix's bind address is matched as IPv4 or
+// bracketed IPv6 (a bare IPv6 pod IP leaves that port to its cluster stats), and the
+// pre-1.10 cluster names inbound|PORT|NAME|HOST are not read (their HTTP stats are). Asking
+// for completions adds two alternatives that need ".*", which costs the one-pass property:
+// they are only asked for when nothing request-level exists.
+func StatsFilter(sel mesh.Selector) string {
+	return "^(?:" + strings.Join(filterAlternatives(sel), "|") + ")$"
+}
+
+// The stats each family contributes (Normalise reads no other).
+const (
+	httpStats    = `\.downstream_(?:rq_(?:total|active)|cx_active)`
+	clusterStats = `\.upstream_(?:rq_(?:total|active)|cx_active)`
+	// An IPv4 address or a bracketed IPv6 one, whose colons Envoy may have made underscores.
+	bindAddress = `(?:[0-9.]*|\[[0-9a-fA-F_:]*\])`
+)
+
+func filterAlternatives(sel mesh.Selector) []string {
+	port := `[0-9]+`
+	if len(sel.Ports) > 0 {
+		ports := make([]string, len(sel.Ports))
+		for i, p := range sel.Ports {
+			ports[i] = strconv.Itoa(p)
+		}
+		port = digitTrie(ports)
+	}
+	var alternatives []string
+	if len(sel.Clusters) == 0 && len(sel.HTTPPrefixes) == 0 {
+		alternatives = append(alternatives,
+			// inbound_<bind>_<port>, with Istio >= 1.23's ";" after it; and the admin's own
+			// requests: an answer that does not count them is a frozen one.
+			`http\.(?:inbound_`+bindAddress+`_`+port+`;?`+httpStats+`|admin\.downstream_rq_total)`,
+			`cluster\.inbound\|`+port+`\|\|;?`+clusterStats,
+			// A TCP proxy port: Istio's stat prefix is the inbound cluster's name.
+			`tcp\.inbound\|`+port+`\|\|;?\.downstream_cx_total`,
+			`listener\.`+bindAddress+`_`+virtualInboundPort+`\.downstream_cx_(?:total|active)`,
+		)
+		if sel.Completions {
+			alternatives = append(alternatives,
+				// Istio >= 1.17 (native stats): istiocustom.istio_requests_total.reporter.destination....
+				`istiocustom\.istio_requests_total\.reporter\.(?:=\.)?destination[.;].*`,
+				// Istio <= 1.16 (telemetry v2 stats plugin): the tags first, the metric last,
+				// without or (Wasm with a custom stat namespace) with a wasmcustom. prefix;
+				// Istio 1.7 wrote the metric as _istio_requests_total.
+				`(?:wasmcustom\.)?reporter=\.=destination;\.;.*;\.;_?istio_requests_total`,
+			)
+		}
+	} else {
+		alternatives = append(alternatives, `http\.admin\.downstream_rq_total`)
+	}
+	for _, name := range sel.Clusters {
+		alternatives = append(alternatives, `cluster\.`+regexp.QuoteMeta(name)+`;?`+clusterStats)
+	}
+	for _, name := range sel.HTTPPrefixes {
+		alternatives = append(alternatives, `http\.`+regexp.QuoteMeta(name)+`;?`+httpStats)
+	}
+	// server.uptime gives the long-run arrival rate (drain's rule).
+	return append(alternatives, `server\.(?:state|uptime)`)
+}
+
+// digitTrie writes a set of numbers as a regex in which each digit decides the way on
+// (8080 and 80 become 80(?:80)?), so that a port list keeps the filter one-pass.
+func digitTrie(numbers []string) string {
+	sort.Strings(numbers)
+	numbers = slices.Compact(numbers)
+	var write func(set []string) string
+	write = func(set []string) string {
+		var branches []string
+		optional := false
+		for i := 0; i < len(set); {
+			if set[i] == "" {
+				optional = true
+				i++
+				continue
+			}
+			first := set[i][0]
+			var rest []string
+			for ; i < len(set) && set[i] != "" && set[i][0] == first; i++ {
+				rest = append(rest, set[i][1:])
+			}
+			branches = append(branches, string(first)+write(rest))
+		}
+		switch {
+		case len(branches) == 0:
+			return ""
+		case len(branches) == 1 && !optional:
+			return branches[0]
+		case optional:
+			return "(?:" + strings.Join(branches, "|") + ")?"
+		default:
+			return "(?:" + strings.Join(branches, "|") + ")"
+		}
+	}
+	return write(numbers)
+}
+
+var (
+	// Istio < 1.23 leaves that prefix in the metric name: envoy_http_inbound_0_0_0_0_8080_downstream_rq_total{}.
+	legacyHTTPName = regexp.MustCompile(`^envoy_http_inbound_(.+)_([0-9]+)_(downstream_rq_total|downstream_rq_active|downstream_cx_active)$`)
+	// 0.0.0.0_15006, 10.1.2.3_15006, and IPv6 [::]_15006 ([__]_15006 once Envoy has
+	// replaced the colons of stat names).
+	virtualInboundAddress = regexp.MustCompile(`^[0-9a-fA-F._:\[\]]+_` + virtualInboundPort + `$`)
+)
+
+// istioHTTPPort is the port of Istio's inbound HTTP prefix, which carries the bind address:
+// inbound_0.0.0.0_8080, inbound_10.38.36.249_8080 (istio/istio#50894).
+func istioHTTPPort(prefix string) (int, bool) {
+	rest, ok := strings.CutPrefix(prefix, "inbound_")
+	if !ok {
+		return 0, false
+	}
+	i := strings.LastIndexByte(rest, '_')
+	if i <= 0 {
+		return 0, false
+	}
+	return atoiPort(rest[i+1:])
+}
+
+// istioClusterPort is the port of an inbound cluster (or TCP stat prefix) name:
+// inbound|8080||, and the older inbound|8080|http|svc.ns.svc.cluster.local.
+func istioClusterPort(cluster string) (int, bool) {
+	rest, ok := strings.CutPrefix(cluster, "inbound|")
+	if !ok {
+		return 0, false
+	}
+	port, _, found := strings.Cut(rest, "|")
+	if !found {
+		return 0, false
+	}
+	return atoiPort(port)
+}
+
+// atoiPort reads a port number made of digits only.
+func atoiPort(s string) (int, bool) {
+	if s == "" || len(s) > 5 {
+		return 0, false
+	}
+	port := 0
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		port = port*10 + int(c-'0')
+	}
+	return port, port > 0 && port <= 65535
+}
+
+// Label names for the tag of each stat family: Envoy's default tags carry an "envoy_" prefix,
+// Istio's own tag definitions do not.
+var (
+	httpPrefixLabels = []string{"envoy_http_conn_manager_prefix", "http_conn_manager_prefix"}
+	clusterLabels    = []string{"envoy_cluster_name", "cluster_name"}
+	listenerLabels   = []string{"envoy_listener_address", "listener_address"}
+	tcpPrefixLabels  = []string{"envoy_tcp_prefix", "tcp_prefix"}
+)
+
+// Normalise builds the inbound model from parsed families. It never invents a zero: a stat
+// the payload does not hold stays nil.
+func Normalise(families map[string]*dto.MetricFamily, sel mesh.Selector) mesh.Snapshot {
+	n := normaliser{sel: sel, byPort: map[int]*mesh.Endpoint{}, byName: map[string]*mesh.Endpoint{}, naming: mesh.NamingUnknown}
+	for _, p := range sel.Ports {
+		n.endpointForPort(p)
+	}
+	for _, name := range sel.Clusters {
+		n.endpointForName(name)
+	}
+	for _, name := range sel.HTTPPrefixes {
+		n.endpointForName(name)
+	}
+
+	names := make([]string, 0, len(families))
+	for name := range families {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n.family(name, families[name])
+		n.adminRequests(name, families[name])
+	}
+	return n.snapshot()
+}
+
+type normaliser struct {
+	sel    mesh.Selector
+	byPort map[int]*mesh.Endpoint
+	byName map[string]*mesh.Endpoint
+	order  []*mesh.Endpoint
+	// values holds the normalised numbers, a chunk at a time, so that a poll does not
+	// allocate one float per stat.
+	values   []float64
+	listener *mesh.Listener
+	naming   mesh.Naming
+	// namingEvidence ranks how sure the naming guess is: legacy names and envoy_ labels are
+	// conclusive, un-prefixed labels only say "Istio" (both Istio variants extract clusters).
+	namingEvidence     int
+	completed          *float64
+	serverState        *float64
+	serverUptime       *float64
+	adminRequestsTotal *float64
+}
+
+func (n *normaliser) family(name string, fam *dto.MetricFamily) {
+	switch name {
+	case "envoy_http_downstream_rq_total", "envoy_http__downstream_rq_total":
+		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPRequestsTotal })
+	case "envoy_http_downstream_rq_active", "envoy_http__downstream_rq_active":
+		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPRequestsActive })
+	case "envoy_http_downstream_cx_active", "envoy_http__downstream_cx_active":
+		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPConnectionsActive })
+	case "envoy_cluster_upstream_rq_total":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsTotal })
+	case "envoy_cluster_upstream_rq_active":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsActive })
+	case "envoy_cluster_upstream_cx_active":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterConnsActive })
+	case "envoy_listener_downstream_cx_active":
+		n.listenerSeries(fam, func(l *mesh.Listener) **float64 { return &l.ConnectionsActive })
+	case "envoy_listener_downstream_cx_total":
+		n.listenerSeries(fam, func(l *mesh.Listener) **float64 { return &l.ConnectionsTotal })
+	case "envoy_tcp_downstream_cx_total":
+		for _, m := range fam.GetMetric() {
+			prefix, labelName := firstLabel(m, tcpPrefixLabels)
+			if prefix == "" {
+				continue
+			}
+			n.noteLabel(labelName)
+			if n.genericSelection() {
+				continue // a generic Envoy's TCP port is watched through its --cluster
+			}
+			if e := n.clusterEndpoint(prefix); e != nil {
+				n.add(&e.TCPConnectionsTotal, value(m))
+			}
+		}
+	case "istio_requests_total",
+		// Envoy releases without custom stat namespaces prefix every Prometheus name with
+		// envoy_, and Istio 1.7's stats plugin named the metric _istio_requests_total.
+		"envoy_istio_requests_total", "envoy__istio_requests_total":
+		for _, m := range fam.GetMetric() {
+			if label(m, "reporter") == "destination" {
+				n.add(&n.completed, value(m))
+			}
+		}
+	case "envoy_server_state", "server_state":
+		for _, m := range fam.GetMetric() {
+			v := value(m)
+			n.serverState = &v
+		}
+	case "envoy_server_uptime", "server_uptime":
+		for _, m := range fam.GetMetric() {
+			v := value(m)
+			n.serverUptime = &v
+		}
+	default:
+		if match := legacyHTTPName.FindStringSubmatch(name); match != nil {
+			n.legacyHTTP(fam, match)
+		}
+	}
+}
+
+func (n *normaliser) httpSeries(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64) {
+	for _, m := range fam.GetMetric() {
+		prefix, labelName := firstLabel(m, httpPrefixLabels)
+		if prefix == "" {
+			continue
+		}
+		n.noteLabel(labelName)
+		if e := n.httpEndpoint(prefix); e != nil {
+			n.add(field(e), value(m))
+		}
+	}
+}
+
+func (n *normaliser) legacyHTTP(fam *dto.MetricFamily, match []string) {
+	port, err := strconv.Atoi(match[2])
+	if err != nil || !n.portSelected(port) || n.genericSelection() {
+		return
+	}
+	n.note(mesh.NamingIstioLegacy, 3)
+	e := n.endpointForPort(port)
+	var field **float64
+	switch match[3] {
+	case "downstream_rq_total":
+		field = &e.HTTPRequestsTotal
+	case "downstream_rq_active":
+		field = &e.HTTPRequestsActive
+	default:
+		field = &e.HTTPConnectionsActive
+	}
+	for _, m := range fam.GetMetric() {
+		n.add(field, value(m))
+	}
+}
+
+func (n *normaliser) clusterSeries(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64) {
+	for _, m := range fam.GetMetric() {
+		cluster, labelName := firstLabel(m, clusterLabels)
+		if cluster == "" {
+			continue
+		}
+		n.noteLabel(labelName)
+		if e := n.clusterEndpoint(cluster); e != nil {
+			n.add(field(e), value(m))
+		}
+	}
+}
+
+func (n *normaliser) listenerSeries(fam *dto.MetricFamily, field func(*mesh.Listener) **float64) {
+	if n.genericSelection() {
+		return
+	}
+	for _, m := range fam.GetMetric() {
+		address, labelName := firstLabel(m, listenerLabels)
+		// Only the virtualInbound listener: admin, 15021 health and 15090 Prometheus
+		// listeners and every outbound listener are someone else's traffic.
+		if !virtualInboundAddress.MatchString(address) {
+			continue
+		}
+		n.noteLabel(labelName)
+		if n.listener == nil {
+			n.listener = &mesh.Listener{Address: address}
+		}
+		n.add(field(n.listener), value(m))
+	}
+}
+
+// httpEndpoint maps an HTTP stat prefix to the endpoint it belongs to, or nil when it is not
+// watched (admin, outbound, a port not selected).
+func (n *normaliser) httpEndpoint(prefix string) *mesh.Endpoint {
+	prefix = strings.TrimSuffix(prefix, ";")
+	if n.genericSelection() {
+		if contains(n.sel.HTTPPrefixes, prefix) {
+			return n.endpointForName(prefix)
+		}
+		return nil
+	}
+	port, ok := istioHTTPPort(prefix)
+	if !ok || !n.portSelected(port) {
+		return nil
+	}
+	return n.endpointForPort(port)
+}
+
+func (n *normaliser) clusterEndpoint(cluster string) *mesh.Endpoint {
+	cluster = strings.TrimSuffix(cluster, ";")
+	if n.genericSelection() {
+		if contains(n.sel.Clusters, cluster) {
+			return n.endpointForName(cluster)
+		}
+		return nil
+	}
+	port, ok := istioClusterPort(cluster)
+	if !ok || !n.portSelected(port) {
+		return nil
+	}
+	return n.endpointForPort(port)
+}
+
+func (n *normaliser) genericSelection() bool {
+	return len(n.sel.Clusters) > 0 || len(n.sel.HTTPPrefixes) > 0
+}
+
+func (n *normaliser) portSelected(port int) bool {
+	if len(n.sel.Ports) == 0 {
+		return true
+	}
+	for _, p := range n.sel.Ports {
+		if p == port {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *normaliser) endpointForPort(port int) *mesh.Endpoint {
+	if e, ok := n.byPort[port]; ok {
+		return e
+	}
+	p := port
+	e := &mesh.Endpoint{Port: &p, Name: "inbound|" + strconv.Itoa(port) + "||"}
+	n.byPort[port] = e
+	n.order = append(n.order, e)
+	return e
+}
+
+// endpointForName groups a generic Envoy's cluster and HTTP prefix stats. When the user
+// names one cluster and one prefix, they describe the same inbound service, so they share
+// one endpoint.
+func (n *normaliser) endpointForName(name string) *mesh.Endpoint {
+	if len(n.sel.Clusters) == 1 && len(n.sel.HTTPPrefixes) == 1 {
+		name = n.sel.HTTPPrefixes[0] + " / " + n.sel.Clusters[0]
+	}
+	if e, ok := n.byName[name]; ok {
+		return e
+	}
+	e := &mesh.Endpoint{Name: name}
+	n.byName[name] = e
+	n.order = append(n.order, e)
+	return e
+}
+
+func (n *normaliser) noteLabel(labelName string) {
+	if strings.HasPrefix(labelName, "envoy_") {
+		n.note(mesh.NamingEnvoy, 3)
+	} else {
+		n.note(mesh.NamingIstio, 1)
+	}
+}
+
+func (n *normaliser) note(naming mesh.Naming, evidence int) {
+	if evidence > n.namingEvidence {
+		n.naming, n.namingEvidence = naming, evidence
+	}
+}
+
+func (n *normaliser) snapshot() mesh.Snapshot {
+	s := mesh.Snapshot{Naming: n.naming, Listener: n.listener, CompletedRequestsTotal: n.completed, ServerState: n.serverState, ServerUptime: n.serverUptime, AdminRequestsTotal: n.adminRequestsTotal}
+	if s.Naming == mesh.NamingUnknown && n.completed != nil {
+		s.Naming = mesh.NamingIstio
+	}
+	s.Endpoints = make([]mesh.Endpoint, 0, len(n.order))
+	for _, e := range n.order {
+		s.Endpoints = append(s.Endpoints, *e)
+	}
+	sort.SliceStable(s.Endpoints, func(i, j int) bool {
+		a, b := s.Endpoints[i].Port, s.Endpoints[j].Port
+		if a != nil && b != nil {
+			return *a < *b
+		}
+		return a != nil && b == nil
+	})
+	return s
+}
+
+func firstLabel(m *dto.Metric, names []string) (value, name string) {
+	for _, l := range m.GetLabel() {
+		for _, want := range names {
+			if l.GetName() == want {
+				return l.GetValue(), want
+			}
+		}
+	}
+	return "", ""
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return math.NaN()
+}
+
+// add adds v to the value field points at, creating it (from the current chunk) when absent.
+func (n *normaliser) add(field **float64, v float64) {
+	if math.IsNaN(v) {
+		return
+	}
+	if *field == nil {
+		if len(n.values) == cap(n.values) {
+			n.values = make([]float64, 0, 32)
+		}
+		n.values = append(n.values, 0)
+		*field = &n.values[len(n.values)-1]
+	}
+	**field += v
+}
+
+func contains(list []string, s string) bool {
+	for _, item := range list {
+		if item == s {
+			return true
+		}
+	}
+	return false
+}
+
+// trimTrailingSpace drops spaces at line ends, in place: Envoy has written "name value "
+// lines (istio/istio pkg/envoy/agent_test.go), which expfmt would read as a missing timestamp.
+func trimTrailingSpace(b []byte) []byte {
+	out := b[:0]
+	for len(b) > 0 {
+		line, rest, found := bytes.Cut(b, []byte{'\n'})
+		out = append(out, bytes.TrimRight(line, " \t\r")...)
+		if found {
+			out = append(out, '\n')
+		}
+		b = rest
+	}
+	return out
+}

@@ -1,0 +1,174 @@
+package linkerd
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
+)
+
+// startEmulated runs an app and an emulated proxy in front of it on 127.0.0.1, which has
+// served one request: a proxy that has served none has no request_total at all, which reads
+// as no signal (FIDELITY.md §3).
+func startEmulated(t *testing.T, cfg linkerdsim.Config) *linkerdsim.Sidecar {
+	t.Helper()
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	t.Cleanup(app.Close)
+	cfg.Inbound = []linkerdsim.InboundPort{{Port: 8080, AppAddr: strings.TrimPrefix(app.URL, "http://")}}
+	s, err := linkerdsim.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Get("http://" + s.InboundAddr(8080) + "/warmup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return s
+}
+
+// TestReadsTheEmulator checks the parser against the emulator's own output, with the
+// emulator's admin port (a random one, as the client sees it) left out.
+func TestReadsTheEmulator(t *testing.T) {
+	s := startEmulated(t, linkerdsim.Config{ProbePaths: []string{"/healthz"}})
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	for _, path := range []string{"/", "/", "/", "/", "/healthz"} {
+		resp, err := hc.Get("http://" + s.InboundAddr(8080) + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	c := newClient(t, s.AdminURL(), Options{})
+	snap, err := c.Snapshot(context.Background(), Selector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.IsLinkerd || snap.Scheme != SchemeTargetPort {
+		t.Errorf("IsLinkerd %v scheme %q", snap.IsLinkerd, snap.Scheme)
+	}
+	// The warm-up request's connection has closed by now or not: count the open and
+	// opened connections of this client only through their difference.
+	checkEndpoints(t, snap, []want{{port: 8080, requests: f(5), responses: f(5), probes: f(1),
+		open: snap.Endpoints[0].ConnectionsOpen, opened: snap.Endpoints[0].ConnectionsOpened,
+		closed: snap.Endpoints[0].ConnectionsClosed, inFlight: f(0), source: FamilyRequests}})
+	e := snap.Endpoints[0]
+	if e.ConnectionsOpen == nil || e.ConnectionsOpened == nil || *e.ConnectionsOpened-*e.ConnectionsOpen != value0(e.ConnectionsClosed) {
+		t.Errorf("connections open %s opened %s closed %s do not add up", show(e.ConnectionsOpen), show(e.ConnectionsOpened), show(e.ConnectionsClosed))
+	}
+
+	sidecarMesh, err := Detect(context.Background(), hc, s.AdminURL())
+	if err != nil || sidecarMesh != mesh.Linkerd {
+		t.Errorf("Detect: %q %v", sidecarMesh, err)
+	}
+}
+
+func value0(v *float64) float64 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
+// traffic sends requests to addr every interval until stop is closed.
+func traffic(t *testing.T, addr string, interval time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hc := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 2 * time.Second}
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ticker.C:
+			}
+			if resp, err := hc.Get("http://" + addr + "/"); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	return &wg
+}
+
+func drainConfig() drain.Config {
+	return drain.Config{
+		Selector:       mesh.Selector{Ports: []int{8080}},
+		DrainMode:      mesh.DrainNone,
+		Deadline:       4 * time.Second,
+		Quiet:          250 * time.Millisecond,
+		Poll:           20 * time.Millisecond,
+		ConnectTimeout: 500 * time.Millisecond,
+		FallbackWait:   time.Second,
+	}
+}
+
+// TestCoordinatorDrainsBehindANativeSidecar is the drain of a Linkerd pod with a native
+// sidecar: the proxy keeps serving through the app's preStop, so the coordinator sees the
+// clients stop and decides on a quiet window, well before its deadline.
+func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
+	s := startEmulated(t, linkerdsim.Config{})
+	stop := make(chan struct{})
+	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop)
+	stopAfter := 300 * time.Millisecond
+	time.AfterFunc(stopAfter, func() { close(stop) })
+	s.Terminate() // t0: nothing happens to a native sidecar
+
+	start := time.Now()
+	res := drain.Run(context.Background(), drainConfig(), newClient(t, s.AdminURL(), Options{}))
+	wg.Wait()
+	if res.Reason != drain.ReasonQuiet || res.Signal != mesh.SignalHTTPRequests || res.Naming != NamingLinkerd {
+		t.Fatalf("reason %s signal %s naming %s", res.Reason, res.Signal, res.Naming)
+	}
+	if res.DrainCalled {
+		t.Error("a drain call was claimed for a proxy that has none")
+	}
+	if res.RequestsAfterDrain == nil || *res.RequestsAfterDrain < 5 {
+		t.Errorf("requests seen during the watch %v: the traffic was not measured", show(res.RequestsAfterDrain))
+	}
+	if res.ActiveAtEnd == nil || *res.ActiveAtEnd != 0 {
+		t.Errorf("active at end %s", show(res.ActiveAtEnd))
+	}
+	if took := time.Since(start); took < stopAfter || took > 3*time.Second {
+		t.Errorf("decided after %s: before the traffic stopped or at the deadline", took)
+	}
+	if res.LastArrival < stopAfter-100*time.Millisecond {
+		t.Errorf("last arrival at %s, traffic ran for %s", res.LastArrival, stopAfter)
+	}
+}
+
+// TestClassicSidecarBlindsTheDrain is a classic proxy without proxy-wait-before-exit-seconds:
+// its SIGTERM at t0 closes the admin port with the inbound one while clients still send, so
+// the coordinator concludes the sidecar went away under live traffic (issue 8's
+// sidecar-gone-busy, exit 5: those clients were refused). plan sizes
+// proxy-wait-before-exit-seconds to avoid it. (Written before issue 8 split that case from
+// sidecar-gone, this test expected sidecar-gone and failed on main after the merge.)
+func TestClassicSidecarBlindsTheDrain(t *testing.T) {
+	s := startEmulated(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
+	stop := make(chan struct{})
+	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop)
+	defer func() { close(stop); wg.Wait() }()
+	time.AfterFunc(100*time.Millisecond, s.Terminate)
+
+	res := drain.Run(context.Background(), drainConfig(), newClient(t, s.AdminURL(), Options{}))
+	if res.Reason != drain.ReasonSidecarGoneBusy || res.ExitCode() != 5 {
+		t.Errorf("reason %s exit %d, want sidecar-gone-busy, 5", res.Reason, res.ExitCode())
+	}
+	if res.RecentArrivals == nil || *res.RecentArrivals == 0 {
+		t.Errorf("recent arrivals %s: the traffic cut by the SIGTERM is not reported", show(res.RecentArrivals))
+	}
+}

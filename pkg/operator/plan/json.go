@@ -1,0 +1,201 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// Release is the meshdrain release this tree builds; the Makefile's RELEASE and the
+// examples' image tag must equal it (examples_test checks both).
+const Release = "v0.1.0"
+
+// DefaultImage is the meshdrain image the init container runs unless told otherwise.
+const DefaultImage = "ghcr.io/meshdrain/meshdrain:" + Release
+
+// jsonPlan is plan -o json: every derived number, as the flags and manifests spell it
+// ("15s"), plus the whole-second grace period, so scripts need no duration parser.
+type jsonPlan struct {
+	// Mesh is written for Linkerd only, so that an Istio plan's JSON stays what it was.
+	Mesh                        mesh.Mesh         `json:"mesh,omitempty"`
+	Sidecar                     Sidecar           `json:"sidecar"`
+	Inputs                      map[string]any    `json:"inputs"`
+	LastClientLag               string            `json:"last_client_lag"`
+	TypicalLastClientLag        string            `json:"typical_last_client_lag,omitempty"`
+	ExpectedFinish              string            `json:"expected_finish"`
+	TypicalFinish               string            `json:"typical_finish,omitempty"`
+	Margin                      string            `json:"margin"`
+	GracePeriodSeconds          int               `json:"termination_grace_period_seconds"`
+	Deadline                    string            `json:"deadline"`
+	AppDrain                    string            `json:"app_drain"`
+	AppExitWorst                string            `json:"app_exit_worst"`
+	TerminationDrainDuration    string            `json:"termination_drain_duration,omitempty"`
+	ExitOnZeroActiveConnections bool              `json:"exit_on_zero_active_connections,omitempty"`
+	MinimumDrainDuration        string            `json:"minimum_drain_duration,omitempty"`
+	DrainDuration               string            `json:"drain_duration,omitempty"`
+	WaitBeforeExitSeconds       int               `json:"proxy_wait_before_exit_seconds,omitempty"`
+	Annotations                 map[string]string `json:"annotations"`
+	PrestopCommand              []string          `json:"prestop_command"`
+	Timeline                    []jsonStep        `json:"timeline"`
+	Arithmetic                  []jsonLine        `json:"arithmetic"`
+	Warnings                    []string          `json:"warnings"`
+	Workload                    *jsonWorkload     `json:"workload,omitempty"`
+}
+
+type jsonStep struct {
+	At    string `json:"at"`
+	Until string `json:"until,omitempty"`
+	Worst string `json:"worst,omitempty"`
+	Who   string `json:"who"`
+	What  string `json:"what"`
+}
+
+type jsonLine struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	Why   string `json:"why"`
+}
+
+type jsonWorkload struct {
+	Kind      string   `json:"kind"`
+	Name      string   `json:"name"`
+	Namespace string   `json:"namespace,omitempty"`
+	Container string   `json:"container"`
+	Ports     []int    `json:"ports"`
+	Changes   []string `json:"changes"`
+	Replaced  string   `json:"replaced_prestop,omitempty"`
+}
+
+// WriteJSON prints the plan as one JSON object; with an edit, also the workload it changes.
+func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
+	in := p.Input
+	inputs := map[string]any{
+		"p99": fmtD(in.P99), "eds_lag": fmtD(in.EDSLag), "quiet": fmtD(in.Quiet), "poll": fmtD(in.Poll),
+		"app_drain": fmtD(p.AppDrain), "drain_duration": fmtD(in.DrainDuration),
+	}
+	var linkerdMesh mesh.Mesh
+	if in.Mesh == mesh.Linkerd {
+		linkerdMesh = mesh.Linkerd
+		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time
+		if in.CurrentWaitBeforeExit > 0 {
+			inputs["current_proxy_wait_before_exit"] = fmtD(in.CurrentWaitBeforeExit)
+		}
+	}
+	if in.MinWait != drain.DefaultMinWait {
+		inputs["min_wait"] = fmtD(in.MinWait)
+	}
+	if in.RPSPerClient > 0 {
+		inputs["rps_per_client"] = in.RPSPerClient
+	}
+	if in.ClientPeriod > 0 {
+		inputs["client_period"] = fmtD(in.ClientPeriod)
+	}
+	if in.EDSLagMedian > 0 {
+		inputs["eds_lag"] = fmt.Sprintf("p50=%s,p99=%s", fmtD(in.EDSLagMedian), fmtD(in.EDSLag))
+		inputs["clients"] = in.Clients
+	}
+	if in.CurrentGracePeriod > 0 {
+		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
+	}
+	out := jsonPlan{
+		Mesh:                        linkerdMesh,
+		Sidecar:                     in.Sidecar,
+		Inputs:                      inputs,
+		LastClientLag:               fmtD(p.LastClientLag),
+		TypicalLastClientLag:        optD(p.TypicalLastClientLag),
+		ExpectedFinish:              fmtD(p.ExpectedFinish),
+		TypicalFinish:               optD(p.TypicalFinish),
+		Margin:                      fmtD(p.Margin),
+		GracePeriodSeconds:          int(p.GracePeriod / time.Second),
+		Deadline:                    fmtD(p.Deadline),
+		AppDrain:                    fmtD(p.AppDrain),
+		AppExitWorst:                fmtD(p.AppExitWorst),
+		TerminationDrainDuration:    optD(p.TerminationDrainDuration),
+		ExitOnZeroActiveConnections: p.ExitOnZeroActiveConnections,
+		MinimumDrainDuration:        optD(p.MinimumDrainDuration),
+		DrainDuration:               optD(p.DrainDuration),
+		WaitBeforeExitSeconds:       int(p.WaitBeforeExit / time.Second),
+		Annotations:                 map[string]string{},
+		PrestopCommand:              append([]string{strings.TrimRight(dir, "/") + "/meshdrain"}, p.PrestopArgs()...),
+		Warnings:                    append([]string{}, p.Warnings...),
+	}
+	for _, a := range p.Annotations() {
+		out.Annotations[a.Key] = a.Value
+	}
+	for _, s := range p.Steps {
+		out.Timeline = append(out.Timeline, jsonStep{At: fmtD(s.At), Until: optD(s.Until), Worst: optD(s.Worst), Who: s.Who, What: s.What})
+	}
+	for _, l := range p.Arithmetic {
+		out.Arithmetic = append(out.Arithmetic, jsonLine{l.Name, fmtD(l.Value), l.Why})
+	}
+	if e != nil && e.workload != nil {
+		wl := e.workload
+		out.Workload = &jsonWorkload{Kind: wl.Kind, Name: wl.Name, Namespace: wl.Namespace, Container: wl.Container,
+			Ports: append([]int{}, wl.Ports...), Changes: e.Changes, Replaced: e.Replaced}
+		for _, a := range e.annotations {
+			out.Annotations[a.Key] = a.Value // the merged values
+		}
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+func optD(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return fmtD(d)
+}
+
+// WriteChanges prints, after the plan's text, what it changes in the workload and how to
+// check the rolled-out pod.
+func WriteChanges(w io.Writer, p Plan, e *Edit) error {
+	ew := &errWriter{w: w}
+	wl := e.workload
+	ew.printf("\nChanges to %s/%s (container %s)\n\n", wl.Kind, wl.Name, wl.Container)
+	for _, c := range e.Changes {
+		lines := wrap(c, textWidth-4)
+		ew.printf("  - %s\n", lines[0])
+		for _, l := range lines[1:] {
+			ew.printf("    %s\n", l)
+		}
+	}
+	if e.Replaced != "" {
+		ew.printf("  - replaces the preStop %s: make sure the app does on SIGTERM what it did\n", e.Replaced)
+	}
+	ew.printf("\nOnce rolled out, check a pod (exit 0 when prestop will find its signal and the timing holds):\n\n")
+	ns := ""
+	if wl.Namespace != "" {
+		ns = " -n " + wl.Namespace
+	}
+	ew.printf("  kubectl exec%s %s/%s -c %s -- %s\n", ns, strings.ToLower(wl.Kind), wl.Name, wl.Container, strings.Join(CheckCommand(p, e.opts.Dir, wl.Ports), " "))
+	return ew.err
+}
+
+// CheckCommand is the `meshdrain check` that verifies a pod rolled out with the plan.
+func CheckCommand(p Plan, dir string, ports []int) []string {
+	cmd := []string{strings.TrimRight(dir, "/") + "/meshdrain", "check"}
+	if p.Input.Mesh == mesh.Linkerd {
+		cmd = append(cmd, "--mesh="+string(mesh.Linkerd))
+	}
+	for _, port := range ports {
+		cmd = append(cmd, fmt.Sprintf("--port=%d", port))
+	}
+	cmd = append(cmd, "--grace-period="+fmtD(p.GracePeriod), "--app-drain="+fmtD(p.AppDrain))
+	if p.TerminationDrainDuration > 0 {
+		cmd = append(cmd, "--termination-drain-duration="+fmtD(p.TerminationDrainDuration))
+	}
+	if p.WaitBeforeExit > 0 {
+		cmd = append(cmd, "--proxy-wait-before-exit="+fmtD(p.WaitBeforeExit))
+	}
+	return cmd
+}

@@ -1,0 +1,121 @@
+package plan
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
+)
+
+// Meshes are the meshes plan writes a configuration for, for flag help and completion.
+var Meshes = []mesh.Mesh{mesh.Istio, mesh.Linkerd}
+
+// Linkerd annotations (pkg/mesh/linkerd/FIDELITY.md §6).
+const (
+	// LinkerdInjectAnnotation asks the proxy injector for a proxy ("enabled"); on a
+	// namespace it applies to every pod in it.
+	LinkerdInjectAnnotation = "linkerd.io/inject"
+	// LinkerdNativeSidecarAnnotation chooses the injection per pod. Native is the default
+	// since Linkerd 2.20, so "false" is what keeps a pod classic there (linkerd/website,
+	// "Native sidecars"); Linkerd 2.19 spelled it config.beta.linkerd.io/..., earlier
+	// releases config.alpha.linkerd.io/... (and defaulted to classic).
+	LinkerdNativeSidecarAnnotation = "config.linkerd.io/proxy-enable-native-sidecar"
+	// LinkerdWaitBeforeExitAnnotation renders a classic proxy's `preStop: sleep N`
+	// (charts/partials/templates/_proxy.tpl). With a native sidecar the injector refuses it:
+	// "proxy.nativeSidecar and waitBeforeExitSeconds cannot be used simultaneously"
+	// (linkerd2#12164), although docs/facts.md §4b calls it ignored.
+	LinkerdWaitBeforeExitAnnotation = "config.alpha.linkerd.io/proxy-wait-before-exit-seconds"
+	// LinkerdShutdownGracePeriod is LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD's default: after
+	// SIGTERM the proxy waits this long at most for its connections to close.
+	LinkerdShutdownGracePeriod = 2 * time.Minute
+)
+
+// linkerdNativeKeys are the spellings of the native-sidecar annotation, newest first.
+var linkerdNativeKeys = []string{
+	LinkerdNativeSidecarAnnotation,
+	"config.beta.linkerd.io/proxy-enable-native-sidecar",
+	"config.alpha.linkerd.io/proxy-enable-native-sidecar",
+}
+
+// LinkerdAdminURL is where meshdrain reads the Linkerd proxy from inside the app container.
+const LinkerdAdminURL = linkerd.DefaultAdminURL
+
+// recommendLinkerd adds what a Linkerd proxy needs to the mesh-independent plan. The proxy
+// has no drain call and no drain time: it serves normally until SIGTERM, and then stops
+// accepting in both directions at once, admin port included (FIDELITY.md §5). So the only
+// question is when SIGTERM comes: after the app has exited (native), or when the classic
+// proxy's preStop sleep ends.
+func (p *Plan) recommendLinkerd() {
+	in := p.Input
+	switch in.Sidecar {
+	case Classic:
+		// The app's own outbound calls go through the proxy until the app has exited, so
+		// the sleep covers the app's drain too, not only meshdrain's deadline.
+		p.WaitBeforeExit = ceilSecond(p.AppExitWorst)
+		p.SidecarExitWorst = p.GracePeriod
+		p.Arithmetic = append(p.Arithmetic, Line{"proxy-wait-before-exit-seconds", p.WaitBeforeExit, fmt.Sprintf(
+			"ceil(app exits by %s) (SIGTERM comes when this preStop sleep ends, and the proxy then stops accepting in both directions; the grace period leaves it %s more to shut down)",
+			fmtD(p.AppExitWorst), fmtD(p.GracePeriod-p.WaitBeforeExit))})
+	case Native:
+		p.SidecarExitWorst = p.GracePeriod
+	}
+	if in.Sidecar == Native && in.CurrentWaitBeforeExit > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"the pod sets %s (%s) with a native sidecar: Linkerd's injector refuses that combination (\"proxy.nativeSidecar and waitBeforeExitSeconds cannot be used simultaneously\", linkerd2#12164), "+
+				"so the pod may not be created at all, and a native proxy has no preStop to sleep in anyway; remove the annotation (meshdrain's preStop is what holds the app)",
+			LinkerdWaitBeforeExitAnnotation, fmtD(in.CurrentWaitBeforeExit)))
+	}
+	if in.Sidecar == Classic {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("with Linkerd's default proxy-wait-before-exit-seconds 0, a classic proxy gets SIGTERM at t0 and stops accepting at once, "+
+			"inbound and outbound: clients not yet told that the pod is gone get refused connections, the app's own calls fail, and meshdrain finds the admin port closed "+
+			"whatever the app's preStop does"))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("a classic proxy sleeps its full proxy-wait-before-exit-seconds: the old pod stays Terminating until t0+%s "+
+			"even when the app exits at about t0+%s (native sidecars end it sooner)", fmtD(p.WaitBeforeExit), fmtD(p.usualFinish()+p.AppDrain)))
+	}
+}
+
+// linkerdAnnotations are the pod annotations a Linkerd plan sets: none for a native sidecar
+// (the proxy's metrics need no opt-in), the sleep for a classic one, with the injection
+// pinned to classic so that Linkerd >= 2.20 does not make it native and refuse the sleep.
+func (p Plan) linkerdAnnotations() []Annotation {
+	if p.Input.Sidecar != Classic {
+		return nil
+	}
+	return []Annotation{
+		{LinkerdNativeSidecarAnnotation, "false"},
+		{LinkerdWaitBeforeExitAnnotation, fmt.Sprint(int(p.WaitBeforeExit / time.Second))},
+	}
+}
+
+// linkerdTimelineStart is what happens at t0 besides meshdrain's own start.
+func linkerdTimelineStart(p Plan) []Step {
+	t0 := Step{Who: "kubelet", What: "pod deleted. Endpoint removal starts, asynchronously (EndpointSlice → Linkerd's destination controller → every client proxy). " +
+		"At the same moment the kubelet runs the app container's preStop (meshdrain)"}
+	var proxy Step
+	switch p.Input.Sidecar {
+	case Native:
+		t0.What += "; linkerd-proxy, a native sidecar, has no preStop and gets SIGTERM only after the app has exited"
+		proxy = Step{Who: "linkerd-proxy", What: "keeps serving as before: Linkerd has no drain call, and the proxy stops accepting only at SIGTERM"}
+	default:
+		t0.What += fmt.Sprintf(" and linkerd-proxy's preStop, sleep %s (%s): the containers of a classic pod stop in no particular order",
+			fmtD(p.WaitBeforeExit), LinkerdWaitBeforeExitAnnotation)
+		proxy = Step{Who: "linkerd-proxy", What: fmt.Sprintf("keeps serving during its preStop sleep (%s): Linkerd has no drain call, and the proxy stops accepting only at SIGTERM",
+			fmtD(p.WaitBeforeExit))}
+	}
+	return []Step{t0, proxy, {Who: "meshdrain", What: fmt.Sprintf(
+		"makes no drain call (a Linkerd proxy has none); reads the proxy's /metrics every %s: request_total per target port, "+
+			"and request_total − response_total as the requests in flight", fmtD(p.Input.Poll))}}
+}
+
+// linkerdTimelineEnd is the proxy's own end.
+func linkerdTimelineEnd(p Plan) []Step {
+	if p.Input.Sidecar == Native {
+		return []Step{{At: p.AppExitExpected, Worst: p.AppExitWorst, Who: "kubelet", What: fmt.Sprintf(
+			"the app has exited: sends SIGTERM to linkerd-proxy, which stops accepting, closes its now idle connections and exits "+
+				"(its own bound is the shutdown grace period, %s)", fmtD(LinkerdShutdownGracePeriod))}}
+	}
+	return []Step{{At: p.WaitBeforeExit, Who: "linkerd-proxy", What: fmt.Sprintf(
+		"its preStop sleep ends: SIGTERM. It stops accepting in both directions and closes its connections gracefully, "+
+			"no earlier than the app's latest exit (t0+%s), so no request of the app's is in flight through it", fmtD(p.AppExitWorst))}}
+}

@@ -1,0 +1,725 @@
+package plan
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// WorkloadKinds are the kinds whose pod template plan can change.
+var WorkloadKinds = []string{"Deployment", "StatefulSet", "DaemonSet"}
+
+// DefaultGracePeriod is Kubernetes' terminationGracePeriodSeconds when a pod does not set it.
+const DefaultGracePeriod = 30 * time.Second
+
+// sidecarContainers are container names that are a mesh's proxy, never the app: a manifest
+// that lists one (custom injection) still has a single app container.
+var sidecarContainers = []string{"istio-proxy", "linkerd-proxy", "consul-dataplane", "envoy-sidecar"}
+
+// Manifests is the user's YAML stream (one or more documents), kept as node trees so that
+// what plan writes back differs from it only where the plan says.
+type Manifests struct {
+	docs []*yaml.Node
+}
+
+// ReadManifests parses a YAML (or JSON) stream of Kubernetes objects.
+func ReadManifests(r io.Reader) (*Manifests, error) {
+	dec := yaml.NewDecoder(r)
+	m := &Manifests{}
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read manifests: document %d: %w", len(m.docs)+1, err)
+		}
+		if len(doc.Content) == 0 {
+			continue
+		}
+		if root := resolve(doc.Content[0]); root.Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("read manifests: document %d is not a Kubernetes object (a YAML mapping)", len(m.docs)+1)
+		}
+		m.docs = append(m.docs, &doc)
+	}
+	if len(m.docs) == 0 {
+		return nil, errors.New("read manifests: no document")
+	}
+	return m, nil
+}
+
+// Write prints every document, the changed workload included, as YAML.
+func (m *Manifests) Write(w io.Writer) error {
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	enc.CompactSeqIndent()
+	for _, doc := range m.docs {
+		if err := enc.Encode(doc); err != nil {
+			return err
+		}
+	}
+	return enc.Close()
+}
+
+// Workload is the pod template of one Deployment, StatefulSet or DaemonSet, and the app
+// container chosen in it.
+type Workload struct {
+	Kind, Name, Namespace string
+	// GracePeriod is terminationGracePeriodSeconds; GracePeriodSet is false when the
+	// manifest leaves it to Kubernetes' default (30s).
+	GracePeriod    time.Duration
+	GracePeriodSet bool
+	// Containers are the names of the pod's containers; Container is the app's.
+	Containers []string
+	Container  string
+	// Ports are the app container's TCP containerPorts (the inbound ports Istio names).
+	Ports []int
+	// Annotations are the pod template's.
+	Annotations map[string]string
+	// PreStop describes the app container's preStop hook today ("" when it has none).
+	PreStop string
+	// PreStopIsMeshdrain is true when that hook already runs meshdrain prestop.
+	PreStopIsMeshdrain bool
+
+	obj, template, podSpec, container *yaml.Node
+}
+
+// Workload finds the workload to plan for (selector: its NAME or KIND/NAME, needed only when
+// the stream holds several) and its app container (by name, or the only one).
+func (m *Manifests) Workload(selector, container string) (*Workload, error) {
+	var found []*yaml.Node
+	var names, others []string
+	for _, doc := range m.docs {
+		obj := resolve(doc.Content[0])
+		kind, name := scalar(lookup(obj, "kind")), scalar(path(obj, "metadata", "name"))
+		if !isWorkloadKind(kind) {
+			others = append(others, kind+"/"+name)
+			continue
+		}
+		names = append(names, kind+"/"+name)
+		if selector == "" || strings.EqualFold(selector, name) || strings.EqualFold(selector, kind+"/"+name) {
+			found = append(found, obj)
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return nil, fmt.Errorf("no %s in the manifests (found %s)", strings.Join(WorkloadKinds, ", "), orNone(others))
+	case len(found) == 0:
+		return nil, fmt.Errorf("no workload %q in the manifests; there are: %s", selector, strings.Join(names, ", "))
+	case len(found) > 1:
+		return nil, fmt.Errorf("the manifests hold %d workloads (%s): choose one with --workload NAME", len(found), strings.Join(names, ", "))
+	}
+	return readWorkload(found[0], container)
+}
+
+func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
+	w := &Workload{
+		Kind:        scalar(lookup(obj, "kind")),
+		Name:        scalar(path(obj, "metadata", "name")),
+		Namespace:   scalar(path(obj, "metadata", "namespace")),
+		GracePeriod: DefaultGracePeriod,
+		Annotations: map[string]string{},
+		obj:         obj,
+	}
+	id := w.Kind + "/" + w.Name
+	w.template = path(obj, "spec", "template")
+	w.podSpec = lookup(w.template, "spec")
+	if w.template == nil || w.podSpec == nil || w.podSpec.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s has no spec.template.spec", id)
+	}
+	if g := lookup(w.podSpec, "terminationGracePeriodSeconds"); g != nil && g.ShortTag() != "!!null" {
+		secs, err := strconv.ParseInt(g.Value, 10, 64)
+		if err != nil || secs < 0 {
+			return nil, fmt.Errorf("%s: terminationGracePeriodSeconds %q is not a number of seconds", id, g.Value)
+		}
+		w.GracePeriod, w.GracePeriodSet = time.Duration(secs)*time.Second, true
+	}
+	if ann := path(w.template, "metadata", "annotations"); ann != nil && ann.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(ann.Content); i += 2 {
+			w.Annotations[ann.Content[i].Value] = scalar(ann.Content[i+1])
+		}
+	}
+	containers := resolve(lookup(w.podSpec, "containers"))
+	if containers == nil || containers.Kind != yaml.SequenceNode || len(containers.Content) == 0 {
+		return nil, fmt.Errorf("%s has no containers", id)
+	}
+	var apps []string
+	for _, c := range containers.Content {
+		name := scalar(lookup(c, "name"))
+		w.Containers = append(w.Containers, name)
+		if !contains(sidecarContainers, name) {
+			apps = append(apps, name)
+		}
+	}
+	switch {
+	case container != "":
+		if !contains(w.Containers, container) {
+			return nil, fmt.Errorf("%s has no container %q; its containers are: %s", id, container, strings.Join(w.Containers, ", "))
+		}
+		w.Container = container
+	case len(apps) == 1:
+		w.Container = apps[0]
+	default:
+		return nil, fmt.Errorf("%s has %d containers (%s): name the app's with --container", id, len(w.Containers), strings.Join(w.Containers, ", "))
+	}
+	_, w.container = itemByKey(containers, "name", w.Container)
+	for _, p := range items(lookup(w.container, "ports")) {
+		proto := scalar(lookup(p, "protocol"))
+		port, err := strconv.Atoi(scalar(lookup(p, "containerPort")))
+		if err == nil && (proto == "" || proto == "TCP") {
+			w.Ports = append(w.Ports, port)
+		}
+	}
+	w.PreStop, w.PreStopIsMeshdrain = describePreStop(path(w.container, "lifecycle", "preStop"))
+	return w, nil
+}
+
+// Sidecar is the sidecar kind the pod's annotations ask for, and why; "" when they say nothing.
+func (w *Workload) Sidecar() (Sidecar, string) {
+	switch strings.ToLower(w.Annotations[NativeSidecarAnnotation]) {
+	case "true":
+		return Native, NativeSidecarAnnotation + `: "true"`
+	case "false":
+		return Classic, NativeSidecarAnnotation + `: "false"`
+	}
+	if cfg, err := w.proxyConfig(); err == nil && strings.EqualFold(scalar(path(cfg, "proxyMetadata", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS")), "true") {
+		return ExitOnZero, ProxyConfigAnnotation + " proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS"
+	}
+	return "", ""
+}
+
+// Mesh is the mesh the pod's annotations or containers name, and why; "" when they name
+// none, or both. Linkerd's injection is often asked for on the namespace, which a workload
+// manifest does not show: --mesh is then the way to say it.
+func (w *Workload) Mesh() (mesh.Mesh, string) {
+	var linkerdWhy, istioWhy string
+	for _, key := range sortedKeys(w.Annotations) {
+		switch {
+		case linkerdWhy == "" && (key == LinkerdInjectAnnotation || strings.HasPrefix(key, "config.linkerd.io/") ||
+			strings.HasPrefix(key, "config.alpha.linkerd.io/") || strings.HasPrefix(key, "config.beta.linkerd.io/")):
+			linkerdWhy = "annotation " + key
+		case istioWhy == "" && (strings.HasPrefix(key, "sidecar.istio.io/") || strings.HasPrefix(key, "proxy.istio.io/")):
+			istioWhy = "annotation " + key
+		}
+	}
+	for _, c := range w.Containers {
+		switch {
+		case c == "linkerd-proxy" && linkerdWhy == "":
+			linkerdWhy = "container linkerd-proxy"
+		case c == "istio-proxy" && istioWhy == "":
+			istioWhy = "container istio-proxy"
+		}
+	}
+	switch {
+	case linkerdWhy != "" && istioWhy == "":
+		return mesh.Linkerd, linkerdWhy
+	case istioWhy != "" && linkerdWhy == "":
+		return mesh.Istio, istioWhy
+	}
+	return "", ""
+}
+
+// LinkerdSidecar is the Linkerd injection the pod's annotations ask for, and why; "" when
+// they say nothing (then Linkerd's default applies: native since 2.20). A wait-before-exit
+// sleep without a native-sidecar annotation means a classic proxy: only a classic one runs it.
+func (w *Workload) LinkerdSidecar() (Sidecar, string) {
+	for _, key := range linkerdNativeKeys {
+		switch strings.ToLower(w.Annotations[key]) {
+		case "true":
+			return Native, key + `: "true"`
+		case "false":
+			return Classic, key + `: "false"`
+		}
+	}
+	if _, ok := w.Annotations[LinkerdWaitBeforeExitAnnotation]; ok {
+		return Classic, LinkerdWaitBeforeExitAnnotation
+	}
+	return "", ""
+}
+
+// WaitBeforeExit is the pod's proxy-wait-before-exit-seconds, 0 when unset.
+func (w *Workload) WaitBeforeExit() (time.Duration, error) {
+	v, ok := w.Annotations[LinkerdWaitBeforeExitAnnotation]
+	if !ok {
+		return 0, nil
+	}
+	secs, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+	if err != nil {
+		// The injector logs and ignores a value that is not a number; plan says so at once.
+		return 0, fmt.Errorf("%s/%s: annotation %s %q is not a whole number of seconds", w.Kind, w.Name, LinkerdWaitBeforeExitAnnotation, v)
+	}
+	return time.Duration(secs) * time.Second, nil
+}
+
+// DrainDuration is the drainDuration of the pod's proxy.istio.io/config, 0 when unset.
+func (w *Workload) DrainDuration() (time.Duration, error) {
+	cfg, err := w.proxyConfig()
+	if err != nil || cfg == nil {
+		return 0, err
+	}
+	v := scalar(lookup(cfg, "drainDuration"))
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s drainDuration %q: %w", ProxyConfigAnnotation, v, err)
+	}
+	return d, nil
+}
+
+// proxyConfig parses the proxy.istio.io/config annotation (JSON or YAML); nil when absent.
+func (w *Workload) proxyConfig() (*yaml.Node, error) {
+	raw, ok := w.Annotations[ProxyConfigAnnotation]
+	if !ok || strings.TrimSpace(raw) == "" {
+		return nil, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(raw), &doc); err != nil {
+		return nil, fmt.Errorf("%s/%s: annotation %s is neither JSON nor YAML: %w", w.Kind, w.Name, ProxyConfigAnnotation, err)
+	}
+	if len(doc.Content) == 0 || resolve(doc.Content[0]).Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s/%s: annotation %s is not a mapping", w.Kind, w.Name, ProxyConfigAnnotation)
+	}
+	return resolve(doc.Content[0]), nil
+}
+
+// describePreStop says what a preStop handler does, for the operator who replaces it.
+func describePreStop(h *yaml.Node) (what string, isMeshdrain bool) {
+	if h == nil || h.Kind != yaml.MappingNode || len(h.Content) == 0 {
+		return "", false
+	}
+	var parts []string
+	for i := 0; i+1 < len(h.Content); i += 2 {
+		kind, v := h.Content[i].Value, resolve(h.Content[i+1])
+		switch kind {
+		case "exec":
+			cmd := stringsOf(lookup(v, "command"))
+			if len(cmd) >= 2 && filepath.Base(cmd[0]) == "meshdrain" && cmd[1] == "prestop" {
+				isMeshdrain = true
+			}
+			parts = append(parts, fmt.Sprintf("exec %q", cmd))
+		case "httpGet":
+			parts = append(parts, fmt.Sprintf("httpGet %s:%s%s", scalar(lookup(v, "host")), scalar(lookup(v, "port")), scalar(lookup(v, "path"))))
+		case "tcpSocket":
+			parts = append(parts, fmt.Sprintf("tcpSocket :%s", scalar(lookup(v, "port"))))
+		case "sleep":
+			parts = append(parts, fmt.Sprintf("sleep %ss", scalar(lookup(v, "seconds"))))
+		default:
+			parts = append(parts, kind)
+		}
+	}
+	return strings.Join(parts, " + "), isMeshdrain && len(parts) == 1
+}
+
+// PatchOptions name the parts of the workload the plan adds.
+type PatchOptions struct {
+	// Container is the app container's name (strategic merge matches containers by name).
+	Container string
+	// Image is the meshdrain image used by the install init container.
+	Image string
+	// Dir is where the shared emptyDir is mounted in both containers.
+	Dir string
+	// ReplacePreStop allows replacing a preStop hook that is not meshdrain's.
+	ReplacePreStop bool
+}
+
+// Volume and init container names the plan adds.
+const (
+	VolumeName        = "meshdrain"
+	InitContainerName = "meshdrain-install"
+	// volumeSizeLimit bounds the emptyDir: the binary is under 12 MiB.
+	volumeSizeLimit = "32Mi"
+)
+
+// Edit is what the plan changes in a workload: the values to set, and a line per change for
+// the operator. One Edit gives both outputs, the changed manifest and the patch, so the two
+// cannot disagree.
+type Edit struct {
+	plan     Plan
+	opts     PatchOptions
+	workload *Workload // nil: a patch for a workload plan has not read
+
+	annotations   []Annotation
+	gracePeriod   int64
+	volume        *yaml.Node
+	initContainer *yaml.Node
+	volumeMount   *yaml.Node
+	preStop       *yaml.Node
+	// removeHandlers are preStop handlers the workload has besides exec: a strategic-merge
+	// patch must null them, or the result would hold two handlers (invalid).
+	removeHandlers []string
+
+	// Changes are the changes in words, in the order they apply.
+	Changes []string
+	// Replaced describes the preStop the edit replaces, "" when none.
+	Replaced string
+}
+
+// NewEdit derives the changes that apply p to w (nil: no manifest was read, the patch
+// then names o.Container and sets the annotations whole).
+func NewEdit(p Plan, o PatchOptions, w *Workload) (*Edit, error) {
+	if w != nil {
+		o.Container = w.Container
+	}
+	if o.Container == "" || o.Image == "" || o.Dir == "" {
+		return nil, errors.New("the patch needs a container name, an image and a directory")
+	}
+	dir := strings.TrimRight(o.Dir, "/")
+	if !strings.HasPrefix(dir, "/") {
+		return nil, fmt.Errorf("directory %q must be an absolute path", o.Dir)
+	}
+	o.Dir = dir
+	e := &Edit{plan: p, opts: o, workload: w, gracePeriod: int64(p.GracePeriod / time.Second)}
+	if err := e.deriveAnnotations(); err != nil {
+		return nil, err
+	}
+	if w != nil {
+		if err := e.checkConflicts(); err != nil {
+			return nil, err
+		}
+		if w.GracePeriod != p.GracePeriod || !w.GracePeriodSet {
+			was := fmt.Sprintf("%ds", int(w.GracePeriod/time.Second))
+			if !w.GracePeriodSet {
+				was = "unset (Kubernetes' default 30s)"
+			}
+			e.Changes = append(e.Changes, fmt.Sprintf("terminationGracePeriodSeconds: %s → %d", was, e.gracePeriod))
+		}
+	} else {
+		e.Changes = append(e.Changes, fmt.Sprintf("terminationGracePeriodSeconds: %d", e.gracePeriod))
+	}
+
+	e.volume = mapOf("name", strNode(VolumeName), "emptyDir", mapOf("sizeLimit", strNode(volumeSizeLimit)))
+	e.initContainer = mapOf(
+		"name", strNode(InitContainerName),
+		"image", strNode(o.Image),
+		"args", sequenceNode(strNode("install"), strNode(dir)),
+		"volumeMounts", sequenceNode(mapOf("name", strNode(VolumeName), "mountPath", strNode(dir))),
+		"resources", mapOf(
+			"requests", mapOf("cpu", strNode("10m"), "memory", strNode("16Mi")),
+			"limits", mapOf("memory", strNode("32Mi"))),
+		// Pod Security "restricted" asks each of these of every container.
+		"securityContext", mapOf(
+			"runAsNonRoot", boolNode(true),
+			"runAsUser", intNode(65532),
+			"allowPrivilegeEscalation", boolNode(false),
+			"readOnlyRootFilesystem", boolNode(true),
+			"capabilities", mapOf("drop", sequenceNode(strNode("ALL"))),
+			"seccompProfile", mapOf("type", strNode("RuntimeDefault"))),
+	)
+	e.volumeMount = mapOf("name", strNode(VolumeName), "mountPath", strNode(dir), "readOnly", boolNode(true))
+	command := sequenceNode(strNode(dir + "/meshdrain"))
+	for _, a := range p.PrestopArgs() {
+		command.Content = append(command.Content, strNode(a))
+	}
+	e.preStop = mapOf("exec", mapOf("command", command))
+	e.Changes = append(e.Changes,
+		fmt.Sprintf("volume %s (emptyDir) and init container %s (%s, runs `meshdrain install %s`)", VolumeName, InitContainerName, o.Image, dir),
+		fmt.Sprintf("container %s: mounts %s read-only; preStop runs %s %s", o.Container, dir, dir+"/meshdrain", strings.Join(p.PrestopArgs(), " ")))
+	return e, nil
+}
+
+// checkConflicts refuses what a merge would silently break, and records a replaced preStop.
+func (e *Edit) checkConflicts() error {
+	w := e.workload
+	id := w.Kind + "/" + w.Name
+	if _, v := itemByKey(lookup(w.podSpec, "volumes"), "name", VolumeName); v != nil && lookup(v, "emptyDir") == nil {
+		return fmt.Errorf("%s already has a volume named %s that is not an emptyDir: rename it", id, VolumeName)
+	}
+	if _, m := itemByKey(lookup(w.container, "volumeMounts"), "mountPath", e.opts.Dir); m != nil && scalar(lookup(m, "name")) != VolumeName {
+		return fmt.Errorf("container %s already mounts volume %s at %s: pass --dir with another path", w.Container, scalar(lookup(m, "name")), e.opts.Dir)
+	}
+	if w.PreStop == "" || w.PreStopIsMeshdrain {
+		return nil
+	}
+	if !e.opts.ReplacePreStop {
+		return fmt.Errorf("container %s of %s already has a preStop hook (%s); meshdrain's preStop would replace it: "+
+			"pass --replace-prestop once the app does on SIGTERM what that hook did (a sleep is what meshdrain replaces)", w.Container, id, w.PreStop)
+	}
+	e.Replaced = w.PreStop
+	for i := 0; i+1 < len(path(w.container, "lifecycle", "preStop").Content); i += 2 {
+		if h := path(w.container, "lifecycle", "preStop").Content[i].Value; h != "exec" {
+			e.removeHandlers = append(e.removeHandlers, h)
+		}
+	}
+	return nil
+}
+
+// deriveAnnotations computes each annotation's new value: merged into what the pod has, since
+// an annotation is replaced whole by a patch and proxy.istio.io/config holds other settings.
+func (e *Edit) deriveAnnotations() error {
+	for _, a := range e.plan.Annotations() {
+		value, change := a.Value, ""
+		var old string
+		var had bool
+		if e.workload != nil {
+			old, had = e.workload.Annotations[a.Key]
+		}
+		switch a.Key {
+		case StatsInclusionAnnotation:
+			value, change = mergePrefixes(old, a.Value)
+		case ProxyConfigAnnotation:
+			var err error
+			value, change, err = e.mergeProxyConfig()
+			if err != nil {
+				return err
+			}
+		default:
+			change = "set to " + strconv.Quote(a.Value)
+		}
+		if had && old == value {
+			continue
+		}
+		e.annotations = append(e.annotations, Annotation{a.Key, value})
+		if !had {
+			change = "added: " + value
+		}
+		e.Changes = append(e.Changes, fmt.Sprintf("annotation %s %s", a.Key, change))
+	}
+	return nil
+}
+
+// mergePrefixes adds the prefixes meshdrain needs to a comma-separated inclusion list.
+func mergePrefixes(old, needed string) (string, string) {
+	var have []string
+	for _, p := range strings.Split(old, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			have = append(have, p)
+		}
+	}
+	var added []string
+	for _, p := range strings.Split(needed, ",") {
+		if !contains(have, p) {
+			have, added = append(have, p), append(added, p)
+		}
+	}
+	return strings.Join(have, ","), "adds " + strings.Join(added, ",")
+}
+
+// proxyConfigSettings are the proxy.istio.io/config keys the plan sets, in order.
+func (e *Edit) proxyConfigSettings() []struct {
+	path  []string
+	value string
+} {
+	p := e.plan
+	var out []struct {
+		path  []string
+		value string
+	}
+	add := func(value string, keys ...string) {
+		out = append(out, struct {
+			path  []string
+			value string
+		}{keys, value})
+	}
+	if p.DrainDuration > 0 {
+		add(fmtD(p.DrainDuration), "drainDuration")
+	}
+	switch {
+	case p.TerminationDrainDuration > 0:
+		add(fmtD(p.TerminationDrainDuration), "terminationDrainDuration")
+	case p.ExitOnZeroActiveConnections:
+		add("true", "proxyMetadata", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS")
+		add(fmtD(p.MinimumDrainDuration), "proxyMetadata", "MINIMUM_DRAIN_DURATION")
+	}
+	return out
+}
+
+// mergeProxyConfig sets the plan's keys in the pod's proxy config, keeping every other key
+// and the annotation's format (JSON stays JSON, YAML stays YAML).
+func (e *Edit) mergeProxyConfig() (value, change string, err error) {
+	var cfg *yaml.Node
+	isYAML := false
+	if e.workload != nil {
+		cfg, err = e.workload.proxyConfig()
+		if err != nil {
+			return "", "", err
+		}
+		isYAML = cfg != nil && !strings.HasPrefix(strings.TrimSpace(e.workload.Annotations[ProxyConfigAnnotation]), "{")
+	}
+	if cfg == nil {
+		cfg = mappingNode()
+	}
+	var kept []string
+	for i := 0; i+1 < len(cfg.Content); i += 2 {
+		kept = append(kept, cfg.Content[i].Value)
+	}
+	var set []string
+	for _, s := range e.proxyConfigSettings() {
+		m := cfg
+		for _, k := range s.path[:len(s.path)-1] {
+			if m, err = ensureMap(m, k); err != nil {
+				return "", "", fmt.Errorf("%s: %w", ProxyConfigAnnotation, err)
+			}
+		}
+		setKey(m, s.path[len(s.path)-1], strNode(s.value))
+		set = append(set, strings.Join(s.path, ".")+" "+s.value)
+	}
+	if isYAML {
+		data, err := yaml.Marshal(cfg)
+		if err != nil {
+			return "", "", err
+		}
+		value = string(data)
+	} else if value, err = jsonOf(cfg); err != nil {
+		return "", "", err
+	}
+	change = "sets " + strings.Join(set, ", ")
+	if len(kept) > 0 {
+		change += " (keeps " + strings.Join(kept, ", ") + ")"
+	}
+	return value, change, nil
+}
+
+// Apply changes the workload's node tree; Manifests.Write then prints it.
+func (e *Edit) Apply() error {
+	w := e.workload
+	if w == nil {
+		return errors.New("no workload to apply the plan to")
+	}
+	if len(e.annotations) > 0 {
+		meta, err := ensureMap(w.template, "metadata")
+		if err != nil {
+			return err
+		}
+		ann, err := ensureMap(meta, "annotations")
+		if err != nil {
+			return err
+		}
+		for _, a := range e.annotations {
+			setKey(ann, a.Key, strNode(a.Value))
+		}
+	}
+	setKey(w.podSpec, "terminationGracePeriodSeconds", intNode(e.gracePeriod))
+	for _, add := range []struct {
+		list string
+		key  string
+		item *yaml.Node
+	}{{"volumes", "name", e.volume}, {"initContainers", "name", e.initContainer}} {
+		seq, err := ensureSeq(w.podSpec, add.list)
+		if err != nil {
+			return err
+		}
+		upsert(seq, add.key, add.item)
+	}
+	mounts, err := ensureSeq(w.container, "volumeMounts")
+	if err != nil {
+		return err
+	}
+	upsert(mounts, "mountPath", e.volumeMount)
+	lifecycle, err := ensureMap(w.container, "lifecycle")
+	if err != nil {
+		return err
+	}
+	setKey(lifecycle, "preStop", e.preStop)
+	return nil
+}
+
+// WritePatch prints the strategic-merge patch that makes the same changes as Apply, for
+// `kubectl patch --type strategic`.
+func (e *Edit) WritePatch(w io.Writer) error {
+	p := e.plan
+	ew := &errWriter{w: w}
+	kind, name := "deployment", "NAME"
+	ns := ""
+	if e.workload != nil {
+		kind, name = strings.ToLower(e.workload.Kind), e.workload.Name
+		if e.workload.Namespace != "" {
+			ns = " -n " + e.workload.Namespace
+		}
+	}
+	lag := fmtD(p.LastClientLag)
+	if p.Input.EDSLagMedian > 0 {
+		lag = fmt.Sprintf("p50=%s,p99=%s, %d clients (the last by %s)", fmtD(p.Input.EDSLagMedian), fmtD(p.Input.EDSLag), p.Input.Clients, lag)
+	}
+	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.sidecarName(), fmtD(p.Input.P99), lag, fmtD(p.AppDrain))
+	ew.printf("# Apply with: kubectl patch %s %s%s --type strategic --patch-file FILE\n", kind, name, ns)
+	ew.printf("# grace %s = meshdrain deadline %s + app-drain %s + %s.\n", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
+	if e.Replaced != "" {
+		ew.printf("# Replaces the preStop of container %s: %s (--replace-prestop).\n", e.opts.Container, e.Replaced)
+	}
+	if ew.err != nil {
+		return ew.err
+	}
+
+	podSpec := mapOf("terminationGracePeriodSeconds", intNode(e.gracePeriod),
+		"volumes", sequenceNode(e.volume), "initContainers", sequenceNode(e.initContainer))
+	preStop := mappingNode()
+	for _, h := range e.removeHandlers {
+		setKey(preStop, h, nullNode())
+	}
+	setKey(preStop, "exec", lookup(e.preStop, "exec"))
+	podSpec.Content = append(podSpec.Content, strNode("containers"), sequenceNode(mapOf(
+		"name", strNode(e.opts.Container),
+		"volumeMounts", sequenceNode(e.volumeMount),
+		"lifecycle", mapOf("preStop", preStop))))
+	template := mappingNode()
+	if len(e.annotations) > 0 {
+		ann := mappingNode()
+		for _, a := range e.annotations {
+			setKey(ann, a.Key, strNode(a.Value))
+		}
+		setKey(template, "metadata", mapOf("annotations", ann))
+	}
+	setKey(template, "spec", podSpec)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	enc.CompactSeqIndent()
+	if err := enc.Encode(mapOf("spec", mapOf("template", template))); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// WriteYAML prints a strategic-merge patch that applies the plan to a workload plan has not
+// read: o.Container must be the app container's real name (a wrong one adds a container).
+func WriteYAML(w io.Writer, p Plan, o PatchOptions) error {
+	e, err := NewEdit(p, o, nil)
+	if err != nil {
+		return err
+	}
+	return e.WritePatch(w)
+}
+
+func isWorkloadKind(kind string) bool { return contains(WorkloadKinds, kind) }
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func orNone(list []string) string {
+	if len(list) == 0 {
+		return "nothing"
+	}
+	sort.Strings(list)
+	return strings.Join(list, ", ")
+}

@@ -1,0 +1,443 @@
+// Package plan answers the question the user's report ends with: "what should each timeout
+// be, and who waits for whom?". From a few facts about the workload (request latency, how
+// late the slowest client learns that the pod is gone, how long the app needs to finish its
+// in-flight work) and the kind of sidecar, it derives every bound of the pod's termination:
+// meshdrain's deadline, terminationGracePeriodSeconds, and the sidecar setting that keeps
+// the proxy serving until the app has finished (Istio's Envoy, or a Linkerd proxy: see
+// linkerd.go). It is a plain function so `meshdrain simulate` replays exactly the numbers
+// `meshdrain plan` recommends.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// Sidecar is how the Envoy sidecar is run, which decides what keeps it alive after t0.
+type Sidecar string
+
+const (
+	// Classic is an Istio sidecar in spec.containers: pilot-agent gets SIGTERM at t0 and
+	// kills Envoy terminationDrainDuration later, whatever the app is doing.
+	Classic Sidecar = "classic"
+	// ExitOnZero is a classic sidecar with EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true:
+	// pilot-agent sleeps MINIMUM_DRAIN_DURATION, then exits once Envoy has no connection.
+	ExitOnZero Sidecar = "exit-on-zero"
+	// Native is the proxy as an init container with restartPolicy: Always (Kubernetes >=
+	// 1.29, Istio >= 1.21): the kubelet stops it only after the app container has exited.
+	Native Sidecar = "native"
+)
+
+// Sidecars lists the accepted Sidecar values, for flag help and completion.
+var Sidecars = []Sidecar{Native, Classic, ExitOnZero}
+
+// Defaults that mirror meshdrain prestop's and Istio's own, so a plan with only the required
+// inputs describes what the pod would really do.
+const (
+	DefaultQuiet         = time.Second
+	DefaultPoll          = 200 * time.Millisecond
+	DefaultDrainDuration = 45 * time.Second // Istio proxyConfig.drainDuration (Envoy --drain-time-s)
+	// IstioTerminationDrainDuration is Istio's default: Envoy is killed at t0 + 5s.
+	IstioTerminationDrainDuration = 5 * time.Second
+	// MinMargin is the least head room between meshdrain's expected finish and its
+	// deadline: the EDS lag given is an estimate of a tail, and a deadline hit means the app
+	// stops while a late client may still be sending.
+	MinMargin = 2 * time.Second
+	// KillMargin is the time left between the last moment the app can still be draining and
+	// the next kill (SIGKILL at the grace period, or pilot-agent killing Envoy), so the two
+	// never coincide.
+	KillMargin = drain.KillMargin
+	// minAppDrain is the least default app drain: a JVM's shutdown hooks alone take that.
+	minAppDrain = time.Second
+	// appDrainPerP99 is how many P99s the default app drain allows: the slowest requests in
+	// flight at SIGTERM plus the app's own shutdown work.
+	appDrainPerP99 = 4
+)
+
+// Input is what the operator knows about the workload. Zero values take the defaults above.
+type Input struct {
+	// P99 is the app's 99th-percentile request latency: the floor of AppDrain, and of the
+	// quiet window when only completed-request stats exist.
+	P99 time.Duration
+	// EDSLag is the worst expected time from pod deletion (t0) until the last client has
+	// stopped sending to this pod (istiod's push plus the slowest client sidecar). With
+	// EDSLagMedian and Clients it is instead one client's P99 lag, and the last client's lag
+	// is derived (see LastClientConfidence).
+	EDSLag time.Duration
+	// EDSLagMedian is one client's median lag (istiod's pilot_proxy_convergence_time p50),
+	// given with Clients; zero when EDSLag is the last client's lag itself.
+	EDSLagMedian time.Duration
+	// Clients is the number of client sidecars that send to this pod. The slowest of many
+	// clients is later than one client's P99, so the plan's lag grows with it.
+	Clients int
+	// Quiet is meshdrain's quiet window: no new inbound request for this long means the
+	// clients have stopped. The plan's own --quiet may be longer (RPSPerClient, ClientPeriod).
+	Quiet time.Duration
+	// MinWait is meshdrain's --min-wait: the hook never returns earlier. Zero: 5s, prestop's
+	// default (drain.DefaultMinWait).
+	MinWait time.Duration
+	// RPSPerClient is, when known, the request rate of one client proxy (requests per
+	// second): the last client's pauses are then as long as Poisson arrivals at that rate
+	// make them, and the quiet window must outlast them (drain.PoissonQuiet). Zero: unknown.
+	RPSPerClient float64
+	// ClientPeriod is, when clients send on a schedule (a poller, a fan-out every N seconds),
+	// the time between two of one client's requests or bursts; the quiet window must outlast
+	// it by a poll. Zero: none.
+	ClientPeriod time.Duration
+	// Poll is meshdrain's stats polling interval; detecting the quiet window can take one
+	// more poll.
+	Poll time.Duration
+	// AppDrain is the time the app needs after SIGTERM to finish its in-flight requests and
+	// exit. Zero: 4 × P99 rounded up to a whole second, at least 1s.
+	AppDrain time.Duration
+	// Mesh is the service mesh; empty means MeshIstio.
+	Mesh mesh.Mesh
+	// Sidecar is the kind of sidecar; empty means Classic for Istio, Native for Linkerd
+	// (its default since 2.20). ExitOnZero is Istio's only.
+	Sidecar Sidecar
+	// CurrentGracePeriod is the pod's terminationGracePeriodSeconds today (0: not given);
+	// the plan then says whether it is enough.
+	CurrentGracePeriod time.Duration
+	// DrainDuration is Istio's proxyConfig.drainDuration (Envoy --drain-time-s): how long
+	// Envoy's inbound listeners keep accepting after the drain starts. Zero: 45s. Istio only.
+	DrainDuration time.Duration
+	// CurrentWaitBeforeExit is the pod's config.alpha.linkerd.io/proxy-wait-before-exit-seconds
+	// today (0: not set), so that the plan can warn about it with a native Linkerd sidecar.
+	CurrentWaitBeforeExit time.Duration
+}
+
+// Plan is the recommended configuration and the termination timeline it implies. All times
+// named At… are measured from t0, the moment the pod is deleted.
+type Plan struct {
+	// Input with every default filled in.
+	Input Input
+
+	// LastClientLag is the EDS lag the plan is sized on: Input.EDSLag, or with a lag
+	// distribution the last of Input.Clients clients at LastClientConfidence.
+	LastClientLag time.Duration
+	// TypicalLastClientLag and TypicalFinish are, with a lag distribution, the median lag of
+	// the last client and when meshdrain then returns: the usual rollout. Zero otherwise.
+	TypicalLastClientLag, TypicalFinish time.Duration
+
+	// ExpectedFinish is when meshdrain's preStop is expected to return: the last client
+	// stops at EDSLag, the counter must then stay still for max(Quiet, P99), and noticing it
+	// takes up to one Poll.
+	ExpectedFinish time.Duration
+	// Margin is the head room added to ExpectedFinish: max(MinMargin, ExpectedFinish/4).
+	Margin time.Duration
+	// Deadline is meshdrain's --deadline: the latest the preStop returns. It equals
+	// GracePeriod − AppDrain − 1s, which is also what prestop derives by default.
+	Deadline time.Duration
+	// GracePeriod is the recommended terminationGracePeriodSeconds (whole seconds):
+	// Deadline + AppDrain + KillMargin.
+	GracePeriod time.Duration
+	// AppDrain is the app's drain time after SIGTERM (from Input or its default).
+	AppDrain time.Duration
+	// Quiet and Poll are meshdrain's --quiet and --poll.
+	Quiet, Poll time.Duration
+
+	// AppExitExpected and AppExitWorst are when the app container has exited: after
+	// meshdrain returns (expected or at its deadline) plus AppDrain.
+	AppExitExpected, AppExitWorst time.Duration
+	// LastRequestDone is when the last client's last request has been answered, if the
+	// clients stop by EDSLag: EDSLag + P99.
+	LastRequestDone time.Duration
+
+	// TerminationDrainDuration is the proxyConfig.terminationDrainDuration to set (Classic
+	// only; zero otherwise): Envoy must outlive AppExitWorst by KillMargin.
+	TerminationDrainDuration time.Duration
+	// ExitOnZeroActiveConnections and MinimumDrainDuration are the pilot-agent settings for
+	// ExitOnZero (zero otherwise): pilot-agent must not start counting connections before
+	// meshdrain's deadline, or a moment with no connection could end Envoy while late
+	// clients are still sending.
+	ExitOnZeroActiveConnections bool
+	MinimumDrainDuration        time.Duration
+	// SidecarExitWorst is the latest the sidecar is expected to exit by itself.
+	SidecarExitWorst time.Duration
+	// DrainDuration is the proxyConfig.drainDuration to set, or zero when the current one
+	// (Input.DrainDuration) already keeps Envoy accepting until the app has exited.
+	DrainDuration time.Duration
+	// WaitBeforeExit is the proxy-wait-before-exit-seconds to set (classic Linkerd only;
+	// zero otherwise): the proxy's SIGTERM must not come before the app has exited.
+	WaitBeforeExit time.Duration
+
+	// Steps is the timeline, in order.
+	Steps []Step
+	// Arithmetic is each derived number with the sum that gives it.
+	Arithmetic []Line
+	// Warnings are what the operator should know about the current setup: a grace period
+	// that is too short (or longer than needed), Istio defaults that defeat the plan.
+	Warnings []string
+}
+
+// Step is one moment of the termination timeline: who does what, and who waits for whom.
+type Step struct {
+	// At is the time from t0 (expected); Until, if not zero, ends a window that starts at
+	// At; Worst, if not zero, is the bound when things go slower than expected.
+	At, Until, Worst time.Duration
+	// Who acts: "kubelet", "clients", "meshdrain", "app", "Envoy", "pilot-agent".
+	Who string
+	// What happens, including what it waits for and its bound.
+	What string
+}
+
+// Line is one derived number: its name, value and the arithmetic behind it.
+type Line struct {
+	Name  string
+	Value time.Duration
+	Why   string
+}
+
+// Recommend derives the plan for in. It fails on inputs that cannot describe a working pod
+// (missing latency or lag, an app drain shorter than P99, a quiet window not longer than the
+// poll interval).
+func Recommend(in Input) (Plan, error) {
+	in, err := normalize(in)
+	if err != nil {
+		return Plan{}, err
+	}
+	p := Plan{Input: in, Poll: in.Poll, AppDrain: in.AppDrain}
+	lag, typical, lagWhy := lastClientLag(in)
+	p.LastClientLag = lag
+	var quietWhy string
+	p.Quiet, quietWhy = quietWindow(in)
+	if quietWhy != "" {
+		p.Arithmetic = append(p.Arithmetic, Line{"meshdrain --quiet", p.Quiet, quietWhy})
+	}
+
+	// The counter must stay unchanged for the quiet window, and every request still in
+	// flight (up to P99 long) must end: whichever is longer bounds the wait after the last
+	// arrival; and the hook never returns before its minimum wait.
+	settle := max(p.Quiet, in.P99)
+	p.ExpectedFinish = max(in.MinWait, lag+settle) + in.Poll
+	if typical > 0 {
+		p.TypicalLastClientLag = typical
+		p.TypicalFinish = max(in.MinWait, typical+settle) + in.Poll
+		p.Arithmetic = append(p.Arithmetic, Line{"eds-lag (last client)", lag, lagWhy},
+			Line{"eds-lag (typical last client)", typical, fmt.Sprintf("the median of the last of %d clients' lag", in.Clients)})
+	}
+	p.Margin = roundUp(max(MinMargin, p.ExpectedFinish/4), 100*time.Millisecond)
+	p.GracePeriod = ceilSecond(p.ExpectedFinish + p.Margin + in.AppDrain + KillMargin)
+	p.Deadline = drain.DefaultDeadline(p.GracePeriod, in.AppDrain) // what prestop derives itself
+	p.AppExitExpected = p.ExpectedFinish + in.AppDrain
+	p.AppExitWorst = p.Deadline + in.AppDrain
+	p.LastRequestDone = lag + in.P99
+
+	p.Arithmetic = append(p.Arithmetic,
+		Line{"meshdrain expected finish", p.ExpectedFinish, expectedFinishWhy(p, lag)},
+		Line{"margin", p.Margin, fmt.Sprintf("max(%s, expected finish %s / 4)", fmtD(MinMargin), fmtD(p.ExpectedFinish))},
+		Line{"terminationGracePeriodSeconds", p.GracePeriod, fmt.Sprintf("ceil(expected finish %s + margin %s + app-drain %s + %s kill margin)",
+			fmtD(p.ExpectedFinish), fmtD(p.Margin), fmtD(in.AppDrain), fmtD(KillMargin))},
+		Line{"meshdrain --deadline", p.Deadline, fmt.Sprintf("grace %s − app-drain %s − %s (what prestop derives by default; ≥ expected finish + margin = %s)",
+			fmtD(p.GracePeriod), fmtD(in.AppDrain), fmtD(KillMargin), fmtD(p.ExpectedFinish+p.Margin))},
+		Line{"app exits by (worst)", p.AppExitWorst, fmt.Sprintf("deadline %s + app-drain %s", fmtD(p.Deadline), fmtD(in.AppDrain))},
+	)
+
+	if in.Mesh == mesh.Linkerd {
+		p.recommendLinkerd()
+		p.Warnings = append(currentGraceWarnings(p), p.Warnings...)
+		p.Steps = timeline(p)
+		return p, nil
+	}
+	switch in.Sidecar {
+	case Classic:
+		p.TerminationDrainDuration = p.AppExitWorst + KillMargin
+		p.SidecarExitWorst = p.TerminationDrainDuration
+		p.Arithmetic = append(p.Arithmetic, Line{"terminationDrainDuration", p.TerminationDrainDuration,
+			fmt.Sprintf("app exits by %s + %s margin (Istio's default %s kills Envoy under the app)",
+				fmtD(p.AppExitWorst), fmtD(KillMargin), fmtD(IstioTerminationDrainDuration))})
+	case ExitOnZero:
+		p.ExitOnZeroActiveConnections = true
+		p.MinimumDrainDuration = ceilSecond(p.Deadline)
+		p.SidecarExitWorst = p.GracePeriod
+		p.Arithmetic = append(p.Arithmetic, Line{"MINIMUM_DRAIN_DURATION", p.MinimumDrainDuration,
+			fmt.Sprintf("ceil(meshdrain deadline %s) (≥ expected finish %s: Envoy keeps accepting while meshdrain may still wait)",
+				fmtD(p.Deadline), fmtD(p.ExpectedFinish))})
+	case Native:
+		p.SidecarExitWorst = p.GracePeriod
+	}
+	if in.DrainDuration < p.AppExitWorst {
+		p.DrainDuration = ceilSecond(p.AppExitWorst)
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"drainDuration %s < app exit %s: Envoy's inbound listeners stop accepting at t0 + %s while clients may still send; set proxyConfig drainDuration ≥ %s",
+			fmtD(in.DrainDuration), fmtD(p.AppExitWorst), fmtD(in.DrainDuration), fmtD(ceilSecond(p.AppExitWorst))))
+	}
+	p.Warnings = append(p.Warnings, currentGraceWarnings(p)...)
+	if in.Sidecar == Classic {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("with Istio's default terminationDrainDuration %s, Envoy is killed at t0 + %s whatever the app's preStop does: "+
+			"requests still in flight through it then are cut (503 UC at the caller, not retried) and later clients are refused; "+
+			"that is the tail that 'preStop: sleep 15' could not remove", fmtD(IstioTerminationDrainDuration), fmtD(IstioTerminationDrainDuration)))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("a classic sidecar lives its full terminationDrainDuration: the old pod stays Terminating until t0+%s "+
+			"even when the app exits at about t0+%s (exit-on-zero or native sidecars end it sooner)", fmtD(p.TerminationDrainDuration), fmtD(p.usualFinish()+p.AppDrain)))
+	}
+	p.Steps = timeline(p)
+	return p, nil
+}
+
+// quietWindow is the --quiet the plan gives meshdrain: the operator's, or longer when the
+// clients are known to pause longer (a sparse rate per client, a schedule), with the reason
+// when it is longer.
+func quietWindow(in Input) (time.Duration, string) {
+	quiet, why := in.Quiet, ""
+	if in.RPSPerClient > 0 {
+		if q := roundUp(drain.PoissonQuiet(in.RPSPerClient), 100*time.Millisecond); q > quiet {
+			quiet = q
+			why = fmt.Sprintf("−ln(%g) / %g requests a second per client, rounded up: the pause one client's Poisson arrivals exceed once in %.0f (quiet %s is shorter)",
+				drain.Risk, in.RPSPerClient, 1/drain.Risk, fmtD(in.Quiet))
+		}
+	}
+	if in.ClientPeriod > 0 {
+		if q := in.ClientPeriod + in.Poll; q > quiet {
+			quiet = q
+			why = fmt.Sprintf("client period %s + poll %s: a client that sends every %s is never silent for a whole window while it still sends",
+				fmtD(in.ClientPeriod), fmtD(in.Poll), fmtD(in.ClientPeriod))
+		}
+	}
+	return quiet, why
+}
+
+// expectedFinishWhy is the arithmetic of ExpectedFinish.
+func expectedFinishWhy(p Plan, lag time.Duration) string {
+	in := p.Input
+	sum := fmt.Sprintf("eds-lag %s + max(quiet %s, p99 %s)", fmtD(lag), fmtD(p.Quiet), fmtD(in.P99))
+	if in.MinWait > lag+max(p.Quiet, in.P99) {
+		sum = fmt.Sprintf("min-wait %s (> %s)", fmtD(in.MinWait), sum)
+	}
+	return sum + fmt.Sprintf(" + poll %s", fmtD(in.Poll))
+}
+
+// usualFinish is when meshdrain returns in the usual rollout: the typical last client with a
+// lag distribution, the expected finish otherwise.
+func (p Plan) usualFinish() time.Duration {
+	if p.TypicalFinish > 0 {
+		return p.TypicalFinish
+	}
+	return p.ExpectedFinish
+}
+
+func normalize(in Input) (Input, error) {
+	var errs []error
+	if in.P99 <= 0 {
+		errs = append(errs, errors.New("p99 must be > 0: the app's 99th-percentile latency bounds its drain"))
+	}
+	if in.EDSLag <= 0 {
+		errs = append(errs, errors.New("eds-lag must be > 0: the worst time until the last client stops sending"))
+	}
+	switch {
+	case in.Clients < 0 || in.EDSLagMedian < 0:
+		errs = append(errs, errors.New("clients and the eds-lag median must not be negative"))
+	case in.EDSLagMedian > 0 && in.Clients == 0:
+		errs = append(errs, errors.New("an eds-lag distribution (p50=D,p99=D) is one client's lag: give the number of client proxies (clients) so the last one's lag can be derived"))
+	case in.Clients > 0 && in.EDSLagMedian == 0:
+		errs = append(errs, errors.New("clients needs one client's lag distribution, eds-lag p50=D,p99=D (e.g. istiod's pilot_proxy_convergence_time quantiles); a single eds-lag is already the last client's lag"))
+	case in.EDSLagMedian > 0 && in.EDSLag > 0 && in.EDSLag < in.EDSLagMedian:
+		errs = append(errs, errors.New("eds-lag p99 is below its p50"))
+	}
+	if in.Quiet == 0 {
+		in.Quiet = DefaultQuiet
+	}
+	if in.Poll == 0 {
+		in.Poll = DefaultPoll
+	}
+	if in.MinWait == 0 {
+		in.MinWait = drain.DefaultMinWait
+	}
+	if in.RPSPerClient < 0 || in.ClientPeriod < 0 || in.MinWait < 0 {
+		errs = append(errs, errors.New("rps-per-client, client-period and min-wait must not be negative"))
+	}
+	if in.DrainDuration == 0 {
+		in.DrainDuration = DefaultDrainDuration
+	}
+	switch in.Mesh {
+	case "":
+		in.Mesh = mesh.Istio
+	case mesh.Istio, mesh.Linkerd:
+	default:
+		errs = append(errs, fmt.Errorf("mesh %q is not one of istio, linkerd", in.Mesh))
+	}
+	if in.Sidecar == "" {
+		in.Sidecar = Classic
+		if in.Mesh == mesh.Linkerd {
+			in.Sidecar = Native
+		}
+	}
+	if in.Mesh == mesh.Linkerd && in.Sidecar == ExitOnZero {
+		errs = append(errs, errors.New("sidecar exit-on-zero is Istio's pilot-agent mode (EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a Linkerd proxy is native or classic"))
+	}
+	if in.Quiet < 0 || in.Poll < 0 || in.AppDrain < 0 || in.CurrentGracePeriod < 0 || in.DrainDuration < 0 || in.CurrentWaitBeforeExit < 0 {
+		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if in.Poll > 0 && in.Quiet <= in.Poll {
+		errs = append(errs, fmt.Errorf("quiet %s must be longer than poll %s, or one missed poll looks like silence", fmtD(in.Quiet), fmtD(in.Poll)))
+	}
+	if in.AppDrain == 0 && in.P99 > 0 {
+		in.AppDrain = max(minAppDrain, ceilSecond(appDrainPerP99*in.P99))
+	}
+	if in.AppDrain > 0 && in.AppDrain < in.P99 {
+		errs = append(errs, fmt.Errorf("app-drain %s is shorter than p99 %s: requests in flight at SIGTERM would be cut", fmtD(in.AppDrain), fmtD(in.P99)))
+	}
+	switch in.Sidecar {
+	case Classic, ExitOnZero, Native:
+	default:
+		errs = append(errs, fmt.Errorf("sidecar %q is not one of classic, exit-on-zero, native", in.Sidecar))
+	}
+	return in, errors.Join(errs...)
+}
+
+// currentGraceWarnings compares the pod's grace period today with the plan.
+func currentGraceWarnings(p Plan) []string {
+	cur := p.Input.CurrentGracePeriod
+	var w []string
+	switch {
+	case cur == 0:
+	case cur%time.Second != 0:
+		w = append(w, fmt.Sprintf("grace period %s is not whole seconds: terminationGracePeriodSeconds is an integer", fmtD(cur)))
+	case cur < p.GracePeriod:
+		derived := cur - p.AppDrain - KillMargin
+		w = append(w, fmt.Sprintf("current grace period %s is too short: meshdrain's deadline would be %s − %s − %s = %s, less than the expected finish + margin %s; raise it to %s",
+			fmtD(cur), fmtD(cur), fmtD(p.AppDrain), fmtD(KillMargin), fmtD(derived), fmtD(p.ExpectedFinish+p.Margin), fmtD(p.GracePeriod)))
+	case cur > p.GracePeriod:
+		extra := ""
+		switch {
+		case p.Input.Sidecar == Classic && p.Input.Mesh == mesh.Linkerd:
+			extra = fmt.Sprintf("; if you keep it, set proxy-wait-before-exit-seconds to %d (not %d), since meshdrain's deadline becomes %s",
+				int((cur-KillMargin)/time.Second), int(p.WaitBeforeExit/time.Second), fmtD(cur-p.AppDrain-KillMargin))
+		case p.Input.Sidecar == Classic:
+			extra = fmt.Sprintf("; if you keep it, set terminationDrainDuration to %s (not %s), since meshdrain's deadline becomes %s",
+				fmtD(cur), fmtD(p.TerminationDrainDuration), fmtD(cur-p.AppDrain-KillMargin))
+		}
+		w = append(w, fmt.Sprintf("current grace period %s is enough; %s suffices (meshdrain returns as soon as the clients stop, so a longer one only matters when the deadline is hit)%s",
+			fmtD(cur), fmtD(p.GracePeriod), extra))
+	}
+	return w
+}
+
+// ceilSecond rounds d up to a whole second, because terminationGracePeriodSeconds is an
+// integer and whole-second settings are easier to read in manifests.
+func ceilSecond(d time.Duration) time.Duration {
+	if r := d % time.Second; r != 0 {
+		return d - r + time.Second
+	}
+	return d
+}
+
+// fmtD prints a duration the way the flags take it, without Go's "1m0s" for whole minutes.
+func fmtD(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	case d < time.Second && d%time.Millisecond == 0:
+		return fmt.Sprintf("%dms", d/time.Millisecond)
+	default:
+		return d.Round(time.Millisecond).String()
+	}
+}
+
+// FormatDuration prints d as the flags and manifests take it ("12s", "450ms", "9.2s").
+func FormatDuration(d time.Duration) string { return fmtD(d) }

@@ -1,0 +1,275 @@
+package plan
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// Annotation names and values the plan sets on the pod template.
+const (
+	// StatsInclusionAnnotation makes Istio emit the inbound stats meshdrain reads: by default
+	// Istio emits none of cluster.inbound|…, http.inbound_… or listener.0.0.0.0_15006.….
+	StatsInclusionAnnotation = "sidecar.istio.io/statsInclusionPrefixes"
+	StatsInclusionPrefixes   = "cluster.inbound|,http.inbound_,listener.0.0.0.0_15006"
+	// NativeSidecarAnnotation asks istiod to inject istio-proxy as a native sidecar for this
+	// pod (alpha, newer Istio releases); ENABLE_NATIVE_SIDECARS=true on istiod does it for
+	// every pod. Older releases ignore it.
+	NativeSidecarAnnotation = "sidecar.istio.io/nativeSidecar"
+	// ProxyConfigAnnotation overrides the mesh's proxyConfig for one pod (read at injection,
+	// so it takes effect on the next pod created).
+	ProxyConfigAnnotation = "proxy.istio.io/config"
+	// LogFile is where the preStop hook writes: the app's PID 1 stdout, so meshdrain's log
+	// shows up in `kubectl logs` (the kubelet discards a hook's own output unless it fails).
+	LogFile = "/proc/1/fd/1"
+)
+
+// Annotation is one pod-template annotation, kept in a slice so the output order is stable.
+type Annotation struct{ Key, Value string }
+
+// Annotations are the pod-template annotations the plan needs.
+func (p Plan) Annotations() []Annotation {
+	if p.Input.Mesh == mesh.Linkerd {
+		return p.linkerdAnnotations()
+	}
+	out := []Annotation{{StatsInclusionAnnotation, StatsInclusionPrefixes}}
+	if cfg := p.ProxyConfig(); cfg != "" {
+		out = append(out, Annotation{ProxyConfigAnnotation, cfg})
+	}
+	if p.Input.Sidecar == Native {
+		out = append(out, Annotation{NativeSidecarAnnotation, "true"})
+	}
+	return out
+}
+
+// ProxyConfig is the JSON for the proxy.istio.io/config annotation, or "" if the sidecar
+// needs no per-pod setting (always, for Linkerd).
+func (p Plan) ProxyConfig() string {
+	if p.Input.Mesh == mesh.Linkerd {
+		return ""
+	}
+	var fields []string
+	if p.DrainDuration > 0 {
+		fields = append(fields, fmt.Sprintf(`"drainDuration": "%s"`, fmtD(p.DrainDuration)))
+	}
+	switch {
+	case p.TerminationDrainDuration > 0:
+		fields = append(fields, fmt.Sprintf(`"terminationDrainDuration": "%s"`, fmtD(p.TerminationDrainDuration)))
+	case p.ExitOnZeroActiveConnections:
+		fields = append(fields, fmt.Sprintf(`"proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true", "MINIMUM_DRAIN_DURATION": "%s"}`, fmtD(p.MinimumDrainDuration)))
+	}
+	if len(fields) == 0 {
+		return ""
+	}
+	return "{" + strings.Join(fields, ", ") + "}"
+}
+
+// PrestopArgs are the arguments of `meshdrain prestop` that realise the plan. --deadline is
+// left out on purpose: prestop derives it as grace − app-drain − 1s, which is the plan's
+// Deadline, and it then follows the grace period if someone changes it. For Linkerd the
+// hook is told the mesh and the proxy's admin port: prestop's own defaults are Envoy's.
+func (p Plan) PrestopArgs() []string {
+	args := []string{"prestop"}
+	if p.Input.Mesh == mesh.Linkerd {
+		args = append(args, "--mesh="+string(mesh.Linkerd), "--admin="+LinkerdAdminURL)
+	}
+	args = append(args,
+		"--grace-period="+fmtD(p.GracePeriod),
+		"--app-drain="+fmtD(p.AppDrain),
+		"--quiet="+fmtD(p.Quiet),
+	)
+	if p.Input.MinWait != drain.DefaultMinWait {
+		args = append(args, "--min-wait="+fmtD(p.Input.MinWait))
+	}
+	if p.Input.ClientPeriod > 0 {
+		// The schedule replaces the rule's guess from the pauses it sees (--quiet above
+		// covers it).
+		args = append(args, "--client-period="+fmtD(p.Input.ClientPeriod))
+	}
+	if p.Poll != DefaultPoll {
+		args = append(args, "--poll="+fmtD(p.Poll))
+	}
+	return append(args, "--log-file="+LogFile)
+}
+
+// WriteText prints the plan for a person: the timeline, the settings, the arithmetic and
+// the warnings.
+func WriteText(w io.Writer, p Plan) error {
+	ew := &errWriter{w: w}
+	in := p.Input
+	ew.printf("Termination timeline (t0 = the pod is deleted; sidecar: %s)\n\n", p.sidecarName())
+	writeSteps(ew, p.Steps)
+
+	ew.printf("\nRecommended settings\n\n")
+	ew.printf("  terminationGracePeriodSeconds: %d\n", int(p.GracePeriod/time.Second))
+	ew.printf("  app container preStop:         /meshdrain/meshdrain %s\n", strings.Join(p.PrestopArgs(), " "))
+	ew.printf("                                 (its --deadline is then %s)\n", fmtD(p.Deadline))
+	ew.printf("  app graceful shutdown:         finish in-flight requests within %s of SIGTERM\n", fmtD(p.AppDrain))
+	if in.Mesh == mesh.Linkerd {
+		writeLinkerdSettings(ew, p)
+	} else {
+		writeIstioSettings(ew, p)
+	}
+
+	ew.printf("\nArithmetic\n\n")
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	for _, l := range p.Arithmetic {
+		fmt.Fprintf(tw, "  %s\t= %s\t%s\n", l.Name, fmtD(l.Value), l.Why)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	notes := append([]string{usualRollout(p)}, p.Warnings...)
+	ew.printf("\nNotes\n\n")
+	for _, n := range notes {
+		lines := wrap(n, textWidth-4)
+		ew.printf("  - %s\n", lines[0])
+		for _, l := range lines[1:] {
+			ew.printf("    %s\n", l)
+		}
+	}
+	return ew.err
+}
+
+// writeIstioSettings prints the pod annotations and the sidecar setting of an Istio plan.
+func writeIstioSettings(ew *errWriter, p Plan) {
+	in := p.Input
+	ew.printf("  pod annotations:\n")
+	for _, a := range p.Annotations() {
+		ew.printf("    %s: '%s'\n", a.Key, a.Value)
+	}
+	switch in.Sidecar {
+	case Classic:
+		ew.printf("  sidecar:                       terminationDrainDuration %s: Envoy outlives the app (Istio's default %s does not)\n",
+			fmtD(p.TerminationDrainDuration), fmtD(IstioTerminationDrainDuration))
+	case ExitOnZero:
+		ew.printf("  sidecar:                       EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true, MINIMUM_DRAIN_DURATION=%s (terminationDrainDuration is then ignored)\n",
+			fmtD(p.MinimumDrainDuration))
+		ew.printf("                                 caveat: idle keep-alive and outbound connections hold Envoy until the grace period; no deadline of its own\n")
+	case Native:
+		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited\n")
+		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
+	}
+	if p.DrainDuration == 0 {
+		ew.printf("  drainDuration:                 keep %s (≥ app exit %s: Envoy accepts until the app is gone); parentShutdownDuration is unused for termination\n",
+			fmtD(in.DrainDuration), fmtD(p.AppExitWorst))
+	}
+}
+
+// writeLinkerdSettings prints the pod annotations and the proxy setting of a Linkerd plan.
+func writeLinkerdSettings(ew *errWriter, p Plan) {
+	if anns := p.Annotations(); len(anns) > 0 {
+		ew.printf("  pod annotations:\n")
+		for _, a := range anns {
+			ew.printf("    %s: '%s'\n", a.Key, a.Value)
+		}
+	} else {
+		ew.printf("  pod annotations:               none needed: the proxy's request and connection metrics are on by default\n")
+	}
+	if p.Input.Sidecar == Native {
+		ew.printf("  sidecar:                       none needed: the kubelet stops linkerd-proxy after the app has exited\n")
+		ew.printf("                                 (native is Linkerd's default since 2.20, Kubernetes >= 1.29; %s: \"true\" asks for it per pod)\n",
+			LinkerdNativeSidecarAnnotation)
+		ew.printf("                                 do not set %s: the injector refuses it with a native sidecar (linkerd2#12164)\n",
+			LinkerdWaitBeforeExitAnnotation)
+		return
+	}
+	ew.printf("  sidecar:                       proxy-wait-before-exit-seconds %d: the proxy's preStop sleep outlives the app (Linkerd's default 0 does not)\n",
+		int(p.WaitBeforeExit/time.Second))
+	ew.printf("                                 %s: \"false\" keeps the proxy classic on Linkerd >= 2.20, whose injector refuses the sleep with a native sidecar\n",
+		LinkerdNativeSidecarAnnotation)
+}
+
+// sidecarName names the proxy in the timeline's title: the sidecar kind alone for Istio.
+func (p Plan) sidecarName() string {
+	if p.Input.Mesh == mesh.Linkerd {
+		return string(p.Input.Sidecar) + " linkerd-proxy"
+	}
+	return string(p.Input.Sidecar)
+}
+
+// usualRollout says when meshdrain returns when nothing is late: the deadline is only a bound.
+func usualRollout(p Plan) string {
+	usual := p.usualFinish()
+	return fmt.Sprintf("in the usual rollout meshdrain returns at about t0+%s, as soon as the clients have stopped, not at its deadline: "+
+		"a generous --eds-lag lengthens only the worst case", fmtD(usual))
+}
+
+// textWidth is where the timeline's descriptions wrap, so the plan reads in a terminal and
+// pastes into a README without horizontal scrolling.
+const textWidth = 100
+
+// writeSteps prints the timeline as three columns, the description wrapped under itself.
+func writeSteps(w io.Writer, steps []Step) {
+	var timeW, whoW int
+	for _, s := range steps {
+		timeW = max(timeW, utf8.RuneCountInString(stepTime(s)))
+		whoW = max(whoW, utf8.RuneCountInString(s.Who))
+	}
+	indent := 2 + timeW + 2 + whoW + 2
+	for _, s := range steps {
+		lines := wrap(s.What, max(40, textWidth-indent))
+		t := stepTime(s)
+		fmt.Fprintf(w, "  %s%s  %s%s  %s\n", t, strings.Repeat(" ", timeW-utf8.RuneCountInString(t)),
+			s.Who, strings.Repeat(" ", whoW-utf8.RuneCountInString(s.Who)), lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(w, "%s%s\n", strings.Repeat(" ", indent), l)
+		}
+	}
+}
+
+// wrap splits text into lines of at most width runes, at spaces.
+func wrap(text string, width int) []string {
+	var lines []string
+	var line strings.Builder
+	for _, word := range strings.Fields(text) {
+		if line.Len() > 0 && utf8.RuneCountInString(line.String())+1+utf8.RuneCountInString(word) > width {
+			lines = append(lines, line.String())
+			line.Reset()
+		}
+		if line.Len() > 0 {
+			line.WriteByte(' ')
+		}
+		line.WriteString(word)
+	}
+	return append(lines, line.String())
+}
+
+func stepTime(s Step) string {
+	t := "t0"
+	if s.At > 0 {
+		t = "t0+" + fmtD(s.At)
+	}
+	if s.Until > 0 {
+		t += " → " + fmtD(s.Until)
+	}
+	if s.Worst > 0 && s.Worst != s.At {
+		t += " (≤ " + fmtD(s.Worst) + ")"
+	}
+	return t
+}
+
+// errWriter keeps the first write error so the printers stay readable.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(b)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	fmt.Fprintf(e, format, args...)
+}

@@ -1,0 +1,166 @@
+package status
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/output"
+)
+
+// Output formats of status and check: every command that prints data takes the same three.
+const (
+	OutputText = output.Text
+	OutputJSON = output.JSON
+	OutputYAML = output.YAML
+)
+
+// ParseOutput validates an -o value.
+func ParseOutput(s string) (string, error) { return output.Parse(s) }
+
+// WriteText writes the report for a person: a header, one row per inbound endpoint, hints.
+// Unknown values print as "-", never as 0, so a missing stat is not mistaken for silence.
+func WriteText(w io.Writer, r Report) error {
+	if r.Mesh == mesh.Linkerd {
+		return writeLinkerdText(w, r)
+	}
+	var b strings.Builder
+	version := ""
+	if r.EnvoyVersion != "" {
+		version = " (" + r.EnvoyVersion + ")"
+	}
+	fmt.Fprintf(&b, "admin:   %s%s\n", r.Admin, version)
+	server := r.ServerState
+	if r.DrainTime != "" || r.DrainStrategy != "" {
+		server += fmt.Sprintf("  (envoy drain_time %s, drain_strategy %s)", orDash(r.DrainTime), orDash(r.DrainStrategy))
+	}
+	fmt.Fprintf(&b, "server:  %s\n", server)
+	if lm := r.ListenerManager; lm != nil {
+		stopped := "none stopped"
+		if lm.InboundStopped() {
+			stopped = num(lm.Stopped) + " STOPPED: new inbound connections are refused"
+		}
+		fmt.Fprintf(&b, "listeners: %s active, %s\n", num(lm.Active), stopped)
+	}
+	fmt.Fprintf(&b, "naming:  %s (mesh: %s)\n", r.Naming, r.Mesh)
+	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tACTIVE\tCONNECTIONS")
+	if len(r.Inbound) == 0 {
+		fmt.Fprintln(tw, "-\t(no inbound endpoint found)\t-\t-\t-\t-\t-")
+	}
+	for _, p := range r.Inbound {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal,
+			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Listener != nil {
+		fmt.Fprintf(&b, "\nlistener %s: %s connections active, %s accepted\n", r.Listener.Address,
+			num(r.Listener.ConnectionsActive), num(r.Listener.ConnectionsTotal))
+	}
+	if r.CompletedRequestsTotal != nil {
+		fmt.Fprintf(&b, "completed requests (istio_requests_total, reporter=destination): %s\n", num(r.CompletedRequestsTotal))
+	}
+	for _, h := range r.Hints {
+		fmt.Fprintf(&b, "\nhint: %s\n", h)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteLine writes the report as one line, for --watch when stdout is not a terminal (a log
+// file, a pipe): one sample per line, greppable, without escape sequences.
+func WriteLine(w io.Writer, r Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s state=%s signal=%s", r.SampledAt.UTC().Format(time.RFC3339), r.ServerState, r.Signal)
+	if lm := r.ListenerManager; lm != nil {
+		fmt.Fprintf(&b, " listeners_stopped=%s", num(lm.Stopped))
+	}
+	for _, p := range r.Inbound {
+		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s", portText(p.Port), p.Name,
+			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
+		if r.Mesh == mesh.Linkerd {
+			fmt.Fprintf(&b, " responses=%s probes=%s", num(p.ResponsesTotal), num(p.ProbeRequestsTotal))
+		}
+	}
+	if r.Listener != nil {
+		fmt.Fprintf(&b, " | listener=%s connections=%s", r.Listener.Address, num(r.Listener.ConnectionsActive))
+	}
+	if r.CompletedRequestsTotal != nil {
+		fmt.Fprintf(&b, " | completed=%s", num(r.CompletedRequestsTotal))
+	}
+	b.WriteByte('\n')
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeLinkerdText is WriteText for a Linkerd proxy: its state is /ready's, its active
+// requests are an estimate, and the kubelet's probes are shown apart.
+func writeLinkerdText(w io.Writer, r Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "admin:   %s (linkerd-proxy %s)\n", r.Admin, orDash(r.ProxyVersion))
+	fmt.Fprintf(&b, "server:  %s (no drain call: the proxy stops accepting only at SIGTERM)\n", r.ServerState)
+	fmt.Fprintf(&b, "naming:  %s (mesh: %s, port labels: %s)\n", r.Naming, r.Mesh, orDash(r.LabelScheme))
+	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tIN FLIGHT*\tRESPONSES\tCONNECTIONS\tPROBES")
+	if len(r.Inbound) == 0 {
+		fmt.Fprintln(tw, "-\t(no app port has series)\t-\t-\t-\t-\t-\t-\t-")
+	}
+	for _, p := range r.Inbound {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal, num(p.RequestsTotal), rate(p.RequestsRate),
+			num(p.RequestsActive), num(p.ResponsesTotal), num(p.ConnectionsActive), num(p.ProbeRequestsTotal))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	b.WriteString("\n* request_total - response_total: Linkerd has no in-flight gauge. A request a client gave up on before its response\n" +
+		"  stays counted for the proxy's life; prestop then waits until its deadline. Probes (route \"probe\") are not counted.\n")
+	if r.Listener != nil {
+		fmt.Fprintf(&b, "\nclient connections (tcp_open_connections, peer=\"src\"): %s open, %s opened\n",
+			num(r.Listener.ConnectionsActive), num(r.Listener.ConnectionsTotal))
+	}
+	for _, h := range r.Hints {
+		fmt.Fprintf(&b, "\nhint: %s\n", h)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON writes v as one JSON object on one line, so --watch -o json is JSON Lines.
+func WriteJSON(w io.Writer, v any) error { return output.WriteJSON(w, v) }
+
+func portText(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p)
+}
+
+func num(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', -1, 64)
+}
+
+func rate(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 1, 64)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

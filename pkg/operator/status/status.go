@@ -1,0 +1,140 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/output"
+)
+
+// Options configure one status run.
+type Options struct {
+	// AdminURL is only used in messages; Admin does the requests.
+	AdminURL string
+	Selector mesh.Selector
+	Output   string // OutputText (default), OutputJSON or OutputYAML
+	// Watch samples every Interval until ctx ends (Ctrl-C), showing the request rate.
+	Watch    bool
+	Interval time.Duration // default 1s
+	// SampleTimeout bounds one sample's admin calls (default 2s): the admin API runs on
+	// Envoy's main thread and a hung one must not freeze the display.
+	SampleTimeout time.Duration
+	// Terminal redraws the text report in place on each refresh; otherwise --watch prints a
+	// plain line per sample.
+	Terminal bool
+	// Samples stops a watch after this many samples (0: until ctx ends).
+	Samples int
+	Clock   clock.Clock
+}
+
+// clearScreen moves the cursor home and clears the terminal, as watch(1) does between frames.
+const clearScreen = "\x1b[H\x1b[2J"
+
+// Run prints the sidecar's inbound side to out. Without Watch it takes one sample and returns
+// its error (an *UnreachableError when nothing answers). With Watch it keeps sampling until
+// ctx ends, showing failures in place of a sample rather than stopping: watching a sidecar
+// restart or come up is a use, not an error. The end of ctx is the normal end of a watch.
+func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
+	if o.Output == "" {
+		o.Output = OutputText
+	}
+	if _, err := ParseOutput(o.Output); err != nil {
+		return err
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.SampleTimeout <= 0 {
+		o.SampleTimeout = 2 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if !o.Watch {
+		r, err := sample(ctx, sc, o)
+		if err != nil {
+			return err
+		}
+		return write(out, r, o)
+	}
+
+	var prev *Report
+	for n := 1; ; n++ {
+		r, err := sample(ctx, sc, o)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			prev = nil // a rate across a gap would mix two sidecar lives
+			if werr := writeError(out, err, o); werr != nil {
+				return werr
+			}
+		} else {
+			r = withRates(prev, r)
+			prev = &r
+			if werr := write(out, r, o); werr != nil {
+				return werr
+			}
+		}
+		if o.Samples > 0 && n >= o.Samples {
+			return nil
+		}
+		if !wait(ctx, o.Clock, o.Interval) {
+			return nil
+		}
+	}
+}
+
+func sample(ctx context.Context, sc Sampler, o Options) (Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.SampleTimeout)
+	defer cancel()
+	return sc.Sample(ctx, o.AdminURL, o.Selector, o.Clock.Now())
+}
+
+func write(out io.Writer, r Report, o Options) error {
+	switch {
+	case o.Output == OutputJSON || o.Output == OutputYAML:
+		return output.Write(out, o.Output, r)
+	case o.Watch && o.Terminal:
+		if _, err := io.WriteString(out, clearScreen); err != nil {
+			return err
+		}
+		if err := WriteText(out, r); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(out, "\nevery %s, Ctrl-C to stop\n", o.Interval)
+		return err
+	case o.Watch:
+		return WriteLine(out, r)
+	}
+	return WriteText(out, r)
+}
+
+func writeError(out io.Writer, err error, o Options) error {
+	now := o.Clock.Now().UTC().Format(time.RFC3339)
+	switch {
+	case o.Output == OutputJSON || o.Output == OutputYAML:
+		return output.Write(out, o.Output, map[string]string{"sampled_at": now, "error": err.Error()})
+	case o.Terminal:
+		_, werr := fmt.Fprintf(out, "%s%s error: %v\n\nretrying every %s, Ctrl-C to stop\n", clearScreen, now, err, o.Interval)
+		return werr
+	}
+	_, werr := fmt.Fprintf(out, "%s error: %v\n", now, err)
+	return werr
+}
+
+// wait sleeps d on the injected clock; false when ctx ended first.
+func wait(ctx context.Context, c clock.Clock, d time.Duration) bool {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}

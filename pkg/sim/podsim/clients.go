@@ -1,0 +1,483 @@
+package podsim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/sim/httpwire"
+)
+
+// maxLag caps a client's drawn EDS lag: a lognormal has no upper bound, and a run must end.
+const maxLag = 60 * time.Second
+
+// Envoy's retry back-off base interval (25ms); the jitter Envoy adds is not modelled.
+const retryBackoff = 25 * time.Millisecond
+
+// Istio's default cluster connectTimeout.
+const connectTimeout = 10 * time.Second
+
+// clientPlan is everything one client sidecar will do, drawn before the run from the seed:
+// when it learns the pod is gone and the requests it sends to the pod until then.
+type clientPlan struct {
+	// lag is the time from t0 until this client stops sending to the pod.
+	lag time.Duration
+	// arrivals are the request send times from the start of the run, in pod time, and
+	// work the service time of each: only those before warmup+lag, since later requests go
+	// to the other replicas and cannot fail here.
+	arrivals []time.Duration
+	work     []time.Duration
+}
+
+// planClients draws the clients' lags and requests. Each client has its own random stream,
+// so the draws do not depend on the order in which anything runs.
+func planClients(sc Scenario) []clientPlan {
+	latency := latencyDist(sc.P99)
+	perClient := sc.QPS / float64(sc.Clients)
+	// The synchronised bursts' common phase.
+	common := time.Duration(rand.New(rand.NewPCG(sc.Seed, 0)).Float64() * float64(sc.BurstPeriod))
+	plans := make([]clientPlan, sc.Clients, sc.Clients+1)
+	for i := range plans {
+		r := rand.New(rand.NewPCG(sc.Seed, uint64(i)+1))
+		p := clientPlan{lag: min(sc.EDSLag.Sample(r), maxLag)}
+		end := sc.Warmup + p.lag
+		switch sc.Shape {
+		case ShapeBursts:
+			p.arrivals = burstArrivals(r, common, sc.BurstPeriod, perClient*sc.BurstPeriod.Seconds(), end)
+		case ShapeClientBursts:
+			phase := time.Duration(r.Float64() * float64(sc.BurstPeriod))
+			p.arrivals = burstArrivals(r, phase, sc.BurstPeriod, perClient*sc.BurstPeriod.Seconds(), end)
+		default:
+			// Poisson arrivals: independent callers behind each client sidecar.
+			for at := time.Duration(r.ExpFloat64() / perClient * float64(time.Second)); at < end; at += time.Duration(r.ExpFloat64() / perClient * float64(time.Second)) {
+				p.arrivals = append(p.arrivals, at)
+				p.work = append(p.work, latency.Sample(r))
+			}
+		}
+		for len(p.work) < len(p.arrivals) {
+			p.work = append(p.work, latency.Sample(r))
+		}
+		plans[i] = p
+	}
+	if sc.LateClientLag > 0 {
+		r := rand.New(rand.NewPCG(sc.Seed, uint64(sc.Clients)+1))
+		p := clientPlan{lag: sc.LateClientLag}
+		p.arrivals = periodicArrivals(r, sc.LateClientPeriod, sc.Warmup+p.lag)
+		for range p.arrivals {
+			p.work = append(p.work, latency.Sample(r))
+		}
+		plans = append(plans, p)
+	}
+	return plans
+}
+
+// trafficPauses is the longest pause between two requests planned for the pod, and when the
+// last one is sent, from the start of the run.
+func trafficPauses(plans []clientPlan) (longest, last time.Duration) {
+	var all []time.Duration
+	for _, p := range plans {
+		all = append(all, p.arrivals...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for i := 1; i < len(all); i++ {
+		longest = max(longest, all[i]-all[i-1])
+	}
+	if len(all) > 0 {
+		last = all[len(all)-1]
+	}
+	return longest, last
+}
+
+// plannedRequests is how many requests the plans send to the pod (first attempts).
+func plannedRequests(plans []clientPlan) int {
+	n := 0
+	for _, p := range plans {
+		n += len(p.arrivals)
+	}
+	return n
+}
+
+// lastLag is when the last client stops sending, from t0.
+func lastLag(plans []clientPlan) time.Duration {
+	var last time.Duration
+	for _, p := range plans {
+		last = max(last, p.lag)
+	}
+	return last
+}
+
+// Outcome kinds of one request, as the calling application sees it.
+const (
+	outcomeOK = "ok"
+	// outcomeRetriedRefused: the pod refused the connection (connect-failure), the retry
+	// to another replica succeeded.
+	outcomeRetriedRefused = "retried-refused"
+	// outcomeRetried503: the pod's sidecar answered 503 (retriable-status-codes), the
+	// retry succeeded.
+	outcomeRetried503 = "retried-503"
+	// Failures seen by the caller.
+	failCut     = "503 UC (cut in flight)"
+	failTimeout = "504 UT (route timeout)"
+	failRefused = "503 UF (refused, not retried)"
+	fail503     = "503 (not retried)"
+	// fail502: Linkerd's proxy answered 502 for an app that refused or reset the connection
+	// (l5d-proxy-error); Linkerd clients retry nothing by default.
+	fail502      = "502 l5d-proxy-error (Linkerd: not retried)"
+	failOther    = "other"
+	failRetryErr = "retry failed"
+	// failTCPClosed: on a TCP port, the connection ended without a response (the pod's
+	// sidecar could not reach the app, or was killed): there is nothing to retry at HTTP level.
+	failTCPClosed = "TCP closed (no response, not retried)"
+	// failStreamCut: a long-lived stream cut by a kill rather than closed by the app.
+	failStreamCut = "stream cut"
+)
+
+// streamHeader marks a long-lived stream: the app holds it open until it shuts down, then
+// closes it as a WebSocket or gRPC server sends its close frame or GOAWAY.
+const streamHeader = "X-Podsim-Stream"
+
+// fleet is the set of client sidecars. Each client sidecar has its own connection pool to
+// the pod (HTTP/1.1 keep-alive, honouring Connection: close as Envoy's pool does), sends open
+// loop, and applies Istio's default retry policy: connect-failure and 503 are retried on
+// another endpoint (previous_hosts), a reset after the request was sent is not.
+type fleet struct {
+	sc        Scenario
+	plans     []clientPlan
+	podAddr   string
+	otherAddr string
+	other     *httpwire.Client
+
+	mu       sync.Mutex
+	outcomes map[string]int
+	failedAt []time.Time
+	requests int
+	wg       sync.WaitGroup
+
+	// The oracle's knowledge: the requests planned for the pod, and how many of them have
+	// been sent and answered (their first attempt is over).
+	planned, answered int
+	lastAnswered      chan struct{}
+	lastOnce          sync.Once
+}
+
+func newFleet(sc Scenario, plans []clientPlan, podAddr, otherAddr string) *fleet {
+	f := &fleet{
+		sc:           sc,
+		plans:        plans,
+		podAddr:      podAddr,
+		otherAddr:    otherAddr,
+		other:        newClientTransport(sc),
+		outcomes:     map[string]int{},
+		planned:      plannedRequests(plans),
+		lastAnswered: make(chan struct{}),
+	}
+	if f.planned == 0 {
+		close(f.lastAnswered)
+	}
+	return f
+}
+
+// LastAnswered is closed once the last request planned for the pod has been answered (or has
+// failed): from then on nothing will ever reach the pod. It is what the oracle waits for.
+func (f *fleet) LastAnswered() <-chan struct{} { return f.lastAnswered }
+
+func (f *fleet) answeredOne() {
+	f.mu.Lock()
+	f.answered++
+	last := f.answered == f.planned
+	f.mu.Unlock()
+	if last {
+		f.lastOnce.Do(func() { close(f.lastAnswered) })
+	}
+}
+
+// newClientTransport is one client sidecar's upstream connection pool.
+func newClientTransport(sc Scenario) *httpwire.Client {
+	d := &net.Dialer{Timeout: sc.scale(connectTimeout)}
+	idle := 256
+	if sc.Protocol == ProtocolTCP {
+		// A TCP port: one connection per request, closed after the response.
+		idle = -1
+	}
+	return &httpwire.Client{
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if tcp, ok := conn.(*net.TCPConn); ok {
+				// Close with a reset rather than a FIN. A draining sidecar closes every
+				// connection after its response; on one machine the server-side TIME_WAIT
+				// sockets that this leaves (thousands per second of drain) make later
+				// connections to a reused port wait for a SYN retransmit (1s of real time,
+				// seconds of pod time), which would pass for the strategy's effect. The
+				// client's reset removes them; between real pods the sockets are on
+				// different hosts and the problem does not exist.
+				_ = tcp.SetLinger(0)
+			}
+			return conn, err
+		},
+		MaxIdlePerHost: idle,
+		// Envoy's upstream pools do not silently resend a request that may have reached the
+		// server; retries are the policy's business (fleet.request).
+		NoStaleRetry: true,
+	}
+}
+
+// start launches every client at start; it returns at once. wait blocks until all requests
+// are answered.
+func (f *fleet) start(ctx context.Context, start time.Time) {
+	for i := range f.plans {
+		f.wg.Add(1)
+		go f.runClient(ctx, start, &f.plans[i])
+	}
+	for range f.sc.Streams {
+		f.wg.Add(1)
+		go f.runStream(ctx)
+	}
+}
+
+// runStream holds one long-lived stream open to the pod from the start of the run until the
+// app closes it (or the run ends).
+func (f *fleet) runStream(ctx context.Context) {
+	defer f.wg.Done()
+	tr := newClientTransport(f.sc)
+	defer tr.CloseIdle()
+	f.mu.Lock()
+	f.requests++
+	f.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.podAddr+"/stream", nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set(streamHeader, "1")
+	req.Header.Set(workHeader, maxLag.String())
+	outcome := outcomeOK
+	if resp, err := tr.Do(req); err != nil {
+		outcome = failStreamCut
+	} else {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+			outcome = failStreamCut
+		}
+		_ = resp.Body.Close()
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	f.mu.Lock()
+	f.outcomes[outcome]++
+	if isFailure(outcome) {
+		f.failedAt = append(f.failedAt, time.Now())
+	}
+	f.mu.Unlock()
+}
+
+func (f *fleet) wait() { f.wg.Wait() }
+
+func (f *fleet) runClient(ctx context.Context, start time.Time, p *clientPlan) {
+	defer f.wg.Done()
+	tr := newClientTransport(f.sc)
+	defer tr.CloseIdle()
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for i, at := range p.arrivals {
+		timer.Reset(time.Until(start.Add(f.sc.scale(at))))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		f.mu.Lock()
+		f.requests++
+		f.mu.Unlock()
+		inFlight.Add(1)
+		go func(work time.Duration) {
+			defer inFlight.Done()
+			outcome := f.request(ctx, tr, work)
+			f.mu.Lock()
+			f.outcomes[outcome]++
+			if isFailure(outcome) {
+				f.failedAt = append(f.failedAt, time.Now())
+			}
+			f.mu.Unlock()
+		}(p.work[i])
+	}
+}
+
+func isFailure(outcome string) bool {
+	switch outcome {
+	case outcomeOK, outcomeRetriedRefused, outcomeRetried503, "":
+		return false
+	}
+	return true
+}
+
+// request sends one request to the pod and, if Istio's default policy allows, retries it
+// on another replica. It returns the outcome kind; "" means the run was cancelled.
+func (f *fleet) request(ctx context.Context, tr *httpwire.Client, work time.Duration) string {
+	reqCtx := ctx
+	if f.sc.RouteTimeout > 0 {
+		var cancel context.CancelFunc
+		reqCtx, cancel = context.WithTimeout(ctx, f.sc.scale(f.sc.RouteTimeout))
+		defer cancel()
+	}
+	first := attempt(reqCtx, tr, f.podAddr, work)
+	f.answeredOne()
+	if ctx.Err() != nil {
+		return ""
+	}
+	if f.sc.Protocol == ProtocolTCP {
+		// A TCP proxy has no request to retry: whatever went wrong, the caller saw it.
+		switch first {
+		case attemptOK:
+			return outcomeOK
+		case attemptRefused:
+			return failRefused
+		case attemptTimeout:
+			return failTimeout
+		default:
+			return failTCPClosed
+		}
+	}
+	if f.sc.linkerd() {
+		// Linkerd retries only what a route's retry annotations allow, none by default. A
+		// refused connection is another matter: the client proxy's balancer sends the request
+		// to a ready endpoint instead (see FIDELITY.md in pkg/mesh/linkerd: not confirmed against
+		// the proxy's source), modelled as Istio's connect-failure retry below.
+		switch first {
+		case attempt502:
+			return fail502
+		case attempt503:
+			return fail503
+		}
+	}
+	var retryAs string
+	switch first {
+	case attemptOK:
+		return outcomeOK
+	case attemptRefused:
+		retryAs = outcomeRetriedRefused
+	case attempt503:
+		retryAs = outcomeRetried503
+	case attemptTimeout:
+		return failTimeout
+	case attemptReset:
+		return failCut
+	default:
+		return failOther
+	}
+	if f.sc.Retries == 0 {
+		if first == attemptRefused {
+			return failRefused
+		}
+		return fail503
+	}
+	// previous_hosts: the retry goes to another replica, which is healthy; one retry is
+	// therefore enough and the second of the budget is never used.
+	t := time.NewTimer(f.sc.scale(retryBackoff))
+	select {
+	case <-reqCtx.Done():
+		t.Stop()
+		if ctx.Err() != nil {
+			return ""
+		}
+		return failTimeout
+	case <-t.C:
+	}
+	switch attempt(reqCtx, f.other, f.otherAddr, work) {
+	case attemptOK:
+		return retryAs
+	case attemptTimeout:
+		if ctx.Err() != nil {
+			return ""
+		}
+		return failTimeout
+	default:
+		return failRetryErr
+	}
+}
+
+type attemptResult int
+
+const (
+	attemptOK attemptResult = iota
+	attemptRefused
+	attempt503
+	attempt502
+	attemptOtherStatus
+	attemptReset
+	attemptTimeout
+)
+
+// attempt is one try against addr.
+func attempt(ctx context.Context, tr *httpwire.Client, addr string, work time.Duration) attemptResult {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/", nil)
+	if err != nil {
+		return attemptOtherStatus
+	}
+	req.Header.Set(workHeader, work.String())
+	resp, err := tr.Do(req)
+	if err != nil {
+		var opErr *net.OpError
+		switch {
+		case ctx.Err() != nil:
+			return attemptTimeout
+		case errors.As(err, &opErr) && opErr.Op == "dial":
+			return attemptRefused
+		default:
+			return attemptReset
+		}
+	}
+	_, copyErr := io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return attempt503
+	case resp.StatusCode == http.StatusBadGateway:
+		return attempt502
+	case copyErr != nil:
+		if ctx.Err() != nil {
+			return attemptTimeout
+		}
+		return attemptReset
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return attemptOK
+	default:
+		return attemptOtherStatus
+	}
+}
+
+// clientTally is what the fleet saw, for the result.
+type clientTally struct {
+	requests int
+	outcomes map[string]int
+	failedAt []time.Time
+}
+
+func (f *fleet) tally() clientTally {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := clientTally{requests: f.requests, outcomes: map[string]int{}}
+	for k, v := range f.outcomes {
+		out.outcomes[k] = v
+	}
+	out.failedAt = append(out.failedAt, f.failedAt...)
+	sort.Slice(out.failedAt, func(i, j int) bool { return out.failedAt[i].Before(out.failedAt[j]) })
+	return out
+}
+
+func (t clientTally) failures() (n int, byKind map[string]int) {
+	byKind = map[string]int{}
+	for k, v := range t.outcomes {
+		if isFailure(k) {
+			n += v
+			byKind[k] = v
+		}
+	}
+	return n, byKind
+}

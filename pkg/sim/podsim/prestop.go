@@ -1,0 +1,213 @@
+package podsim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// Istio's pilot-agent polls every second under EXIT_ON_ZERO_ACTIVE_CONNECTIONS. The others
+// are meshdrain prestop's defaults, passed explicitly so that they are scaled too.
+const (
+	exitOnZeroPoll            = time.Second
+	meshdrainConnectTimeout   = 2 * time.Second
+	meshdrainLatencyAllowance = time.Second
+	meshdrainFallbackWait     = 5 * time.Second
+)
+
+// MeshdrainEvent is meshdrain's own final log event ("drain finished"), the evidence of why
+// the preStop returned when it did. Durations in it are real time; ElapsedPodS converts.
+type MeshdrainEvent struct {
+	Reason             string  `json:"reason"`
+	ElapsedMS          float64 `json:"elapsed_ms"`
+	ElapsedPodS        float64 `json:"elapsed_pod_s"`
+	Signal             string  `json:"signal,omitempty"`
+	RequestsAfterDrain float64 `json:"requests_after_drain"`
+	ActiveAtEnd        float64 `json:"active_at_end"`
+	ExitCode           int     `json:"exit_code"`
+	// Args are the flags meshdrain ran with (durations already scaled).
+	Args []string `json:"args"`
+	// Raw is the whole event as logged.
+	Raw map[string]any `json:"raw,omitempty"`
+}
+
+// preStop is a running preStop hook of the app container.
+type preStop struct {
+	done   chan struct{}
+	err    error // why the hook failed, if it did (a failed hook still ends in SIGTERM)
+	event  *MeshdrainEvent
+	stderr bytes.Buffer
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+// meshdrainArgs are the flags a pod with this scenario and sidecar would give meshdrain,
+// every duration multiplied by the time scale. The deadline is always passed explicitly,
+// because meshdrain's derived default subtracts an unscaled second.
+func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
+	grace := sc.grace(spec)
+	appDrain := sc.AppDrain
+	if spec.MeshdrainAppDrain > 0 {
+		appDrain = spec.MeshdrainAppDrain
+	}
+	deadline := grace - appDrain - time.Second
+	if spec.MeshdrainDeadline > 0 {
+		deadline = spec.MeshdrainDeadline
+	}
+	quiet, minWait := sc.Quiet, sc.MinWait
+	if spec.MeshdrainQuiet > 0 {
+		quiet = spec.MeshdrainQuiet
+	}
+	if spec.MeshdrainMinWait > 0 {
+		minWait = spec.MeshdrainMinWait
+	}
+	args := []string{"prestop"}
+	if spec.Mesh == mesh.Linkerd {
+		args = append(args, "--mesh", string(mesh.Linkerd))
+	}
+	args = append(args,
+		"--admin", adminURL,
+		"--port", strconv.Itoa(sc.Port),
+		"--grace-period", sc.scale(grace).String(),
+		"--app-drain", sc.scale(appDrain).String(),
+		"--deadline", sc.scale(deadline).String(),
+		"--quiet", sc.scale(quiet).String(),
+		"--min-wait", sc.scale(minWait).String(),
+		"--streams-wait", sc.scale(sc.StreamsWait).String(),
+		"--poll", sc.scale(sc.Poll).String(),
+		"--connect-timeout", sc.scale(meshdrainConnectTimeout).String(),
+		"--latency-allowance", sc.scale(meshdrainLatencyAllowance).String(),
+		"--fallback-wait", sc.scale(meshdrainFallbackWait).String(),
+		"--log-format", "json",
+	)
+	if spec.MeshdrainClientPeriod > 0 {
+		args = append(args, "--client-period", sc.scale(spec.MeshdrainClientPeriod).String())
+	}
+	return args
+}
+
+// startPreStop runs the strategy's hook; done is closed when it returns or is killed.
+// lastAnswered is closed when the last request that will reach the pod has been answered:
+// only the oracle may look at it.
+func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Strategy, adminURL string, lastAnswered <-chan struct{}) (*preStop, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &preStop{done: make(chan struct{}), cancel: cancel}
+	switch strat.Kind {
+	case StrategyNone:
+		cancel()
+		close(p.done)
+	case StrategyOracle:
+		go func() {
+			defer close(p.done)
+			select {
+			case <-lastAnswered:
+			case <-ctx.Done():
+				p.err = errors.New("killed")
+			}
+		}()
+	case StrategySleep:
+		go func() {
+			defer close(p.done)
+			t := time.NewTimer(sc.scale(strat.Sleep))
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				p.err = errors.New("killed")
+			}
+		}()
+	case StrategyMeshdrain:
+		if sc.MeshdrainBinary == "" {
+			cancel()
+			return nil, errors.New("no meshdrain binary to run as the preStop")
+		}
+		args := meshdrainArgs(sc, spec, adminURL)
+		cmd := exec.CommandContext(ctx, sc.MeshdrainBinary, args...)
+		cmd.Env = environWithoutMeshdrain()
+		cmd.Stdout = nil
+		cmd.Stderr = &p.stderr
+		cmd.WaitDelay = time.Second
+		started := time.Now()
+		if err := cmd.Start(); err != nil {
+			cancel()
+			return nil, fmt.Errorf("start %s: %w", sc.MeshdrainBinary, err)
+		}
+		go func() {
+			defer close(p.done)
+			err := cmd.Wait()
+			code := cmd.ProcessState.ExitCode()
+			if err != nil && ctx.Err() != nil {
+				p.err = errors.New("killed")
+			} else if err != nil {
+				p.err = fmt.Errorf("meshdrain exited %d", code)
+			}
+			ev, perr := parseFinalEvent(p.stderr.Bytes())
+			if perr != nil {
+				if p.err == nil {
+					p.err = perr
+				}
+				ev = &MeshdrainEvent{Reason: "(no final event)", ElapsedMS: float64(time.Since(started).Milliseconds())}
+			}
+			ev.ExitCode = code
+			ev.ElapsedPodS = ev.ElapsedMS / 1000 / sc.TimeScale
+			ev.Args = args[1:]
+			p.event = ev
+		}()
+	default:
+		cancel()
+		return nil, fmt.Errorf("unknown strategy %q", strat.Kind)
+	}
+	return p, nil
+}
+
+// kill is the kubelet's SIGKILL of the container the hook runs in.
+func (p *preStop) kill() { p.once.Do(p.cancel) }
+
+// environWithoutMeshdrain keeps the caller's MESHDRAIN_* settings (meant for the simulate
+// command itself) from changing the preStop under test.
+func environWithoutMeshdrain() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MESHDRAIN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// parseFinalEvent finds meshdrain's last "drain finished" JSON log line.
+func parseFinalEvent(stderr []byte) (*MeshdrainEvent, error) {
+	lines := bytes.Split(stderr, []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := bytes.TrimSpace(lines[i])
+		if len(line) == 0 || line[0] != '{' {
+			continue
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(line, &raw); err != nil || raw["msg"] != "drain finished" {
+			continue
+		}
+		ev := &MeshdrainEvent{Raw: raw}
+		ev.Reason, _ = raw["reason"].(string)
+		ev.Signal, _ = raw["signal"].(string)
+		ev.ElapsedMS, _ = raw["elapsed_ms"].(float64)
+		ev.RequestsAfterDrain, _ = raw["requests_after_drain"].(float64)
+		ev.ActiveAtEnd, _ = raw["active_at_end"].(float64)
+		return ev, nil
+	}
+	tail := stderr
+	if len(tail) > 400 {
+		tail = tail[len(tail)-400:]
+	}
+	return nil, fmt.Errorf("meshdrain logged no \"drain finished\" event; stderr ends with %q", tail)
+}
