@@ -283,8 +283,9 @@ func checkUntouched(t *testing.T, before, after corev1.PodTemplateSpec) {
 	}
 }
 
-// TestKustomizeComponent builds the example overlay that uses the kustomize component with
-// `kubectl kustomize`, decodes it strictly and checks it like the other examples.
+// TestKustomizeComponent builds the example overlay that uses the kustomize components with
+// `kubectl kustomize`, decodes it strictly and checks it like the teams' workloads of
+// kustomize_test.go (only the planned fields change) and like the other examples.
 func TestKustomizeComponent(t *testing.T) {
 	k := newKubectl(t)
 	dir, err := filepath.Abs(filepath.Join("kustomize", "overlay"))
@@ -292,14 +293,17 @@ func TestKustomizeComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := k.run("kustomize", dir)
-	before, err := os.ReadFile(filepath.Join("kustomize", "overlay", "deployment.yaml"))
+	input, err := os.ReadFile(filepath.Join("kustomize", "overlay", "deployment.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := decodeWorkload(t, "kubectl kustomize", out)
-	checkPodTemplate(t, "istio-native", after)
-	checkUntouched(t, decodeWorkload(t, "overlay deployment", before), after)
-	checkRestricted(t, "kustomize overlay", after.Spec)
+	after := decodeObjects(t, "kubectl kustomize", out)
+	checkKustomized(t, plan.Native, decodeObjects(t, "overlay deployment", input), after)
+	tpl := podTemplateOf(after["Deployment//orders"])
+	if tpl == nil {
+		t.Fatal("no Deployment orders in the result")
+	}
+	checkRestricted(t, "kustomize overlay", tpl.Spec)
 }
 
 // linkerdWorkloads are Linkerd workloads plan must change without adding an Istio setting:
