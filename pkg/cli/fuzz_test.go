@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 )
@@ -67,7 +68,7 @@ func FuzzPrestopConfig(f *testing.F) {
 		switch {
 		case cfg.Deadline <= 0 || cfg.Deadline > setup.opts.gracePeriod:
 			t.Fatalf("deadline %v with grace %v", cfg.Deadline, setup.opts.gracePeriod)
-		case cfg.Poll < minPoll || cfg.Quiet < 2*cfg.Poll || cfg.Quiet >= cfg.Deadline:
+		case cfg.Poll < drain.MinPoll || cfg.Quiet < 2*cfg.Poll || cfg.Quiet >= cfg.Deadline:
 			t.Fatalf("poll %v quiet %v deadline %v", cfg.Poll, cfg.Quiet, cfg.Deadline)
 		case cfg.MinWait < 0 || cfg.MinWait > cfg.Deadline:
 			t.Fatalf("min-wait %v deadline %v", cfg.MinWait, cfg.Deadline)

@@ -63,15 +63,15 @@ type prestopOptions struct {
 func defaultPrestopOptions() prestopOptions {
 	return prestopOptions{
 		mesh:             defaultPrestopMesh,
-		gracePeriod:      30 * time.Second,
-		appDrain:         5 * time.Second,
-		quiet:            time.Second,
+		gracePeriod:      drain.DefaultGracePeriod,
+		appDrain:         drain.DefaultAppDrain,
+		quiet:            drain.DefaultQuiet,
 		minWait:          drain.DefaultMinWait,
 		streamsWait:      drain.DefaultStreamsWait,
-		poll:             200 * time.Millisecond,
-		connectTimeout:   2 * time.Second,
-		latencyAllowance: time.Second,
-		fallbackWait:     5 * time.Second,
+		poll:             drain.DefaultPoll,
+		connectTimeout:   drain.DefaultConnectTimeout,
+		latencyAllowance: drain.DefaultLatencyAllowance,
+		fallbackWait:     drain.DefaultFallbackWait,
 		drainMode:        string(mesh.DrainGraceful),
 		logFormat:        "json",
 	}

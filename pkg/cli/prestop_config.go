@@ -17,16 +17,6 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 )
 
-// Bounds checked at start.
-const (
-	// minPoll: faster polling only loads Envoy's main thread, which admin shares with xDS
-	// and stats flushing, without seeing clients leave any sooner.
-	minPoll = 20 * time.Millisecond
-	// minQuietPolls: with fewer polls per quiet window one poll cannot tell a pause in the
-	// traffic from its end.
-	minQuietPolls = 2
-)
-
 // prestopSetup is prestop's configuration as loaded and checked at start.
 type prestopSetup struct {
 	opts prestopOptions
@@ -204,49 +194,30 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	if _, err := encoderFor(o.logFormat); err != nil {
 		add("%v", err)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"--grace-period", o.gracePeriod}, {"--quiet", o.quiet}, {"--poll", o.poll}, {"--connect-timeout", o.connectTimeout}} {
-		if d.v <= 0 {
-			add("%s must be positive, got %v", d.name, d.v)
-		}
+	if o.connectTimeout <= 0 {
+		add("--connect-timeout must be positive, got %v", o.connectTimeout)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"--app-drain", o.appDrain}, {"--min-wait", o.minWait}, {"--streams-wait", o.streamsWait}, {"--client-period", o.clientPeriod}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
+	}{{"--streams-wait", o.streamsWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
 		if d.v < 0 {
 			add("%s must not be negative, got %v", d.name, d.v)
 		}
 	}
-	deadline := o.deadline
-	switch {
-	case !o.deadlineSet:
-		deadline = drain.DefaultDeadline(o.gracePeriod, o.appDrain)
-		if deadline <= 0 && o.gracePeriod > 0 {
-			add("--grace-period %v leaves no time to wait after --app-drain %v and 1s of margin; raise the grace period or set --deadline", o.gracePeriod, o.appDrain)
-		}
-	case deadline <= 0 || deadline > o.gracePeriod:
-		add("--deadline %v must be positive and within --grace-period %v", deadline, o.gracePeriod)
-	}
-	if o.poll > 0 && o.poll < minPoll {
-		add("--poll %v is below %v: polling faster only loads Envoy's main thread (admin shares it with xDS and stats) without seeing clients leave sooner", o.poll, minPoll)
-	}
-	if o.poll > 0 && o.quiet > 0 && o.quiet < minQuietPolls*o.poll {
-		add("--quiet %v is shorter than two polls (2 x --poll %v): one poll cannot tell a pause in the traffic from its end", o.quiet, o.poll)
-	}
-	if o.clientPeriod > 0 && o.poll > 0 && o.quiet < o.clientPeriod+o.poll {
-		add("--quiet %v is shorter than --client-period %v + --poll %v: a client keeping that schedule could look silent for a whole window while it still sends", o.quiet, o.clientPeriod, o.poll)
-	}
-	if deadline > 0 {
-		if o.quiet >= deadline {
-			add("--quiet %v is not shorter than the deadline %v: the quiet window could never pass, every drain would end at the deadline", o.quiet, deadline)
-		}
-		if o.minWait > deadline && o.minWaitSet {
-			add("--min-wait %v is beyond the deadline %v", o.minWait, deadline)
+	explicit := time.Duration(0)
+	if o.deadlineSet {
+		explicit = o.deadline
+		if explicit <= 0 {
+			add("--deadline %v must be positive and within --grace-period %v", explicit, o.gracePeriod)
 		}
 	}
+	timing := drain.Timing{GracePeriod: o.gracePeriod, AppDrain: o.appDrain, Deadline: max(explicit, 0), Quiet: o.quiet, Poll: o.poll,
+		MinWait: o.minWait, MinWaitSet: o.minWaitSet, ClientPeriod: o.clientPeriod}
+	for _, err := range timing.Problems() {
+		add("%v", err)
+	}
+	deadline := drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0))
 	sel := mesh.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes}
 	if err := sel.Validate(); err != nil {
 		add("--%v", err)
@@ -337,8 +308,8 @@ func (o *prestopOptions) actions(ctx context.Context) ([]drain.Action, []error) 
 // salvageHold is the fail-safe hold computed from whatever can be read of --fallback-wait,
 // --min-wait, --grace-period and --deadline (flag or variable), each on its own: a bad
 // value elsewhere, even one that stopped the flag parser before these, does not lose them.
-// The hold is the fallback wait (or --min-wait if longer), capped by the grace period less
-// the kill margin and by an explicit deadline.
+// The hold is the fallback wait (or --min-wait if longer), capped by the latest the hook may
+// return (drain.HookDeadline), as a working drain is.
 func salvageHold(args []string, lookup func(string) (string, bool)) time.Duration {
 	d := defaultPrestopOptions()
 	read := func(flag string, def time.Duration) (time.Duration, bool) {
@@ -358,12 +329,10 @@ func salvageHold(args []string, lookup func(string) (string, bool)) time.Duratio
 	fallback, _ := read("fallback-wait", d.fallbackWait)
 	minWait, _ := read("min-wait", 0)
 	grace, _ := read("grace-period", d.gracePeriod)
-	hold := max(fallback, minWait)
-	limit := grace - drain.KillMargin
-	if deadline, ok := read("deadline", 0); ok && deadline > 0 && deadline < limit {
-		limit = deadline
-	}
-	return max(0, min(hold, limit))
+	appDrain, _ := read("app-drain", d.appDrain)
+	deadline, _ := read("deadline", 0)
+	limit := min(drain.HookDeadline(grace, appDrain, deadline), grace-drain.KillMargin)
+	return max(0, min(max(fallback, minWait), limit))
 }
 
 // lastFlagValue finds the last value given to --flag in args (as "--flag=v" or "--flag v"),

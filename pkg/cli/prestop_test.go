@@ -163,8 +163,9 @@ func TestStartErrorsAreCollected(t *testing.T) {
 		{[]string{"--quiet", "40s"}, nil, "not shorter than the deadline", 5 * time.Second},
 		{[]string{"--client-period", "2s"}, nil, "shorter than --client-period", 5 * time.Second},
 		{[]string{"--client-period", "-1s"}, nil, "--client-period must not be negative", 5 * time.Second},
-		{[]string{"--min-wait", "60s"}, nil, "beyond the deadline", 29 * time.Second},
-		{[]string{"--admin", "http://10.0.0.1:15000", "--grace-period", "4s"}, nil, "not a loopback", 3 * time.Second},
+		// The hold ends where a working drain would (drain.HookDeadline: grace 30s − app drain 5s − 1s).
+		{[]string{"--min-wait", "60s"}, nil, "beyond the deadline", 24 * time.Second},
+		{[]string{"--admin", "http://10.0.0.1:15000", "--grace-period", "4s", "--app-drain", "1s"}, nil, "not a loopback", 2 * time.Second},
 		{[]string{"--shutdown-url", "http://metadata.google.internal/"}, nil, "not a loopback", 5 * time.Second},
 		{[]string{"--signal", "STOP", "--pid", "1"}, nil, "SIGSTOP refused", 5 * time.Second},
 		{[]string{"--signal", "TERM", "--pid", "0"}, nil, "exactly one", 5 * time.Second},
@@ -195,7 +196,10 @@ func TestSalvageHold(t *testing.T) {
 	}{
 		{nil, 5 * time.Second},
 		{[]string{"--fallback-wait=1s", "--min-wait", "3s"}, 3 * time.Second},
-		{[]string{"--fallback-wait", "10s", "--grace-period", "4s"}, 3 * time.Second},
+		{[]string{"--fallback-wait", "10s", "--grace-period", "4s", "--app-drain", "1s"}, 2 * time.Second},
+		// The app needs its drain before the kubelet's SIGKILL: no time is left to hold it.
+		{[]string{"--fallback-wait", "10s", "--grace-period", "4s"}, 0},
+		{[]string{"--fallback-wait", "10s", "--grace-period", "10s", "--deadline", "30s"}, 9 * time.Second},
 		{[]string{"--fallback-wait", "10s", "--deadline", "2s"}, 2 * time.Second},
 		{[]string{"--fallback-wait", "x", "--grace-period", "nope"}, 5 * time.Second},
 		{[]string{"--grace-period", "500ms"}, 0},

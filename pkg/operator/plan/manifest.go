@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -19,7 +20,7 @@ import (
 var WorkloadKinds = []string{"Deployment", "StatefulSet", "DaemonSet"}
 
 // DefaultGracePeriod is Kubernetes' terminationGracePeriodSeconds when a pod does not set it.
-const DefaultGracePeriod = 30 * time.Second
+const DefaultGracePeriod = drain.DefaultGracePeriod
 
 // sidecarContainers are container names that are a mesh's proxy, never the app: a manifest
 // that lists one (custom injection) still has a single app container.

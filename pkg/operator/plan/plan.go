@@ -38,8 +38,8 @@ var Sidecars = []Sidecar{Native, Classic, ExitOnZero}
 // Defaults that mirror meshdrain prestop's and Istio's own, so a plan with only the required
 // inputs describes what the pod would really do.
 const (
-	DefaultQuiet         = time.Second
-	DefaultPoll          = 200 * time.Millisecond
+	DefaultQuiet         = drain.DefaultQuiet
+	DefaultPoll          = drain.DefaultPoll
 	DefaultDrainDuration = 45 * time.Second // Istio proxyConfig.drainDuration (Envoy --drain-time-s)
 	// IstioTerminationDrainDuration is Istio's default: Envoy is killed at t0 + 5s.
 	IstioTerminationDrainDuration = 5 * time.Second
@@ -223,6 +223,11 @@ func Recommend(in Input) (Plan, error) {
 	p.Margin = roundUp(max(MinMargin, p.ExpectedFinish/4), 100*time.Millisecond)
 	p.GracePeriod = ceilSecond(p.ExpectedFinish + p.Margin + in.AppDrain + KillMargin)
 	p.Deadline = drain.DefaultDeadline(p.GracePeriod, in.AppDrain) // what prestop derives itself
+	// What plan writes, prestop accepts: the preStop's timing is checked by prestop's own
+	// rules, and refused here with prestop's words.
+	if problems := p.prestopTiming().Problems(); len(problems) > 0 {
+		return Plan{}, &PrestopRefusal{Plan: p, Problems: problems}
+	}
 	p.AppExitExpected = p.ExpectedFinish + in.AppDrain
 	p.AppExitWorst = p.Deadline + in.AppDrain
 	p.LastRequestDone = lag + in.P99
@@ -371,9 +376,6 @@ func normalize(in Input) (Input, error) {
 	if in.Quiet < 0 || in.Poll < 0 || in.AppDrain < 0 || in.CurrentGracePeriod < 0 || in.DrainDuration < 0 || in.CurrentWaitBeforeExit < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
-	if in.Poll > 0 && in.Quiet <= in.Poll {
-		errs = append(errs, fmt.Errorf("quiet %s must be longer than poll %s, or one missed poll looks like silence", fmtD(in.Quiet), fmtD(in.Poll)))
-	}
 	if in.AppDrain == 0 && in.P99 > 0 {
 		in.AppDrain = max(minAppDrain, ceilSecond(appDrainPerP99*in.P99))
 	}
@@ -441,3 +443,24 @@ func fmtD(d time.Duration) string {
 
 // FormatDuration prints d as the flags and manifests take it ("12s", "450ms", "9.2s").
 func FormatDuration(d time.Duration) string { return fmtD(d) }
+
+// prestopTiming is the timing of the preStop PrestopArgs writes, as prestop will read it.
+func (p Plan) prestopTiming() drain.Timing {
+	return drain.Timing{GracePeriod: p.GracePeriod, AppDrain: p.AppDrain, Quiet: p.Quiet, Poll: p.Poll,
+		MinWait: p.Input.MinWait, MinWaitSet: p.Input.MinWait != drain.DefaultMinWait, ClientPeriod: p.Input.ClientPeriod}
+}
+
+// PrestopRefusal is plan's answer when the preStop it would write breaks one of prestop's
+// rules: the problems are prestop's own, word for word, and Plan is the plan as far as it
+// was worked out (PrestopArgs is what it would have written).
+type PrestopRefusal struct {
+	Plan     Plan
+	Problems []error
+}
+
+func (r *PrestopRefusal) Error() string {
+	return fmt.Sprintf("prestop would refuse this plan's preStop: %v", errors.Join(r.Problems...))
+}
+
+// Unwrap returns the problems.
+func (r *PrestopRefusal) Unwrap() []error { return r.Problems }

@@ -210,7 +210,7 @@ func TestRecommendRejectsBadInput(t *testing.T) {
 		{"no p99", Input{EDSLag: s}, "p99 must be > 0"},
 		{"no lag", Input{P99: s}, "eds-lag must be > 0"},
 		{"drain below p99", Input{P99: s, EDSLag: s, AppDrain: 500 * ms}, "shorter than p99"},
-		{"quiet not above poll", Input{P99: s, EDSLag: s, Quiet: 200 * ms}, "must be longer than poll"},
+		{"quiet not above poll", Input{P99: s, EDSLag: s, Quiet: 200 * ms}, "shorter than two polls"},
 		{"negative", Input{P99: s, EDSLag: s, AppDrain: -s}, "negative"},
 		{"sidecar", Input{P99: s, EDSLag: s, Sidecar: "ambient"}, "not one of"},
 	} {

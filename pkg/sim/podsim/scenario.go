@@ -111,10 +111,10 @@ func UserScenario() Scenario {
 		Shape:       ShapeSteady,
 		Protocol:    ProtocolHTTP,
 		AppDrain:    5 * time.Second,
-		Quiet:       time.Second,
+		Quiet:       drain.DefaultQuiet,
 		MinWait:     drain.DefaultMinWait,
 		StreamsWait: drain.DefaultStreamsWait,
-		Poll:        200 * time.Millisecond,
+		Poll:        drain.DefaultPoll,
 		TimeScale:   0.25,
 		Seed:        1,
 	}
