@@ -59,7 +59,7 @@ environment is checked with the same settings.`,
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080
 
   # Also verify the termination timing of a classic Istio sidecar:
-  meshdrain check --grace-period 30s --app-drain 5s --termination-drain-duration 30s
+  meshdrain check --grace-period 52s --app-drain 5s --termination-drain-duration 52s
 
   # A classic Linkerd proxy, with its proxy-wait-before-exit-seconds:
   meshdrain check --mesh linkerd --port 8080 --grace-period 52s --app-drain 5s --proxy-wait-before-exit 51s
@@ -78,7 +78,7 @@ environment is checked with the same settings.`,
 	o.sidecar.bind(f)
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text, json or yaml")
 	f.StringVar(&o.minSignal, "min-signal", o.minSignal, "weakest signal accepted: requests, completions or connections")
-	f.DurationVar(&o.gracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds: enables the timing checks")
+	secondsVar(f, &o.gracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds: enables the timing checks")
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM (as prestop's --app-drain)")
 	f.DurationVar(&o.terminationDrainDuration, "termination-drain-duration", 0, "the pod's proxy config terminationDrainDuration (classic Istio sidecars), to verify it outlives the app")
 	f.DurationVar(&o.proxyWaitBeforeExit, "proxy-wait-before-exit", 0, "the pod's config.alpha.linkerd.io/proxy-wait-before-exit-seconds (classic Linkerd proxies), to verify it outlives the app")

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -57,9 +58,25 @@ func defaultPlanOptions() planOptions {
 func newPlanCommand(s streams) *cobra.Command {
 	opts := defaultPlanOptions()
 	cmd := &cobra.Command{
-		Use:   "plan --p99 D --eds-lag D|p50=D,p99=D [--clients N] [-f FILE] [flags]",
-		Short: "Derive terminationGracePeriodSeconds, meshdrain's flags and the sidecar settings, and apply them to a workload",
-		Long: `plan prints the termination timeline of a pod from its deletion (t0) to its last in-flight
+		Use:     "plan --p99 D --eds-lag D|p50=D,p99=D [--clients N] [-f FILE] [flags]",
+		Short:   "Derive terminationGracePeriodSeconds, meshdrain's flags and the sidecar settings, and apply them to a workload",
+		Long:    planLong,
+		Example: planExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			changed := func(name string) bool { return cmd.Flags().Changed(name) }
+			if err := opts.complete(changed); err != nil {
+				return err
+			}
+			return runPlan(s, opts, changed)
+		},
+	}
+	opts.addFlags(cmd.Flags())
+	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
+	return cmd
+}
+
+const planLong = `plan prints the termination timeline of a pod from its deletion (t0) to its last in-flight
 request: who waits for whom and each bound. It recommends terminationGracePeriodSeconds, the
 meshdrain prestop flags, and the sidecar setting that keeps Envoy alive until the app has
 finished: nothing for native sidecars (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27
@@ -95,12 +112,13 @@ to replace a preStop hook that is not meshdrain's without --replace-prestop.
 -o text (default) the timeline, settings, arithmetic and, with -f, the changes;
 -o json the same as one object; -o yaml with -f the changed manifests (comments kept), with
 --patch a strategic-merge patch for kubectl patch --type strategic; without -f a patch for
-the container named by --container.`,
-		Example: `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), clients' lag from istiod's metrics
+the container named by --container.`
+
+const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), clients' lag from istiod's metrics
   meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --sidecar native
 
   # the user's case: classic Istio 1.19 sidecar, grace period 30s today
-  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s --sidecar classic --grace-period 30s
+  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s --sidecar classic --grace-period 30
 
   # Linkerd, native sidecar (its default since 2.20): no annotation, only the grace period
   meshdrain plan --mesh linkerd --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s
@@ -111,40 +129,42 @@ the container named by --container.`,
   # change your own Deployment, or get a patch for it
   meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
   meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --patch > patch.yaml
-  kubectl patch deployment web --type strategic --patch-file patch.yaml`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, name := range []string{"p99", "eds-lag"} {
-				if !cmd.Flags().Changed(name) {
-					return usageError("plan needs --%s", name)
-				}
-			}
-			lag, err := plan.ParseDist(opts.edsLag)
-			if err != nil {
-				return usageError("--eds-lag: %v", err)
-			}
-			opts.in.EDSLag = lag.P99
-			if !lag.Constant() {
-				opts.in.EDSLagMedian = lag.Median
-			}
-			if !contains(outputFormats, opts.output) {
-				return usageError("-o %q: want %s", opts.output, strings.Join(outputFormats, ", "))
-			}
-			if opts.asPatch && (opts.file == "" || opts.output != outputYAML) {
-				return usageError("--patch goes with -f FILE -o yaml (without -f, -o yaml is already a patch)")
-			}
-			for _, name := range []string{"workload", "replace-prestop"} {
-				if cmd.Flags().Changed(name) && opts.file == "" {
-					return usageError("--%s needs -f FILE", name)
-				}
-			}
-			if opts.file == "" && opts.output == outputYAML && opts.patch.Container == "" {
-				return usageError("-o yaml without -f needs --container NAME, the app container's name: a patch with a name your workload does not have adds a container with no image (or pass -f FILE)")
-			}
-			return runPlan(s, opts, func(name string) bool { return cmd.Flags().Changed(name) })
-		},
+  kubectl patch deployment web --type strategic --patch-file patch.yaml`
+
+// complete checks the flags that go together and reads --eds-lag, before any work.
+func (opts *planOptions) complete(changed func(string) bool) error {
+	for _, name := range []string{"p99", "eds-lag"} {
+		if !changed(name) {
+			return usageError("plan needs --%s", name)
+		}
 	}
-	f := cmd.Flags()
+	lag, err := plan.ParseDist(opts.edsLag)
+	if err != nil {
+		return usageError("--eds-lag: %v", err)
+	}
+	opts.in.EDSLag = lag.P99
+	if !lag.Constant() {
+		opts.in.EDSLagMedian = lag.Median
+	}
+	if !contains(outputFormats, opts.output) {
+		return usageError("-o %q: want %s", opts.output, strings.Join(outputFormats, ", "))
+	}
+	if opts.asPatch && (opts.file == "" || opts.output != outputYAML) {
+		return usageError("--patch goes with -f FILE -o yaml (without -f, -o yaml is already a patch)")
+	}
+	for _, name := range []string{"workload", "replace-prestop"} {
+		if changed(name) && opts.file == "" {
+			return usageError("--%s needs -f FILE", name)
+		}
+	}
+	if opts.file == "" && opts.output == outputYAML && opts.patch.Container == "" {
+		return usageError("-o yaml without -f needs --container NAME, the app container's name: a patch with a name your workload does not have adds a container with no image (or pass -f FILE)")
+	}
+	return nil
+}
+
+// addFlags registers plan's flags on f.
+func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&opts.in.P99, "p99", 0, "the app's 99th-percentile request latency (required)")
 	f.StringVar(&opts.edsLag, "eds-lag", "", "how late clients stop sending after the pod's deletion (required): the last client's lag, or one client's p50=D,p99=D with --clients")
 	f.IntVar(&opts.in.Clients, "clients", 0, "with --eds-lag p50=D,p99=D: the number of client proxies sending to the workload")
@@ -156,7 +176,7 @@ the container named by --container.`,
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s)")
 	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+" (with -f: from the pod's annotations unless given)")
 	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native Istio sidecars, which ignore terminationDrainDuration; Linkerd: native (default) or classic)")
-	f.DurationVar(&opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today, to compare with the plan (with -f: read from the manifest)")
+	secondsVar(f, &opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today, to compare with the plan (with -f: read from the manifest)")
 	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio only: proxyConfig drainDuration in force (how long Envoy keeps accepting once drained; with -f: read from proxy.istio.io/config)")
 	f.StringVarP(&opts.output, "output", "o", opts.output, "output format: text, json or yaml (see above)")
 	f.StringVarP(&opts.file, "filename", "f", "", "the workload's manifest (Deployment, StatefulSet or DaemonSet; - for stdin)")
@@ -167,8 +187,6 @@ the container named by --container.`,
 	f.StringVar(&opts.patch.Image, "image", opts.patch.Image, "the meshdrain image for the install init container")
 	f.StringVar(&opts.patch.Dir, "dir", opts.patch.Dir, "where the shared emptyDir is mounted")
 
-	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
-	return cmd
 }
 
 // runPlan reads the workload (with -f), derives the plan and prints it in the requested format.

@@ -86,7 +86,7 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found)")
 	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
 	f.StringSliceVar(&o.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix to watch, e.g. public_listener (repeatable)")
-	f.DurationVar(&o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds")
+	secondsVar(f, &o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds")
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM to finish its in-flight work")
 	f.DurationVar(&o.deadline, "deadline", 0, "give up waiting after this long (default grace-period - app-drain - 1s)")
 	f.DurationVar(&o.quiet, "quiet", o.quiet, "how long the inbound request counter must stand still (at least two polls, less than the deadline)")
@@ -121,17 +121,17 @@ func newPrestopCommand(s streams) *cobra.Command {
   lifecycle:
     preStop:
       exec:
-        command: ["/meshdrain/meshdrain", "prestop", "--grace-period=30s", "--app-drain=5s",
+        command: ["/meshdrain/meshdrain", "prestop", "--grace-period=52s", "--app-drain=5s",
                   "--log-file=/proc/1/fd/1"]
 
   # Check a hook's configuration inside the pod, without draining anything:
-  kubectl exec deploy/web -c web -- /meshdrain/meshdrain prestop --validate --grace-period=30s --signal TERM --pid 1
+  kubectl exec deploy/web -c web -- /meshdrain/meshdrain prestop --validate --grace-period=52s --signal TERM --pid 1
 
   # Watch a live sidecar by hand without draining it or touching the app:
   meshdrain prestop --dry-run --log-format console --port 8080
 
-  # A Linkerd pod (as plan --sidecarMesh linkerd writes it):
-  /meshdrain/meshdrain prestop --sidecarMesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
+  # A Linkerd pod (as plan --mesh linkerd writes it):
+  /meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
 
   # A generic Envoy (Consul-style names), signalling the app itself:
   meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener \
@@ -161,7 +161,7 @@ func prestopLong() string {
 	b.WriteString(`prestop is meant to be the app container's preStop hook. It:
 
   1. reads the sidecar's inbound stats: Envoy's admin API (filtered server-side), or with
-     --sidecarMesh linkerd a Linkerd proxy's /metrics on 127.0.0.1:4191,
+     --mesh linkerd a Linkerd proxy's /metrics on 127.0.0.1:4191,
   2. Envoy only: POSTs /drain_listeners?inboundonly&graceful so clients are told to reconnect
      elsewhere (a Linkerd proxy has no drain endpoint: no call is made, and the final line
      says so),
@@ -177,14 +177,14 @@ func prestopLong() string {
      configure, always by --deadline (default: grace-period - app-drain - 1s); the actions'
      own timeout is cut so that they end before the grace period.
 
---sidecarMesh istio (the default) and envoy read Envoy; linkerd reads a Linkerd proxy; auto asks the
+--mesh istio (the default) and envoy read Envoy; linkerd reads a Linkerd proxy; auto asks the
 admin port at start which sidecar it is (--admin, else 4191 then 15000), within
 --connect-timeout: no admin port at all ends no-sidecar, one that answers as neither is a
 start error. A hook whose sidecar is known should name it: detecting costs requests at the
 worst moment.
 
 It fails safe: any start error (a bad flag or MESHDRAIN_* value, a --pidfile, --pid or --exec
-that does not check out, a remote --admin, an admin port --sidecarMesh auto cannot identify) is logged, the app is held for --fallback-wait
+that does not check out, a remote --admin, an admin port --mesh auto cannot identify) is logged, the app is held for --fallback-wait
 (capped by the grace period; --min-wait if longer), and the exit code is 2. An unusable
 --log-file does not stop the drain: it logs to stderr and exits 2 at the end. --admin and
 --shutdown-url must be the pod's loopback (127.0.0.0/8, [::1], localhost) or a unix socket

@@ -320,7 +320,7 @@ func salvageHold(args []string, lookup func(string) (string, bool)) time.Duratio
 		if !ok {
 			return def, false
 		}
-		v, err := time.ParseDuration(strings.TrimSpace(raw))
+		v, err := parseSecondsOrDuration(raw)
 		if err != nil || v < 0 {
 			return def, false
 		}

@@ -118,7 +118,7 @@ new-request counter, its rate, the active requests and the active connections. A
 sidecar does not expose is shown as "-" (null in JSON), never as 0. Hints say what to change
 when the stats prestop needs are missing.
 
---sidecarMesh auto (the default) asks the admin port which sidecar it is: Linkerd's (4191) is tried
+--mesh auto (the default) asks the admin port which sidecar it is: Linkerd's (4191) is tried
 first, then Envoy's (15000), or only --admin when given. For a Linkerd proxy status reads
 /metrics (the proxy cannot filter it): request_total per target port, request_total minus
 response_total as the requests in flight (Linkerd has no in-flight gauge), the client
@@ -141,7 +141,7 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
   # Watch one port's request rate while a rollout runs:
   meshdrain status --port 8080 --watch --interval 500ms
 
-  # A Linkerd proxy (found by itself; --sidecarMesh linkerd skips the question):
+  # A Linkerd proxy (found by itself; --mesh linkerd skips the question):
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080
 
   # From your machine, through a port-forward (loopback, no --allow-remote needed):

@@ -244,7 +244,7 @@ func Recommend(in Input) (Plan, error) {
 
 	if in.Mesh == mesh.Linkerd {
 		p.recommendLinkerd()
-		p.Warnings = append(currentGraceWarnings(p), p.Warnings...)
+		p.Warnings = append(append(currentGraceWarnings(p), implausibleInputs(in)...), p.Warnings...)
 		p.Steps = timeline(p)
 		return p, nil
 	}
@@ -272,6 +272,7 @@ func Recommend(in Input) (Plan, error) {
 			fmtD(in.DrainDuration), fmtD(p.AppExitWorst), fmtD(in.DrainDuration), fmtD(ceilSecond(p.AppExitWorst))))
 	}
 	p.Warnings = append(p.Warnings, currentGraceWarnings(p)...)
+	p.Warnings = append(p.Warnings, implausibleInputs(in)...)
 	if in.Sidecar == Classic {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("with Istio's default terminationDrainDuration %s, Envoy is killed at t0 + %s whatever the app's preStop does: "+
 			"requests still in flight through it then are cut (503 UC at the caller, not retried) and later clients are refused; "+
@@ -333,8 +334,10 @@ func normalize(in Input) (Input, error) {
 		errs = append(errs, errors.New("eds-lag must be > 0: the worst time until the last client stops sending"))
 	}
 	switch {
-	case in.Clients < 0 || in.EDSLagMedian < 0:
-		errs = append(errs, errors.New("clients and the eds-lag median must not be negative"))
+	case in.Clients < 0:
+		errs = append(errs, fmt.Errorf("--clients must not be negative, got %d", in.Clients))
+	case in.EDSLagMedian < 0:
+		errs = append(errs, fmt.Errorf("--eds-lag p50 must not be negative, got %s", fmtD(in.EDSLagMedian)))
 	case in.EDSLagMedian > 0 && in.Clients == 0:
 		errs = append(errs, errors.New("an eds-lag distribution (p50=D,p99=D) is one client's lag: give the number of client proxies (clients) so the last one's lag can be derived"))
 	case in.Clients > 0 && in.EDSLagMedian == 0:
@@ -351,8 +354,8 @@ func normalize(in Input) (Input, error) {
 	if in.MinWait == 0 {
 		in.MinWait = drain.DefaultMinWait
 	}
-	if in.RPSPerClient < 0 || in.ClientPeriod < 0 || in.MinWait < 0 {
-		errs = append(errs, errors.New("rps-per-client, client-period and min-wait must not be negative"))
+	if in.RPSPerClient < 0 {
+		errs = append(errs, fmt.Errorf("--rps-per-client must not be negative, got %g", in.RPSPerClient))
 	}
 	if in.DrainDuration == 0 {
 		in.DrainDuration = DefaultDrainDuration
@@ -373,8 +376,15 @@ func normalize(in Input) (Input, error) {
 	if in.Mesh == mesh.Linkerd && in.Sidecar == ExitOnZero {
 		errs = append(errs, errors.New("sidecar exit-on-zero is Istio's pilot-agent mode (EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a Linkerd proxy is native or classic"))
 	}
-	if in.Quiet < 0 || in.Poll < 0 || in.AppDrain < 0 || in.CurrentGracePeriod < 0 || in.DrainDuration < 0 || in.CurrentWaitBeforeExit < 0 {
-		errs = append(errs, errors.New("durations must not be negative"))
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--p99", in.P99}, {"--eds-lag", in.EDSLag}, {"--quiet", in.Quiet}, {"--poll", in.Poll}, {"--min-wait", in.MinWait},
+		{"--client-period", in.ClientPeriod}, {"--app-drain", in.AppDrain}, {"--grace-period", in.CurrentGracePeriod},
+		{"--drain-duration", in.DrainDuration}, {"proxy-wait-before-exit-seconds", in.CurrentWaitBeforeExit}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", d.flag, fmtD(d.v)))
+		}
 	}
 	if in.AppDrain == 0 && in.P99 > 0 {
 		in.AppDrain = max(minAppDrain, ceilSecond(appDrainPerP99*in.P99))
@@ -464,3 +474,26 @@ func (r *PrestopRefusal) Error() string {
 
 // Unwrap returns the problems.
 func (r *PrestopRefusal) Unwrap() []error { return r.Problems }
+
+// Bounds past which an input is more likely a typo than a measurement.
+const (
+	// implausibleEDSLag: endpoint updates reach client sidecars within seconds, a busy
+	// istiod's within a minute or two (docs/facts.md §1).
+	implausibleEDSLag = 5 * time.Minute
+	// implausibleGracePeriod: a pod that takes an hour to stop holds its node's drain.
+	implausibleGracePeriod = time.Hour
+)
+
+// implausibleInputs warns about inputs that are valid but unlikely to be meant: plan still
+// derives everything from them, and says which number to check.
+func implausibleInputs(in Input) []string {
+	var w []string
+	if in.EDSLag > implausibleEDSLag {
+		w = append(w, fmt.Sprintf("--eds-lag %s: endpoint updates reach clients within seconds, minutes at worst; every number here grows with it (is it a typo for %s?)",
+			fmtD(in.EDSLag), fmtD(in.EDSLag/time.Hour*time.Second+in.EDSLag%time.Hour/time.Minute*time.Second)))
+	}
+	if in.CurrentGracePeriod > implausibleGracePeriod {
+		w = append(w, fmt.Sprintf("--grace-period %s: a pod that takes over an hour to stop holds up node drains and rollouts; is that meant?", fmtD(in.CurrentGracePeriod)))
+	}
+	return w
+}
