@@ -49,8 +49,58 @@ fuzz: ## Fuzz the stats parser, the admin response reader and prestop's flag/var
 demo: build ## Replay the user's rollout (docs/facts.md §5) for each preStop strategy, on this machine
 	$(SIM_BIN) simulate
 
-image: ## Print the docker build command of the release image (IMAGE=... to push elsewhere)
-	@echo docker build -t $(IMAGE) --build-arg VERSION=$(RELEASE) .
+# The release image: FROM scratch, one per platform, from binaries cross-compiled here, so it
+# builds offline (scripts/image/Dockerfile.release; the Dockerfile builds the same from source).
+.PHONY: binaries image-push
+IMAGE_PLATFORMS := linux/amd64 linux/arm64
+RELEASE_DIR ?= bin/release
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# podman when installed (no daemon to reach), else docker when its daemon answers. podman
+# builds with --layers=false: it would otherwise keep an image per instruction, left behind as
+# <none> by every rebuild (docker's BuildKit keeps none).
+IMAGE_ENGINE ?= $(shell command -v podman >/dev/null && echo podman || { docker info >/dev/null 2>&1 && echo docker; })
+# Where image-push puts the multi-platform image; with podman any containers-transports(5)
+# destination, e.g. oci-archive:FILE.
+IMAGE_DEST ?= docker://$(IMAGE)
+
+binaries: ## Cross-compile the image's static binaries (linux/amd64, linux/arm64) into bin/release
+	@set -e; for p in $(IMAGE_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; out=$(RELEASE_DIR)/meshdrain-$$os-$$arch; \
+	CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$out ./cmd/meshdrain; \
+	bash scripts/check-binary.sh $$out; done
+
+image: ## Build the release image offline with podman or docker: IMAGE-amd64, IMAGE-arm64, and IMAGE for this machine
+	@set -e; engine='$(IMAGE_ENGINE)'; \
+	if [ -z "$$engine" ]; then \
+	  if command -v docker >/dev/null; then echo "make image: docker's daemon does not answer (docker info) and podman is not installed; start docker, or install podman (Debian: apt-get install podman)" >&2; \
+	  else echo "make image needs podman or docker, and neither is installed (Debian: apt-get install podman)" >&2; fi; exit 1; \
+	fi; \
+	command -v "$$engine" >/dev/null || { echo "make image: IMAGE_ENGINE=$$engine is not installed" >&2; exit 1; }; \
+	$(MAKE) --no-print-directory binaries; \
+	flags=; if [ "$$engine" = podman ]; then flags=--layers=false; fi; \
+	for p in $(IMAGE_PLATFORMS); do \
+	  echo "$$engine build $(IMAGE)-$${p#*/} ($$p)"; \
+	  $$engine build $$flags --platform $$p -f scripts/image/Dockerfile.release \
+	    --build-arg 'VERSION=$(VERSION)' --build-arg 'REVISION=$(REVISION)' -t $(IMAGE)-$${p#*/} $(RELEASE_DIR); \
+	done; \
+	host=linux/$$($(GO) env GOARCH); \
+	case " $(IMAGE_PLATFORMS) " in *" $$host "*) $$engine tag $(IMAGE)-$${host#*/} $(IMAGE); echo "$(IMAGE) is $(IMAGE)-$${host#*/}";; \
+	*) echo "$(IMAGE) not tagged: this machine ($$host) is none of $(IMAGE_PLATFORMS)";; esac
+
+image-push: image ## Push IMAGE as one multi-platform image (IMAGE_DEST=oci-archive:FILE with podman to write a file)
+	@set -e; engine='$(IMAGE_ENGINE)'; \
+	if [ "$$engine" = podman ]; then \
+	  list=localhost/meshdrain-image-push:$$$$; trap 'podman manifest rm $$list >/dev/null 2>&1 || true' EXIT; \
+	  podman manifest create $$list >/dev/null; \
+	  for p in $(IMAGE_PLATFORMS); do podman manifest add $$list containers-storage:$(IMAGE)-$${p#*/} >/dev/null; done; \
+	  podman manifest push --all $$list '$(IMAGE_DEST)'; \
+	else \
+	  [ '$(IMAGE_DEST)' = 'docker://$(IMAGE)' ] || { echo "make image-push: IMAGE_DEST needs podman; docker pushes to IMAGE" >&2; exit 1; }; \
+	  for p in $(IMAGE_PLATFORMS); do docker push $(IMAGE)-$${p#*/}; done; \
+	  docker manifest rm $(IMAGE) >/dev/null 2>&1 || true; \
+	  docker manifest create $(IMAGE) $(foreach p,$(IMAGE_PLATFORMS),$(IMAGE)-$(notdir $(p))); \
+	  docker manifest push --purge $(IMAGE); \
+	fi; \
+	echo "pushed $(IMAGE) ($(IMAGE_PLATFORMS)) to $(IMAGE_DEST)"
 
 bench: build ## The benchmark matrix: every traffic shape x preStop strategy, then poll costs (several minutes)
 	$(GO) run ./scripts/bench --meshdrain-bin $(BIN) --sim-bin $(SIM_BIN) $(BENCH_FLAGS)
