@@ -18,10 +18,11 @@ func enumFlags() map[string]map[string][]string {
 	logFormats := []string{"json", "console"}
 	return map[string]map[string][]string{
 		"prestop": {
-			"drain-mode": {string(mesh.DrainGraceful), string(mesh.DrainImmediate), string(mesh.DrainNone)},
-			"signal":     {"TERM", "INT", "QUIT", "HUP", "USR1", "USR2"},
-			"log-format": logFormats,
-			"mesh":       mesh.Names(mesh.Choices...),
+			"drain-mode":      {string(mesh.DrainGraceful), string(mesh.DrainImmediate), string(mesh.DrainNone)},
+			"signal":          {"TERM", "INT", "QUIT", "HUP", "USR1", "USR2"},
+			"log-format":      logFormats,
+			"mesh":            mesh.Names(mesh.Choices...),
+			"client-evidence": {clientEvidenceAuto, clientEvidenceOff},
 		},
 		"status": {"output": output.Formats, "mesh": mesh.Names(mesh.Choices...)},
 		"check": {

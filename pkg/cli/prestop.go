@@ -38,6 +38,9 @@ type prestopOptions struct {
 	minWait          time.Duration
 	streamsWait      time.Duration
 	clientPeriod     time.Duration
+	edsLagBound      time.Duration
+	clientEvidence   string
+	listenerPorts    []int
 	strictActive     bool
 	poll             time.Duration
 	connectTimeout   time.Duration
@@ -72,6 +75,7 @@ func defaultPrestopOptions() prestopOptions {
 		connectTimeout:   drain.DefaultConnectTimeout,
 		latencyAllowance: drain.DefaultLatencyAllowance,
 		fallbackWait:     drain.DefaultFallbackWait,
+		clientEvidence:   clientEvidenceAuto,
 		drainMode:        string(mesh.DrainGraceful),
 		logFormat:        "json",
 	}
@@ -93,6 +97,9 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever happens: the endpoint propagation time, within which a silent client may still send (at most the deadline; the default is cut to the deadline)")
 	f.DurationVar(&o.streamsWait, "streams-wait", o.streamsWait, "once the clients have stopped, how long requests may stay open (streams, WebSockets) before the app may stop anyway (reason quiet-streams)")
 	f.DurationVar(&o.clientPeriod, "client-period", 0, "clients that send on a schedule send at least this often: the window then ignores the traffic's own pauses (--quiet must be at least this + --poll; meshdrain plan --client-period writes both)")
+	f.DurationVar(&o.edsLagBound, "eds-lag-bound", 0, "how late the last client applies the endpoint removal, from the deletion (plan writes its last-client --eds-lag): past it, one --quiet of silence is enough and idle connections still open do not hold the app")
+	f.StringVar(&o.clientEvidence, "client-evidence", o.clientEvidence, "auto: read the pod's socket table to see which clients have let go (Envoy sidecars); off: silence alone decides")
+	f.IntSliceVar(&o.listenerPorts, "inbound-listener-port", nil, "the sidecar's inbound listener port(s) whose connections are the clients' (default: the listener its stats name, Istio's 15006)")
 	f.BoolVar(&o.strictActive, "strict-active", false, "wait (up to the deadline) for every open inbound request to end, ignoring --streams-wait")
 	f.DurationVar(&o.poll, "poll", o.poll, "interval between two stats requests (at least 20ms)")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "give up on an unreachable admin API after this long (also bounds each admin call)")
@@ -407,3 +414,9 @@ func redactedValue(name, value string) string {
 	}
 	return value
 }
+
+// Values of --client-evidence.
+const (
+	clientEvidenceAuto = "auto"
+	clientEvidenceOff  = "off"
+)

@@ -12,9 +12,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
 
 // prestopSetup is prestop's configuration as loaded and checked at start.
@@ -218,6 +220,17 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		add("%v", err)
 	}
 	deadline := drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0))
+	if o.edsLagBound < 0 {
+		add("--eds-lag-bound must not be negative, got %v", o.edsLagBound)
+	}
+	if o.clientEvidence != clientEvidenceAuto && o.clientEvidence != clientEvidenceOff {
+		add("--client-evidence %q: want %s or %s", o.clientEvidence, clientEvidenceAuto, clientEvidenceOff)
+	}
+	for _, p := range o.listenerPorts {
+		if p < 1 || p > 65535 {
+			add("--inbound-listener-port %d: not a port number", p)
+		}
+	}
 	sel := mesh.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes}
 	if err := sel.Validate(); err != nil {
 		add("--%v", err)
@@ -238,6 +251,8 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		MinWait:        min(o.minWait, max(deadline, 0)),
 		StreamsWait:    o.streamsWaitOrStrict(),
 		ClientPeriod:   o.clientPeriod,
+		LagBound:       o.edsLagBound,
+		Clients:        o.evidence(),
 		Poll:           o.poll,
 		ConnectTimeout: o.connectTimeout,
 		FallbackWait:   o.fallbackWait,
@@ -354,4 +369,14 @@ func lastFlagValue(args []string, flag string) (string, bool) {
 		}
 	}
 	return value, found
+}
+
+// evidence is the drain's per-client evidence: the pod's socket table, for an Envoy sidecar.
+// A Linkerd proxy closes every connection itself when it drains (hyper's graceful shutdown),
+// so a close there says nothing about the client: silence alone decides (docs/linkerd.md).
+func (o *prestopOptions) evidence() drain.ClientEvidence {
+	if o.clientEvidence != clientEvidenceAuto || o.mesh == mesh.Linkerd {
+		return nil
+	}
+	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now}
 }

@@ -87,6 +87,11 @@ type Config struct {
 	// ClientPeriod is the clients' declared schedule (--client-period): while a client sends,
 	// it sends at least this often, so the rule's gaps term is not needed (rule.go).
 	ClientPeriod time.Duration
+	// LagBound is how late the last client applies the endpoint removal (--eds-lag-bound;
+	// RuleConfig.LagBound): past it, one quiet window of silence is enough.
+	LagBound time.Duration
+	// Clients, when set, gives per-client evidence at every poll (ClientEvidence).
+	Clients ClientEvidence
 	// Poll is the interval between two stats requests.
 	Poll time.Duration
 	// ConnectTimeout bounds how long an unreachable admin port is retried before concluding
@@ -167,6 +172,10 @@ type Result struct {
 	RecentWindow   time.Duration
 	// Degraded is Config.Degraded.
 	Degraded error
+	// ClientEvidence says where per-client evidence came from ("socket-table"), or why
+	// there was none ("off", "unavailable: ..."); Clients is the last poll's.
+	ClientEvidence string
+	Clients        *ClientCounts
 }
 
 // ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
@@ -206,6 +215,8 @@ type coordinator struct {
 	suppressed   int
 	rule         *Rule
 	watchStarted bool
+	// clients is Config.Clients while it can be read.
+	clients ClientEvidence
 
 	fresh      freshness
 	arrivals   arrivalLog
@@ -405,8 +416,9 @@ func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {
 }
 
 func (c *coordinator) watch(ctx, parent context.Context, snap mesh.Snapshot, first mesh.Reading) Reason {
+	c.beginClients(ctx, snap)
 	c.rule = NewRule(RuleConfig{Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait, ClientPeriod: c.cfg.ClientPeriod,
-		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait}, c.observation(snap, first))
+		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait, LagBound: c.cfg.LagBound}, c.observation(ctx, snap, first))
 	c.result.LastArrival = c.clock.Now().Sub(c.start)
 	c.result.RequestsAfterDrain = new(float64)
 	c.result.ActiveAtEnd = first.Active
@@ -479,7 +491,7 @@ func (c *coordinator) poll(ctx, parent context.Context, fetch func(context.Conte
 		return snap, Decision{}, ""
 	}
 	reading := snap.Read()
-	d := c.rule.Observe(c.observation(snap, reading))
+	d := c.rule.Observe(c.observation(ctx, snap, reading))
 	c.account(d)
 	c.result.ActiveAtEnd = reading.Active
 	now := c.clock.Now()
@@ -488,9 +500,10 @@ func (c *coordinator) poll(ctx, parent context.Context, fetch func(context.Conte
 	return snap, d, ""
 }
 
-// observation is the rule's view of a poll.
-func (c *coordinator) observation(snap mesh.Snapshot, r mesh.Reading) Observation {
-	return Observation{At: c.clock.Now().Sub(c.start), Signal: r.Signal, Arrivals: r.Arrivals, Active: r.Active, Uptime: snap.ServerUptime}
+// observation is the rule's view of a poll, with the clients' evidence when there is some.
+func (c *coordinator) observation(ctx context.Context, snap mesh.Snapshot, r mesh.Reading) Observation {
+	return Observation{At: c.clock.Now().Sub(c.start), Signal: r.Signal, Arrivals: r.Arrivals, Active: r.Active, Uptime: snap.ServerUptime,
+		Clients: c.clientCounts(ctx)}
 }
 
 // account reports what the rule saw: arrivals after the drain call, the window in force,
@@ -616,6 +629,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 	if c.result.ActionErr != nil {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
 	}
+	fields = append(fields, c.clientFields()...)
 	fields = append(fields, c.outcomeFields()...)
 	if c.result.WindowTerm == TermGaps || c.result.WindowTerm == TermRate {
 		c.log.Warn("inbound traffic is sparse: its own pauses stretched the quiet window beyond --quiet; a sparse client that learns of the deletion later than --min-wait can still send after the app stopped",

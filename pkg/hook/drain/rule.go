@@ -95,6 +95,12 @@ const (
 	TermQuiet WindowTerm = "quiet" // --quiet (and the latency allowance)
 	TermGaps  WindowTerm = "gaps"  // GapFactor × the longest gap seen
 	TermRate  WindowTerm = "rate"  // the Poisson silence at the observed rate
+	// TermClientsLeft: every client that held a connection has closed it itself (Clients),
+	// none is holding or sending: the silence of the others is judged by --quiet alone.
+	TermClientsLeft WindowTerm = "clients-left"
+	// TermLagBound: the lag bound has passed (RuleConfig.LagBound): every client has applied
+	// the removal, so one --quiet of silence is enough.
+	TermLagBound WindowTerm = "lag-bound"
 )
 
 // RuleConfig holds the rule's settings. Durations are measured from the start of the drain,
@@ -118,6 +124,22 @@ type RuleConfig struct {
 	// one stated it is not used, and the quiet window, at least ClientPeriod + a poll
 	// (checked at start), is what no sending client can stay silent for.
 	ClientPeriod time.Duration
+	// LagBound, when set, is how late the last client applies the endpoint removal, counted
+	// from the start of the drain (plan's last-client EDS lag, with room). The long windows
+	// exist only because a client might not have learnt yet: past the bound, one quiet window
+	// of silence is enough, and a client still holding an idle connection is not a mesh
+	// client that will ever let go on its own (an ingress controller's keep-alive pool).
+	LagBound time.Duration
+}
+
+// ClientCounts is the per-client evidence of one poll, from the pod's socket table: how many
+// clients keep open an idle connection they had when the drain began (Holding: they have not
+// applied the removal), have sent since it began (Sending), closed such a connection
+// themselves (Left: they have applied it), or give no evidence (NoEvidence).
+type ClientCounts struct {
+	Holding, Sending, Left, NoEvidence int
+	// Holders are the holding clients' addresses (a few, for the log).
+	Holders []string
 }
 
 // Observation is one poll's reading.
@@ -129,6 +151,8 @@ type Observation struct {
 	Arrivals, Active *float64
 	// Uptime is Envoy's server.uptime in seconds (nil when the sidecar does not expose it).
 	Uptime *float64
+	// Clients is the per-client evidence (nil when the socket table is not read).
+	Clients *ClientCounts
 }
 
 // Decision is the rule's answer to one observation, with what the coordinator reports.
@@ -150,6 +174,9 @@ type Decision struct {
 	LongestGap time.Duration
 	// OpenStreams is the in-flight gauge when the reason is quiet-streams (nil if unknown).
 	OpenStreams *float64
+	// HeldBy is how many clients hold the app: they keep open an idle connection from before
+	// the drain, so they have not applied the removal yet (before the lag bound).
+	HeldBy int
 	// Change is what this observation changed, for the coordinator's accounting.
 	Change Change
 }
@@ -237,6 +264,12 @@ func (r *Rule) Observe(o Observation) Decision {
 		Change:      change,
 	}
 	end := max(r.lastMove+window, r.cfg.MinWait)
+	if o.Clients != nil && o.Clients.Holding > 0 && !r.pastLagBound(o.At) {
+		// A client that keeps its idle drain-start connection open still routes here:
+		// whatever the silence says, it may send. The deadline bounds the hold.
+		d.HeldBy = o.Clients.Holding
+		return d
+	}
 	if capped || o.At < end {
 		return d
 	}
@@ -360,11 +393,24 @@ func PoissonQuiet(perSecond float64) time.Duration {
 	return time.Duration(-math.Log(Risk) / perSecond * float64(time.Second))
 }
 
-// window is the quiet window in force: the largest term.
+// pastLagBound says whether at is past the lag bound, when there is one.
+func (r *Rule) pastLagBound(at time.Duration) bool {
+	return r.cfg.LagBound > 0 && at >= r.cfg.LagBound
+}
+
+// window is the quiet window in force: the largest term, or --quiet alone once evidence
+// says no client may still be sending unseen (every client with a connection left, or the
+// lag bound passed).
 func (r *Rule) window() (time.Duration, WindowTerm) {
 	window, term := r.cfg.Quiet, TermQuiet
 	if r.prev.Signal == mesh.SignalCompletedRequests {
 		window += r.cfg.LatencyAllowance
+	}
+	if r.pastLagBound(r.prev.At) {
+		return window, TermLagBound
+	}
+	if c := r.prev.Clients; c != nil && c.Left > 0 && c.Holding == 0 && c.Sending == 0 {
+		return window, TermClientsLeft
 	}
 	if gaps := time.Duration(GapFactor * float64(r.longestGap)); gaps > window && r.cfg.ClientPeriod == 0 {
 		window, term = gaps, TermGaps

@@ -31,7 +31,7 @@ func TestRecommendLinkerdNative(t *testing.T) {
 		t.Errorf("native Linkerd needs no setting: annotations %v, proxy config %q, wait %s, drainDuration %s, tdd %s",
 			p.Annotations(), p.ProxyConfig(), p.WaitBeforeExit, p.DrainDuration, p.TerminationDrainDuration)
 	}
-	want := "prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=15s --app-drain=2s --quiet=1s --log-file=/proc/1/fd/1"
+	want := "prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=15s --app-drain=2s --quiet=1s --eds-lag-bound=8s --log-file=/proc/1/fd/1"
 	if got := strings.Join(p.PrestopArgs(), " "); got != want {
 		t.Errorf("PrestopArgs = %s\nwant          %s", got, want)
 	}

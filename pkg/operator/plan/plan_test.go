@@ -60,7 +60,7 @@ func TestRecommendUserScenarioClassic(t *testing.T) {
 	if got, want := p.ProxyConfig(), `{"terminationDrainDuration": "15s"}`; got != want {
 		t.Errorf("ProxyConfig = %s, want %s", got, want)
 	}
-	if got, want := strings.Join(p.PrestopArgs(), " "), "prestop --grace-period=15s --app-drain=2s --quiet=1s --log-file=/proc/1/fd/1"; got != want {
+	if got, want := strings.Join(p.PrestopArgs(), " "), "prestop --grace-period=15s --app-drain=2s --quiet=1s --eds-lag-bound=8s --log-file=/proc/1/fd/1"; got != want {
 		t.Errorf("PrestopArgs = %s, want %s", got, want)
 	}
 }
@@ -251,7 +251,7 @@ func TestWriteTextShowsTheArithmetic(t *testing.T) {
 		"ceil(expected finish 9.2s + margin 2.3s + app-drain 2s + 1s kill margin)",
 		`proxy.istio.io/config: '{"terminationDrainDuration": "15s"}'`,
 		"sidecar.istio.io/statsInclusionPrefixes: 'cluster.inbound|,http.inbound_,listener.0.0.0.0_15006'",
-		"/meshdrain/meshdrain prestop --grace-period=15s --app-drain=2s --quiet=1s --log-file=/proc/1/fd/1",
+		"/meshdrain/meshdrain prestop --grace-period=15s --app-drain=2s --quiet=1s --eds-lag-bound=8s --log-file=/proc/1/fd/1",
 		"t0+9.2s (≤ 12s)",
 		"t0+11.2s (≤ 14s)",
 	} {

@@ -87,6 +87,11 @@ func (p Plan) PrestopArgs() []string {
 	if p.Input.MinWait != drain.DefaultMinWait {
 		args = append(args, "--min-wait="+fmtD(p.Input.MinWait))
 	}
+	if p.LastClientLag > 0 {
+		// How late the last client learns: past it, prestop needs only --quiet of silence
+		// (never slower than the sleep the same knowledge would give, plus one window).
+		args = append(args, "--eds-lag-bound="+fmtD(p.LastClientLag))
+	}
 	if p.Input.ClientPeriod > 0 {
 		// The schedule replaces the rule's guess from the pauses it sees (--quiet above
 		// covers it).

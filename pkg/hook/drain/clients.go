@@ -1,0 +1,79 @@
+package drain
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// ClientEvidence says which clients have let go, from what the pod itself can see of its
+// inbound connections (the socket table; docs/facts.md §6): a client's sidecar closes its
+// idle pooled connections to this pod when it applies the endpoint removal, and keeps them
+// until then. It is optional: without it, or when it cannot be read, silence alone decides.
+type ClientEvidence interface {
+	// Begin marks the connections open as the drain begins, on the inbound listener the
+	// snapshot's sidecar serves.
+	Begin(ctx context.Context, snap mesh.Snapshot) error
+	// Counts reads the connections again and says where each client stands.
+	Counts(ctx context.Context) (ClientCounts, error)
+}
+
+// beginClients starts the evidence at the watch's start; a table that cannot be read is
+// said once, and the drain goes on with today's rule.
+func (c *coordinator) beginClients(ctx context.Context, snap mesh.Snapshot) {
+	if c.cfg.Clients == nil {
+		c.result.ClientEvidence = "off"
+		return
+	}
+	if err := c.cfg.Clients.Begin(ctx, snap); err != nil {
+		c.noClientEvidence(err)
+		return
+	}
+	c.clients = c.cfg.Clients
+	c.result.ClientEvidence = "socket-table"
+}
+
+// clientCounts is this poll's evidence, nil without any.
+func (c *coordinator) clientCounts(ctx context.Context) *ClientCounts {
+	if c.clients == nil {
+		return nil
+	}
+	counts, err := c.clients.Counts(ctx)
+	if err != nil {
+		c.noClientEvidence(err)
+		return nil
+	}
+	c.result.Clients = &counts
+	return &counts
+}
+
+// noClientEvidence drops the evidence for the rest of the drain, saying why once.
+func (c *coordinator) noClientEvidence(err error) {
+	c.clients = nil
+	c.result.Clients = nil
+	c.result.ClientEvidence = "unavailable: " + err.Error()
+	c.log.Warn("the pod's socket table cannot be read: clients are judged by silence alone, as without per-client evidence",
+		zap.String("error", err.Error()))
+}
+
+// clientFields are the final event's per-client evidence.
+func (c *coordinator) clientFields() []zap.Field {
+	fields := []zap.Field{zap.String("client_evidence", c.result.ClientEvidence)}
+	if c.cfg.LagBound > 0 {
+		fields = append(fields, zap.Int64("lag_bound_ms", c.cfg.LagBound.Milliseconds()))
+	}
+	if n := c.result.Clients; n != nil {
+		fields = append(fields,
+			zap.Int("clients_left", n.Left),
+			zap.Int("clients_by_silence", n.Sending+n.NoEvidence),
+			zap.Int("clients_holding", n.Holding))
+		if len(n.Holders) > 0 {
+			// Past the lag bound these did not let go on their own: not mesh sidecars
+			// (an ingress controller's keep-alive pool, a client without a sidecar).
+			fields = append(fields, zap.Strings("clients_held_on", n.Holders))
+		}
+	}
+	return fields
+}

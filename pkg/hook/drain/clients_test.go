@@ -1,0 +1,85 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// scriptedClients is per-client evidence scripted on the fake clock.
+type scriptedClients struct {
+	clock    *clock.Fake
+	beginErr error
+	counts   func(at time.Duration) (ClientCounts, error)
+	begun    bool
+}
+
+func (s *scriptedClients) Begin(context.Context, mesh.Snapshot) error {
+	s.begun = true
+	return s.beginErr
+}
+
+func (s *scriptedClients) Counts(context.Context) (ClientCounts, error) {
+	return s.counts(s.clock.Now().Sub(t0))
+}
+
+// The drain waits for a holding client, stops one --quiet after it left, and says so in
+// the final event.
+func TestDrainWaitsForTheHoldingClient(t *testing.T) {
+	cfg := baseConfig()
+	fake := clock.NewAutoFake(t0)
+	ev := &scriptedClients{clock: fake, counts: func(at time.Duration) (ClientCounts, error) {
+		if at < 15*time.Second {
+			return ClientCounts{Holding: 1, Left: 2, Holders: []string{"127.0.0.9"}}, nil
+		}
+		return ClientCounts{Left: 3}, nil
+	}}
+	cfg.Clients = ev
+	res, logs := runWithClock(t, fake, cfg, steadyTraffic(3*time.Second, 0))
+	if res.Reason != ReasonQuiet || res.Elapsed < 15*time.Second || res.Elapsed > 15*time.Second+400*time.Millisecond || res.WindowTerm != TermClientsLeft {
+		t.Errorf("ended %s at %v (term %s); want quiet at the holder's close, 15s, term clients-left", res.Reason, res.Elapsed, res.WindowTerm)
+	}
+	if got := field(logs, "drain finished", "clients_left"); got != "3" || field(logs, "drain finished", "client_evidence") != "socket-table" ||
+		field(logs, "drain finished", "clients_holding") != "0" {
+		t.Errorf("final event: clients_left %q, evidence %q", got, field(logs, "drain finished", "client_evidence"))
+	}
+}
+
+// A socket table that cannot be read is said once, and silence decides as before.
+func TestUnreadableSocketTableKeepsTodaysRule(t *testing.T) {
+	for _, ev := range []*scriptedClients{
+		{beginErr: errors.New("netlink: operation not permitted; /proc/net/tcp: permission denied")},
+		{counts: func(time.Duration) (ClientCounts, error) {
+			return ClientCounts{}, errors.New("read /proc/net/tcp6: no such file")
+		}},
+	} {
+		cfg := baseConfig()
+		fake := clock.NewAutoFake(t0)
+		ev.clock = fake
+		cfg.Clients = ev
+		res, logs := runWithClock(t, fake, cfg, steadyTraffic(3*time.Second, 0))
+		want, _, _, _ := run(t, baseConfig(), steadyTraffic(3*time.Second, 0))
+		if res.Reason != want.Reason || res.Elapsed != want.Elapsed || !strings.HasPrefix(res.ClientEvidence, "unavailable: ") {
+			t.Errorf("ended %s at %v (evidence %q); without evidence it ends %s at %v", res.Reason, res.Elapsed, res.ClientEvidence, want.Reason, want.Elapsed)
+		}
+		if n := len(logs.FilterMessageSnippet("socket table cannot be read").All()); n != 1 {
+			t.Errorf("said %d times, want once", n)
+		}
+	}
+}
+
+// runWithClock is run on a clock the test also gives to its other fakes.
+func runWithClock(t *testing.T, fake *clock.Fake, cfg Config, script func(time.Duration) (mesh.Snapshot, error)) (Result, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.DebugLevel)
+	cfg.Clock, cfg.Logger = fake, zap.New(core)
+	res := Run(context.Background(), cfg, &scriptedSidecar{clock: fake, script: script})
+	return res, logs
+}

@@ -1,0 +1,99 @@
+// Package evidence is the drain's per-client evidence in a pod (drain.ClientEvidence): it
+// reads the pod's own socket table on the sidecar's inbound listener (package sockets) and
+// tracks each client address from the drain's start. The app container shares the pod's
+// network namespace, and the table needs no privilege (docs/facts.md §6).
+package evidence
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
+)
+
+// maxHolders is how many holding clients the counts name: enough for a log line.
+const maxHolders = 8
+
+// Table is the evidence of one drain.
+type Table struct {
+	// Reader reads the socket table (sockets.NewReader in a pod).
+	Reader sockets.Reader
+	// Ports are the inbound listener's ports; empty takes them from the sidecar's stats at
+	// Begin (the listener the stats name, Istio's virtualInbound on 15006).
+	Ports []int
+	// Now is the clock (time.Now in a pod).
+	Now func() time.Time
+
+	ports   []uint16
+	tracker *sockets.Tracker
+}
+
+var _ drain.ClientEvidence = (*Table)(nil)
+
+// Begin reads the table once, as the drain begins: the connections open now are the ones
+// whose fate is the evidence.
+func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
+	ports := t.Ports
+	if len(ports) == 0 {
+		p, err := listenerPort(snap)
+		if err != nil {
+			return err
+		}
+		ports = []int{p}
+	}
+	for _, p := range ports {
+		t.ports = append(t.ports, uint16(p))
+	}
+	socks, err := t.Reader.Read(t.ports)
+	if err != nil {
+		return err
+	}
+	t.tracker = sockets.Begin(t.Now(), socks)
+	return nil
+}
+
+// Counts reads the table again and sums the clients by state.
+func (t *Table) Counts(context.Context) (drain.ClientCounts, error) {
+	socks, err := t.Reader.Read(t.ports)
+	if err != nil {
+		return drain.ClientCounts{}, err
+	}
+	t.tracker.Observe(t.Now(), socks)
+	var c drain.ClientCounts
+	for _, cl := range t.tracker.Clients() {
+		switch cl.State {
+		case sockets.Holding:
+			c.Holding++
+			if len(c.Holders) < maxHolders {
+				c.Holders = append(c.Holders, cl.Addr.String())
+			}
+		case sockets.Sending:
+			c.Sending++
+		case sockets.Left:
+			c.Left++
+		default:
+			c.NoEvidence++
+		}
+	}
+	return c, nil
+}
+
+// listenerPort is the inbound listener's port as the sidecar's stats name it
+// ("0.0.0.0_15006", "[::]_15006").
+func listenerPort(snap mesh.Snapshot) (int, error) {
+	if snap.Listener == nil || snap.Listener.Address == "" {
+		return 0, fmt.Errorf("the sidecar's stats name no inbound listener (Istio: listener.0.0.0.0_15006 in statsInclusionPrefixes); name its port with --inbound-listener-port")
+	}
+	addr := snap.Listener.Address
+	i := strings.LastIndexByte(addr, '_')
+	p, err := strconv.Atoi(addr[i+1:])
+	if i < 0 || err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("inbound listener address %q has no port; name it with --inbound-listener-port", addr)
+	}
+	return p, nil
+}

@@ -1,0 +1,83 @@
+package evidence
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
+)
+
+func TestListenerPortFromTheStats(t *testing.T) {
+	for addr, want := range map[string]int{"0.0.0.0_15006": 15006, "[::]_15006": 15006, "10.38.36.249_8080": 8080} {
+		if got, err := listenerPort(mesh.Snapshot{Listener: &mesh.Listener{Address: addr}}); err != nil || got != want {
+			t.Errorf("%s: %d, %v; want %d", addr, got, err, want)
+		}
+	}
+	for _, snap := range []mesh.Snapshot{{}, {Listener: &mesh.Listener{Address: "virtualInbound"}}} {
+		if _, err := listenerPort(snap); err == nil {
+			t.Errorf("%+v: no error", snap.Listener)
+		}
+	}
+}
+
+// Against this machine's kernel: three clients (distinct loopback addresses) hold idle
+// connections at the drain's start; one closes its connection itself and has left, the
+// others still hold.
+func TestTableOnTheRealKernel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients []net.Conn
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+		defer func() { (<-accepted).Close() }()
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	table := &Table{Reader: sockets.NewReader(), Ports: []int{port}, Now: time.Now}
+	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+		t.Skipf("the socket table cannot be read here: %v", err)
+	}
+	counts, err := table.Counts(context.Background())
+	if err != nil || counts.Holding != 3 {
+		t.Fatalf("at the start: %+v, %v; want 3 holding", counts, err)
+	}
+	clients[0].Close() // the client applies the removal: its sidecar closes the idle connection
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		counts, err = table.Counts(context.Background())
+		if err == nil && counts.Left == 1 && counts.Holding == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after one client closed: %+v, %v; want 1 left, 2 holding", counts, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, h := range counts.Holders {
+		if a := netip.MustParseAddr(h); a.String() == "127.0.0.2" {
+			t.Errorf("the client that left is still named holding: %v", counts.Holders)
+		}
+	}
+}
