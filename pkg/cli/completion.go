@@ -23,6 +23,7 @@ func enumFlags() map[string]map[string][]string {
 			"log-format":      logFormats,
 			"mesh":            mesh.Names(mesh.Choices...),
 			"client-evidence": {clientEvidenceAuto, clientEvidenceOff},
+			"drain-at":        {drainAtStart, drainAtEnd},
 		},
 		"status": {"output": output.Formats, "mesh": mesh.Names(mesh.Choices...)},
 		"check": {

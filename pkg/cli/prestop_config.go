@@ -223,6 +223,9 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	if o.edsLagBound < 0 {
 		add("--eds-lag-bound must not be negative, got %v", o.edsLagBound)
 	}
+	if o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
+		add("--drain-at %q: want %s or %s", o.drainAt, drainAtStart, drainAtEnd)
+	}
 	if o.clientEvidence != clientEvidenceAuto && o.clientEvidence != clientEvidenceOff {
 		add("--client-evidence %q: want %s or %s", o.clientEvidence, clientEvidenceAuto, clientEvidenceOff)
 	}
@@ -252,6 +255,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		StreamsWait:    o.streamsWaitOrStrict(),
 		ClientPeriod:   o.clientPeriod,
 		LagBound:       o.edsLagBound,
+		DrainAtEnd:     o.drainAt == drainAtEnd,
 		Clients:        o.evidence(),
 		Poll:           o.poll,
 		ConnectTimeout: o.connectTimeout,

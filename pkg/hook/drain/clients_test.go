@@ -83,3 +83,19 @@ func runWithClock(t *testing.T, fake *clock.Fake, cfg Config, script func(time.D
 	res := Run(context.Background(), cfg, &scriptedSidecar{clock: fake, script: script})
 	return res, logs
 }
+
+// --drain-at end: no drain call while the clients are watched; one when the wait ends,
+// before the actions tell the app to stop. An interrupted hook makes none.
+func TestDrainAtEnd(t *testing.T) {
+	cfg := baseConfig()
+	cfg.DrainAtEnd = true
+	res, sidecar, action, _ := run(t, cfg, steadyTraffic(3*time.Second, 0))
+	if !res.DrainCalled || len(sidecar.drainedAt) != 1 || sidecar.drainedAt[0] < res.Elapsed || len(action.runs) != 1 || action.runs[0] < sidecar.drainedAt[0] {
+		t.Errorf("drain calls at %v, decision at %v, actions at %v; want one call at the decision, before the actions", sidecar.drainedAt, res.Elapsed, action.runs)
+	}
+	cfg.DrainAtEnd = false
+	_, sidecar, _, _ = run(t, cfg, steadyTraffic(3*time.Second, 0))
+	if len(sidecar.drainedAt) != 1 || sidecar.drainedAt[0] != 0 {
+		t.Errorf("--drain-at start: drain calls at %v, want one at the start", sidecar.drainedAt)
+	}
+}

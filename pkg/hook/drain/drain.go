@@ -87,6 +87,12 @@ type Config struct {
 	// ClientPeriod is the clients' declared schedule (--client-period): while a client sends,
 	// it sends at least this often, so the rule's gaps term is not needed (rule.go).
 	ClientPeriod time.Duration
+	// DrainAtEnd defers the drain call until the wait ends, just before the app is told to
+	// stop (--drain-at end): where the sidecar's own drain at the deletion is turned off,
+	// idle pooled connections stay open until each client lets go, which is the evidence
+	// Clients reads; the call then tells whatever is left (non-mesh keep-alives, HTTP/2) to
+	// go before the app stops accepting.
+	DrainAtEnd bool
 	// LagBound is how late the last client applies the endpoint removal (--eds-lag-bound;
 	// RuleConfig.LagBound): past it, one quiet window of silence is enough.
 	LagBound time.Duration
@@ -284,6 +290,7 @@ func (c *coordinator) run(parent context.Context) Result {
 
 	reason := c.loop(ctx, parent)
 	reason = c.holdMinWait(parent, reason)
+	c.drainAtEnd(parent, reason)
 	return c.finish(parent, reason)
 }
 
@@ -326,7 +333,7 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 	c.warnWeakSignal(reading.Signal)
 
 	c.enter(PhaseDrain)
-	if !c.cfg.DryRun && c.cfg.DrainMode != mesh.DrainNone {
+	if !c.cfg.DryRun && c.cfg.DrainMode != mesh.DrainNone && !c.cfg.DrainAtEnd {
 		if reason := c.drainListeners(ctx, parent); reason != "" {
 			return reason
 		}
@@ -392,6 +399,21 @@ func (c *coordinator) noSignal(ctx, parent context.Context, fix string) Reason {
 		return reason
 	}
 	return ReasonNoSignal
+}
+
+// drainAtEnd makes the deferred drain call (DrainAtEnd) once the wait has ended with the
+// sidecar still there, whatever ended it: the app is about to stop accepting.
+func (c *coordinator) drainAtEnd(parent context.Context, reason Reason) {
+	if !c.cfg.DrainAtEnd || c.cfg.DryRun || c.cfg.DrainMode == mesh.DrainNone || !c.watchStarted {
+		return
+	}
+	switch reason {
+	case ReasonInterrupted, ReasonSidecarGone, ReasonSidecarGoneBusy, ReasonNoSidecar:
+		return
+	}
+	// The drain's own context may be spent (the deadline); the call is bounded by the
+	// connect timeout, and the actions' own bound keeps them inside the grace period.
+	c.drainListeners(parent, parent)
 }
 
 func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {

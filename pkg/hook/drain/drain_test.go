@@ -25,6 +25,8 @@ type scriptedSidecar struct {
 	clock  *clock.Fake
 	script func(at time.Duration) (mesh.Snapshot, error)
 	drains []mesh.DrainMode
+	// drainedAt is when each drain call came, in pod time since t0.
+	drainedAt []time.Duration
 	polls  []time.Duration
 	sels   []mesh.Selector
 	// drainErr, when set, is what DrainListeners returns.
@@ -45,6 +47,7 @@ func (s *scriptedSidecar) Inbound(_ context.Context, sel mesh.Selector) (mesh.Sn
 
 func (s *scriptedSidecar) DrainListeners(_ context.Context, mode mesh.DrainMode) error {
 	s.drains = append(s.drains, mode)
+	s.drainedAt = append(s.drainedAt, s.clock.Now().Sub(t0))
 	return s.drainErr
 }
 
