@@ -1,0 +1,354 @@
+package podsim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// runPod is the kubelet for one pod deletion: it starts the pod and its clients, deletes
+// the pod at t0, and applies Kubernetes' termination order until every container is gone.
+// trafficOver is called once every client has stopped sending, so that Run can start the
+// next run while this one only waits.
+func runPod(ctx context.Context, sc Scenario, plans []clientPlan, strat Strategy, spec SidecarSpec,
+	startSidecar startSidecarFunc, trafficOver func()) (Result, error) {
+	p := newPodRun(sc, plans, strat, spec)
+	defer p.release()
+	if err := p.start(ctx, startSidecar, trafficOver); err != nil {
+		return p.res, err
+	}
+	if err := sleepUntil(ctx, p.clock.t0); err != nil {
+		return p.res, err
+	}
+	if err := p.deletePod(ctx); err != nil {
+		return p.res, err
+	}
+	if err := p.terminate(ctx); err != nil {
+		return p.res, err
+	}
+	// The clients keep going until each has learned that the pod is gone; what they send
+	// after the pod is gone meets refused connections.
+	select {
+	case <-p.clientsDone:
+	case <-ctx.Done():
+		return p.res, ctx.Err()
+	}
+	p.collect()
+	return p.res, nil
+}
+
+// podRun is one pod deletion in progress: the containers and clients of the run, what the
+// kubelet has seen of them, and the result as it is written. Its methods are runPod's steps.
+type podRun struct {
+	sc    Scenario
+	plans []clientPlan
+	strat Strategy
+	spec  SidecarSpec
+	grace time.Duration
+	proxy string // the sidecar container's name in the timeline
+	clock podClock
+	res   Result
+
+	other       *otherReplicas
+	app         *app
+	side        sidecar
+	clients     *fleet
+	stopClients context.CancelFunc
+	clientsDone chan struct{} // closed once every client has stopped
+	hook        *preStop
+
+	// What the kubelet has seen since t0.
+	appStopped, appExited, sideExited, graceOver bool
+}
+
+// newPodRun fills in what the plans already fix: the floor (the last client's endpoint
+// update) and the traffic's own pauses, which no strategy changes.
+func newPodRun(sc Scenario, plans []clientPlan, strat Strategy, spec SidecarSpec) *podRun {
+	grace := sc.grace(spec)
+	longest, last := trafficPauses(plans)
+	return &podRun{sc: sc, plans: plans, strat: strat, spec: spec, grace: grace, proxy: proxyName(spec),
+		res: Result{Strategy: strat.String(), Sidecar: spec.Name, GracePeriodS: grace.Seconds(),
+			LastClientLagS: roundS(lastLag(plans).Seconds()), LastRequestS: roundS((last - sc.Warmup).Seconds()),
+			LongestGapS: roundS(longest.Seconds())}}
+}
+
+// log adds an event to the timeline, at the pod time of a real instant.
+func (p *podRun) log(at time.Time, who, what string, args ...any) {
+	p.res.Timeline = append(p.res.Timeline, Event{AtS: p.clock.at(at), Who: who, What: fmt.Sprintf(what, args...)})
+}
+
+// start brings the world up before t0: the other replicas (where a client sends once it has
+// learned the pod is gone), the app, the sidecar in front of it, and the clients, which start
+// at once so that the pod has served sc.Warmup of traffic when it is deleted. Pod time starts
+// at t0, the end of the warm-up.
+func (p *podRun) start(ctx context.Context, startSidecar startSidecarFunc, trafficOver func()) error {
+	other, err := startOtherReplicas(p.sc.TimeScale)
+	if err != nil {
+		return fmt.Errorf("other replicas: %w", err)
+	}
+	p.other = other
+	a, err := startApp(p.sc.Threads, p.sc.TimeScale, p.sc.AppShutdown)
+	if err != nil {
+		return fmt.Errorf("app: %w", err)
+	}
+	p.app = a
+	side, err := startSidecar(p.sc, p.spec, p.strat, a.Addr())
+	if err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	p.side = side
+
+	clients := newFleet(p.sc, p.plans, side.InboundAddr(p.sc.Port), other.Addr())
+	runCtx, stopClients := context.WithCancel(ctx)
+	p.clients, p.stopClients = clients, stopClients
+	begin := time.Now()
+	clients.start(runCtx, begin)
+	clientsDone := make(chan struct{})
+	p.clientsDone = clientsDone
+	go func() {
+		clients.wait()
+		close(clientsDone)
+		trafficOver()
+	}()
+	p.clock = podClock{t0: begin.Add(p.sc.scale(p.sc.Warmup)), scale: p.sc.TimeScale}
+	return nil
+}
+
+// release stops whatever of the run is still going, in the reverse order of start, whether
+// the run ended or failed half-way.
+func (p *podRun) release() {
+	if p.hook != nil {
+		p.hook.kill()
+	}
+	if p.stopClients != nil {
+		p.stopClients()
+	}
+	if p.side != nil {
+		_ = p.side.Close()
+	}
+	if p.app != nil {
+		p.app.Kill()
+	}
+	if p.other != nil {
+		p.other.Close()
+	}
+}
+
+// deletePod is t0. The endpoint removal starts (the clients learn of it as their plans say),
+// and the kubelet starts both containers' termination at once: the sidecar's as its mesh and
+// mode say, and the app container's preStop hook.
+func (p *podRun) deletePod(ctx context.Context) error {
+	now := time.Now()
+	p.log(now, "kubelet", "pod deleted: endpoint removal starts (clients learn within %.2fs); preStop %s starts", lastLag(p.plans).Seconds(), p.strat)
+	p.side.Terminate()
+	p.log(now, p.proxy, "%s", sidecarOnDeletion(p.spec))
+	hook, err := startPreStop(ctx, p.sc, p.spec, p.strat, p.side.AdminURL(), p.clients.LastAnswered())
+	if err != nil {
+		return err
+	}
+	p.hook = hook
+	return nil
+}
+
+// sidecarOnDeletion is what the sidecar container does at t0, for the timeline.
+func sidecarOnDeletion(spec SidecarSpec) string {
+	switch {
+	case spec.Mesh == mesh.Linkerd && spec.Mode == SidecarNative:
+		return "native sidecar: no preStop, keeps serving until the app has exited (Linkerd has no drain call)"
+	case spec.Mesh == mesh.Linkerd && spec.WaitBeforeExit > 0:
+		return fmt.Sprintf("preStop: sleep %s (proxy-wait-before-exit-seconds), serving meanwhile", fmtD(spec.WaitBeforeExit))
+	case spec.Mesh == mesh.Linkerd:
+		return "SIGTERM: stops accepting in both directions, finishes the requests in hand"
+	case spec.Mode == SidecarNative:
+		return "native sidecar preStop: drain inbound listeners; Envoy stays until the app has exited"
+	case spec.Mode == SidecarExitOnZero:
+		return fmt.Sprintf("SIGTERM: pilot-agent drains inbound listeners, exits on zero connections after %s", fmtD(spec.MinDrainDuration))
+	default:
+		return fmt.Sprintf("SIGTERM: pilot-agent drains inbound listeners, will SIGKILL Envoy at %s", fmtD(spec.TerminationDrainDuration))
+	}
+}
+
+// terminate is the kubelet from t0 until the app and the sidecar have both exited: each
+// container's end is answered as Kubernetes does, and the grace period's SIGKILL ends
+// whatever is left. A hook still running once both have exited is killed and waited for, so
+// that no process of this run outlives it.
+func (p *podRun) terminate(ctx context.Context) error {
+	graceTimer := time.NewTimer(p.sc.scale(p.grace))
+	defer graceTimer.Stop()
+	hookDone, appDone, sideDone := p.hook.done, p.app.Done(), p.side.Done()
+	for !(p.appExited && p.sideExited) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-hookDone:
+			hookDone = nil
+			p.preStopReturned(time.Now())
+		case <-appDone:
+			appDone = nil
+			p.appHasExited()
+		case <-sideDone:
+			sideDone = nil
+			p.sidecarHasExited(time.Now())
+		case <-graceTimer.C:
+			p.gracePeriodOver(time.Now())
+		}
+	}
+	p.podGone(time.Now())
+	if hookDone != nil {
+		p.hook.kill()
+		<-hookDone
+	}
+	return nil
+}
+
+// preStopReturned records how the hook ended and sends the app its SIGTERM: the kubelet
+// signals a container only after its preStop hook returns.
+func (p *podRun) preStopReturned(now time.Time) {
+	if ev := p.hook.event; ev != nil {
+		p.res.Meshdrain = ev
+		p.log(now, "meshdrain", "drain finished: reason=%s after %.2fs, exit %d", ev.Reason, ev.ElapsedPodS, ev.ExitCode)
+	}
+	if p.hook.err != nil {
+		p.res.PreStopError = p.hook.err.Error()
+	}
+	if p.appExited {
+		return // killed at the grace period with the container
+	}
+	p.app.Terminate()
+	p.appStopped = true
+	p.res.AppStopS = p.clock.at(now)
+	p.log(now, "kubelet", "preStop returned: SIGTERM to the app (%s shutdown)", p.sc.AppShutdown)
+}
+
+// appHasExited records the app's exit. A native sidecar (an init container with
+// restartPolicy Always) is terminated only once the regular containers have exited.
+func (p *podRun) appHasExited() {
+	p.appExited = true
+	exitedAt := p.app.ExitedAt()
+	p.res.AppExitS = p.clock.at(exitedAt)
+	p.log(exitedAt, "app", "exited")
+	if p.spec.Mode == SidecarNative && !p.sideExited {
+		p.side.AppExited()
+		p.log(time.Now(), "kubelet", "app exited: SIGTERM to the native sidecar, %s exits", p.proxy)
+	}
+}
+
+// sidecarHasExited records the sidecar's exit. A classic Istio sidecar that exits before the
+// grace period was SIGKILLed by pilot-agent at the end of terminationDrainDuration, and the
+// result says so.
+func (p *podRun) sidecarHasExited(now time.Time) {
+	p.sideExited = true
+	p.res.SidecarExit = p.clock.at(now)
+	switch {
+	case p.spec.Mesh != mesh.Linkerd && p.spec.Mode == SidecarClassic && !p.graceOver:
+		p.res.Killed = true
+		p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("envoy by pilot-agent at %.1fs", p.clock.at(now)))
+		p.log(now, "pilot-agent", "terminationDrainDuration over: SIGKILL to Envoy")
+	case p.spec.Mesh == mesh.Linkerd:
+		p.log(now, p.proxy, "proxy exited (%s)", p.side.ExitReason())
+	default:
+		p.log(now, p.proxy, "Envoy exited (%s)", p.side.ExitReason())
+	}
+}
+
+// gracePeriodOver is the kubelet's SIGKILL to every container still running, the preStop
+// hook's included.
+func (p *podRun) gracePeriodOver(now time.Time) {
+	p.graceOver = true
+	p.res.Killed = true
+	p.log(now, "kubelet", "grace period %s over: SIGKILL", fmtD(p.grace))
+	p.hook.kill()
+	if !p.appExited {
+		p.app.Kill()
+		p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("app by kubelet at %.1fs", p.clock.at(now)))
+	}
+	if !p.sideExited {
+		p.side.Kill()
+		p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("%s by kubelet at %.1fs", p.proxy, p.clock.at(now)))
+	}
+}
+
+// podGone records the end of the last container. An app that never got its SIGTERM (the
+// grace period ended its preStop) stopped serving when it exited.
+func (p *podRun) podGone(now time.Time) {
+	if !p.appStopped && p.res.AppStopS == 0 {
+		p.res.AppStopS = p.res.AppExitS
+	}
+	p.res.PodGoneS = p.clock.at(now)
+	p.log(now, "kubelet", "pod gone")
+}
+
+// collect writes into the result what the clients and the sidecar's access log saw, once
+// every client has stopped, and orders the timeline.
+func (p *podRun) collect() {
+	p.countClientFailures()
+	p.countSidecarErrors()
+	p.log(p.clock.t0.Add(p.sc.scale(lastLag(p.plans))), "clients", "last client stops sending to the pod")
+	p.res.Warnings = timingWarnings(p.res, p.strat, p.spec)
+	sort.SliceStable(p.res.Timeline, func(i, j int) bool { return p.res.Timeline[i].AtS < p.res.Timeline[j].AtS })
+}
+
+// countClientFailures is what the calling applications saw: their requests, their failures
+// after retries, and the requests a retry on another replica saved.
+func (p *podRun) countClientFailures() {
+	tally := p.clients.tally()
+	p.res.Requests = tally.requests
+	p.res.ClientFailures, p.res.FailuresByKind = tally.failures()
+	p.res.Retried = tally.outcomes[outcomeRetriedRefused] + tally.outcomes[outcomeRetried503]
+	if len(tally.failedAt) > 0 {
+		first, last := p.clock.at(tally.failedAt[0]), p.clock.at(tally.failedAt[len(tally.failedAt)-1])
+		p.res.FirstFailureS, p.res.LastFailureS = &first, &last
+		p.log(tally.failedAt[0], "clients", "%d client-visible failures between %.2fs and %.2fs", p.res.ClientFailures, first, last)
+	}
+}
+
+// countSidecarErrors is the pod sidecar's own 5xx, by Envoy response flag: what the
+// server-side access log shows, which is all an operator without client-side data has.
+func (p *podRun) countSidecarErrors() {
+	errs := p.side.Errors()
+	for _, e := range errs {
+		p.res.Sidecar5xx++
+		switch {
+		case containsFlag(e.Flags, "UF"):
+			p.res.SidecarUF++
+		case containsFlag(e.Flags, "UC"):
+			p.res.SidecarUC++
+		}
+	}
+	if len(errs) > 0 {
+		p.log(errs[0].At, p.proxy, "%d sidecar 5xx (UF %d, UC %d) between %.2fs and %.2fs",
+			p.res.Sidecar5xx, p.res.SidecarUF, p.res.SidecarUC, p.clock.at(errs[0].At), p.clock.at(errs[len(errs)-1].At))
+	}
+}
+
+// proxyName is the sidecar container's name in the timeline.
+func proxyName(spec SidecarSpec) string {
+	if spec.Mesh == mesh.Linkerd {
+		return "linkerd-proxy"
+	}
+	return "istio-proxy"
+}
+
+func containsFlag(flags, flag string) bool {
+	for i := 0; i+len(flag) <= len(flags); i++ {
+		if flags[i:i+len(flag)] == flag {
+			return true
+		}
+	}
+	return false
+}
+
+// sleepUntil waits until at, or returns ctx's error.
+func sleepUntil(ctx context.Context, at time.Time) error {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
