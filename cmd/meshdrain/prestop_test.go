@@ -273,7 +273,7 @@ func TestPrestopBadFlags(t *testing.T) {
 	const hold = 300 * time.Millisecond
 	cases := [][]string{
 		{"prestop", "--drain-mode", "soft"},
-		{"prestop", "--grace-period", "5s"},
+		{"prestop", "--grace-period", "3s", "--app-drain", "1s", "--quiet", "5s"}, // the hold is capped by the deadline (1s), above 300ms
 		{"prestop", "--signal", "TERM"},
 		{"prestop", "--pid", "1"},
 		{"prestop", "--signal", "BOGUS", "--pid", "1"},

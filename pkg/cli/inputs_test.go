@@ -59,3 +59,32 @@ func TestPlanInputsNameTheirFlag(t *testing.T) {
 		t.Errorf("plan --grace-period 2h: exit %d, no warning:\n%s%s", code, out, errOut)
 	}
 }
+
+// plan -f -o yaml replaces a preStop that only sleeps without a flag and says so on stderr,
+// and names a comment it drops with the value it described.
+func TestPlanSaysWhatItReplacedAndDropped(t *testing.T) {
+	manifest := `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: orders
+spec:
+  selector:
+    matchLabels: {app: orders}
+  template:
+    metadata:
+      labels: {app: orders}
+    spec:
+      terminationGracePeriodSeconds: 45  # tuned after incident INC-1234
+      containers:
+        - name: orders
+          image: registry.example.com/orders:1.4
+          lifecycle:
+            preStop:
+              exec:
+                command: ["sh", "-c", "sleep 15"]
+`
+	code, out, errOut := runMainStdin(t, manifest, "plan", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "-o", "yaml")
+	if code != ExitOK || !strings.Contains(errOut, "sleep") || !strings.Contains(errOut, "INC-1234") || strings.Contains(out, "sleep 15") {
+		t.Errorf("exit %d\nstderr: %s\nstdout: %s", code, errOut, out)
+	}
+}

@@ -106,11 +106,12 @@ or JSON): its terminationGracePeriodSeconds, containers, ports, annotations and 
 plan then merges into its proxy.istio.io/config and statsInclusionPrefixes (every other key
 is kept), takes the mesh and the sidecar kind from its annotations unless --mesh and
 --sidecar are given (linkerd.io/inject or config.linkerd.io/... mean Linkerd; injection
-asked for on the namespace does not show in the workload: pass --mesh linkerd), and refuses
-to replace a preStop hook that is not meshdrain's without --replace-prestop.
+asked for on the namespace does not show in the workload: pass --mesh linkerd). A preStop
+that only sleeps (sleep N run by exec, directly or by sh -c, or the sleep action) is
+replaced, and plan says so; any other hook not meshdrain's needs --replace-prestop.
 
 -o text (default) the timeline, settings, arithmetic and, with -f, the changes;
--o json the same as one object; -o yaml with -f the changed manifests (comments kept), with
+-o json the same as one object; -o yaml with -f the changed manifests (only the planned lines change), with
 --patch a strategic-merge patch for kubectl patch --type strategic; without -f a patch for
 the container named by --container.`
 
@@ -181,7 +182,7 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&opts.output, "output", "o", opts.output, "output format: text, json or yaml (see above)")
 	f.StringVarP(&opts.file, "filename", "f", "", "the workload's manifest (Deployment, StatefulSet or DaemonSet; - for stdin)")
 	f.StringVar(&opts.workload, "workload", "", "with -f: the workload's NAME or KIND/NAME when the file holds several")
-	f.BoolVar(&opts.patch.ReplacePreStop, "replace-prestop", false, "with -f: replace the app container's existing preStop hook")
+	f.BoolVar(&opts.patch.ReplacePreStop, "replace-prestop", false, "with -f: replace the app container's preStop hook when it does more than sleep (one that only sleeps is replaced without this flag)")
 	f.BoolVar(&opts.asPatch, "patch", false, "with -f -o yaml: print a strategic-merge patch instead of the changed manifests")
 	f.StringVar(&opts.patch.Container, "container", "", "the app container's name (with -f: default the only container; required for -o yaml without -f)")
 	f.StringVar(&opts.patch.Image, "image", opts.patch.Image, "the meshdrain image for the install init container")
@@ -233,6 +234,12 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	case opts.output == outputYAML && workload != nil && !opts.asPatch:
 		if err = edit.Apply(); err == nil {
 			err = manifests.Write(s.out)
+		}
+		// stdout holds only the manifests: what was replaced or dropped goes to stderr.
+		for _, note := range append([]string{edit.ReplacementNote()}, manifests.Notes()...) {
+			if note != "" && err == nil {
+				fmt.Fprintf(s.err, "meshdrain: plan: %s\n", note)
+			}
 		}
 	case opts.output == outputYAML:
 		err = edit.WritePatch(s.out)

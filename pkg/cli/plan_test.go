@@ -123,7 +123,7 @@ func TestPlanFromFile(t *testing.T) {
 		"Changes to Deployment/web (container web)",
 		"terminationGracePeriodSeconds: 30s → 15",
 		"holdApplicationUntilProxyStarts)",
-		"replaces the preStop httpGet :8080/shutdown",
+		"replaces the preStop of container web, httpGet :8080/shutdown (--replace-prestop)",
 		"kubectl exec -n shop deployment/web -c web -- /meshdrain/meshdrain check --port=8080 --grace-period=15s",
 		"current grace period 30s is enough", // read from the manifest
 	} {

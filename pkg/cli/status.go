@@ -8,11 +8,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 	"github.com/meshdrain/meshdrain/pkg/operator/status"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
 
 // sidecarFlags are the flags that say which sidecar and which inbound endpoints to read,
@@ -101,10 +103,12 @@ func newSampler(m mesh.Mesh, adminURL string, opts sidecars.Options) (status.Sam
 }
 
 type statusOptions struct {
-	sidecar  sidecarFlags
-	output   string
-	watch    bool
-	interval time.Duration
+	sidecar       sidecarFlags
+	output        string
+	watch         bool
+	interval      time.Duration
+	clients       bool
+	listenerPorts []int
 }
 
 func newStatusCommand(s streams) *cobra.Command {
@@ -129,6 +133,12 @@ series at all: Linkerd drops idle label sets.
 otherwise (-o json: one JSON object per line; -o yaml: one YAML document per sample). The rate is the counter's change between two
 samples, so the first sample has none.
 
+--clients (on by default) adds the clients of the sidecar's inbound listener (Istio's 15006,
+or --inbound-listener-port), one line per client address, from the socket table of the network
+namespace status runs in: run it in the pod (kubectl exec). Under --watch it shows which
+clients still hold the connections they had when the watch began (they still route here),
+which send, which closed theirs (they applied the endpoint removal), and since when.
+
 --admin must be the loopback (127.0.0.0/8, [::1], localhost) or a unix socket, as prestop's:
 run status in the pod (kubectl exec), or through kubectl port-forward, which listens on your
 loopback. --allow-remote lets it name another host, e.g. a pod IP from a debug pod.
@@ -138,8 +148,8 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
 		Example: `  # Inside the pod, against the Istio sidecar:
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain status
 
-  # Watch one port's request rate while a rollout runs:
-  meshdrain status --port 8080 --watch --interval 500ms
+  # Watch one port's request rate, and which clients still hold on, while a pod drains:
+  kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --port 8080 --watch --interval 500ms
 
   # A Linkerd proxy (found by itself; --mesh linkerd skips the question):
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080
@@ -163,6 +173,8 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text, json or yaml")
 	f.BoolVarP(&o.watch, "watch", "w", false, "refresh every --interval until Ctrl-C")
 	f.DurationVar(&o.interval, "interval", o.interval, "time between two samples with --watch")
+	f.BoolVar(&o.clients, "clients", true, "show the inbound listener's clients from this network namespace's socket table (run status in the pod)")
+	f.IntSliceVar(&o.listenerPorts, "inbound-listener-port", nil, "the sidecar's inbound listener port(s) whose clients to show (default: the listener its stats name, Istio's 15006)")
 	return cmd
 }
 
@@ -186,6 +198,7 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 		Interval:      o.interval,
 		SampleTimeout: o.sidecar.connectTimeout,
 		Terminal:      isTerminal(s.out),
+		Clients:       o.clientWatch(),
 	})
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: err}
@@ -202,4 +215,13 @@ func isTerminal(w any) bool {
 	}
 	info, err := f.Stat()
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// clientWatch is the clients view of an Envoy sidecar (a Linkerd proxy closes connections
+// itself on its drain, so its clients' closes say nothing: docs/decision-rule.md).
+func (o statusOptions) clientWatch() status.ClientWatch {
+	if !o.clients || o.sidecar.mesh == mesh.Linkerd {
+		return nil
+	}
+	return &evidence.Watch{Reader: sockets.NewReader(), Ports: o.listenerPorts}
 }

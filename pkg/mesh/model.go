@@ -74,6 +74,19 @@ type Endpoint struct {
 	// TCPConnectionsTotal is tcp.<prefix>.downstream_cx_total of a TCP proxy port (Istio's
 	// prefix is the inbound cluster's name): connections, Envoy's only unit of a TCP port.
 	TCPConnectionsTotal *float64 `json:"-"`
+
+	// The sidecar's failures on this endpoint. Only status and check ask for them, with their
+	// own filter (envoy.FailuresFilter): the drain's poll never carries them, so they are nil
+	// there. Each upstream counter is the one Envoy counts for the response flag named
+	// (envoyproxy/envoy source/common/conn_pool/conn_pool_base.cc, source/common/router/router.cc).
+	HTTPServerErrorsTotal    *float64 `json:"-"` // http.<prefix>.downstream_rq_5xx: 5xx sent to clients
+	ClusterServerErrorsTotal *float64 `json:"-"` // cluster.<name>.upstream_rq_5xx: 5xx from or for the app
+	ConnectFailuresTotal     *float64 `json:"-"` // cluster.<name>.upstream_cx_connect_fail: UF
+	// ConnectionTerminationsTotal is cluster.<name>.upstream_cx_destroy_remote_with_active_rq:
+	// the app closed a connection with a request on it, UC (HTTP/1.1 upstreams).
+	ConnectionTerminationsTotal *float64 `json:"-"`
+	RequestTimeoutsTotal        *float64 `json:"-"` // cluster.<name>.upstream_rq_timeout: UT
+	RemoteResetsTotal           *float64 `json:"-"` // cluster.<name>.upstream_rq_rx_reset: UR (HTTP/2 upstreams)
 }
 
 // Listener is the inbound listener's connection stats (Istio's virtualInbound on 15006, or a
@@ -101,4 +114,10 @@ type Snapshot struct {
 	// ServerUptime is Envoy's server.uptime gauge, in seconds since Envoy started (all hot
 	// restart epochs). Envoy refreshes it at each stats flush (5 s by default), so it lags.
 	ServerUptime *float64
+	// CompletedServerErrors is istio_requests_total{reporter="destination"} with a 5xx
+	// response_code, summed per response_flags value ("-": Envoy set no flag, the app's own
+	// 5xx), when the sidecar exposes it. Like the endpoints' failure counters, only status and
+	// check ask for it. Istio creates a series at its first request, so no 5xx series is no 5xx
+	// completed since the sidecar started (or no Istio telemetry at all): nil then.
+	CompletedServerErrors map[string]float64
 }

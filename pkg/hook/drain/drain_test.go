@@ -27,8 +27,8 @@ type scriptedSidecar struct {
 	drains []mesh.DrainMode
 	// drainedAt is when each drain call came, in pod time since t0.
 	drainedAt []time.Duration
-	polls  []time.Duration
-	sels   []mesh.Selector
+	polls     []time.Duration
+	sels      []mesh.Selector
 	// drainErr, when set, is what DrainListeners returns.
 	drainErr error
 }

@@ -55,7 +55,7 @@ func TestTableOnTheRealKernel(t *testing.T) {
 		defer func() { (<-accepted).Close() }()
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	table := &Table{Reader: sockets.NewReader(), Ports: []int{port}, Now: time.Now}
+	table := &Table{Reader: sockets.NewReader(), Ports: []int{port}, Now: time.Now, Every: time.Nanosecond}
 	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
 		t.Skipf("the socket table cannot be read here: %v", err)
 	}
@@ -79,5 +79,39 @@ func TestTableOnTheRealKernel(t *testing.T) {
 		if a := netip.MustParseAddr(h); a.String() == "127.0.0.2" {
 			t.Errorf("the client that left is still named holding: %v", counts.Holders)
 		}
+	}
+}
+
+// fakeReader serves scripted reads and counts them.
+type fakeReader struct {
+	reads int
+	socks []sockets.Socket
+}
+
+func (f *fakeReader) Read([]uint16) ([]sockets.Socket, error) { f.reads++; return f.socks, nil }
+
+// The table is read at most every Every; polls in between get the last counts, the ones of
+// the drain's start first.
+func TestTableReadsAtMostEvery(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	r := &fakeReader{socks: []sockets.Socket{{
+		Local:  netip.MustParseAddrPort("10.0.0.1:15006"),
+		Remote: netip.MustParseAddrPort("10.0.0.7:40000"),
+		State:  sockets.Established,
+		Inode:  1,
+	}}}
+	table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }}
+	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ { // 4 polls of 200ms: one second not yet passed
+		now = now.Add(200 * time.Millisecond)
+		if c, _ := table.Counts(context.Background()); c.Holding != 1 || r.reads != 1 {
+			t.Fatalf("poll %d: %+v after %d reads; want the start's counts, no read", i, c, r.reads)
+		}
+	}
+	now = now.Add(200 * time.Millisecond)
+	if _, _ = table.Counts(context.Background()); r.reads != 2 {
+		t.Errorf("after a second: %d reads, want 2", r.reads)
 	}
 }

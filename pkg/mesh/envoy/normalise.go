@@ -128,6 +128,54 @@ func filterAlternatives(sel mesh.Selector) []string {
 	return append(alternatives, `server\.(?:state|uptime)`)
 }
 
+// FailuresFilter returns the /stats filter of the sidecar's failure stats, which status and
+// check ask for in a request of their own: the drain's poll (StatsFilter) stays as small as it
+// is. It selects, for the endpoints sel names, the HTTP connection manager's 5xx counter
+// (downstream_rq_5xx: every 5xx a client got, the app's and the sidecar's own), and the
+// inbound cluster's 5xx counter and the counters Envoy charges for each response flag of a
+// failed attempt to reach the app: upstream_cx_connect_fail (UF),
+// upstream_cx_destroy_remote_with_active_rq (UC over HTTP/1.1), upstream_rq_timeout (UT) and
+// upstream_rq_rx_reset (UR over HTTP/2) (envoyproxy/envoy conn_pool_base.cc onConnectionEvent,
+// router.cc onUpstreamReset, onResponseTimeout, streamResetReasonToResponseFlag). Istio's
+// default inclusion list hides all of them; what it keeps is istio_requests_total, so the
+// filter also selects its destination series with a 5xx response_code, which carry the
+// response flag. Those need ".*": this filter is not one-pass, and need not be (one request
+// per status sample, never on the drain's 200ms poll).
+func FailuresFilter(sel mesh.Selector) string {
+	const (
+		httpFailures    = `\.downstream_rq_5xx`
+		clusterFailures = `\.upstream_(?:rq_(?:5xx|timeout|rx_reset)|cx_(?:connect_fail|destroy_remote_with_active_rq))`
+	)
+	var alternatives []string
+	if len(sel.Clusters) == 0 && len(sel.HTTPPrefixes) == 0 {
+		port := `[0-9]+`
+		if len(sel.Ports) > 0 {
+			ports := make([]string, len(sel.Ports))
+			for i, p := range sel.Ports {
+				ports[i] = strconv.Itoa(p)
+			}
+			port = digitTrie(ports)
+		}
+		alternatives = append(alternatives,
+			`http\.inbound_`+bindAddress+`_`+port+`;?`+httpFailures,
+			`cluster\.inbound\|`+port+`\|\|;?`+clusterFailures,
+			// The series with a 5xx response_code, in both text namings of istio_requests_total
+			// (StatsFilter's completions): the value follows its tag as ".response_code.503."
+			// natively (";.;response_code.=.503;.;" in some builds), "response_code=.=503;.;" in
+			// the stats plugin's.
+			`istiocustom\.istio_requests_total\.reporter\.(?:=\.)?destination[.;].*[.;]response_code\.(?:=\.)?5[0-9][0-9][.;].*`,
+			`(?:wasmcustom\.)?reporter=\.=destination;\.;.*;\.;response_code=\.=5[0-9][0-9];\.;.*;\.;_?istio_requests_total`,
+		)
+	}
+	for _, name := range sel.Clusters {
+		alternatives = append(alternatives, `cluster\.`+regexp.QuoteMeta(name)+`;?`+clusterFailures)
+	}
+	for _, name := range sel.HTTPPrefixes {
+		alternatives = append(alternatives, `http\.`+regexp.QuoteMeta(name)+`;?`+httpFailures)
+	}
+	return "^(?:" + strings.Join(alternatives, "|") + ")$"
+}
+
 // digitTrie writes a set of numbers as a regex in which each digit decides the way on
 // (8080 and 80 become 80(?:80)?), so that a port list keeps the filter one-pass.
 func digitTrie(numbers []string) string {
@@ -166,7 +214,9 @@ func digitTrie(numbers []string) string {
 
 var (
 	// Istio < 1.23 leaves that prefix in the metric name: envoy_http_inbound_0_0_0_0_8080_downstream_rq_total{}.
-	legacyHTTPName = regexp.MustCompile(`^envoy_http_inbound_(.+)_([0-9]+)_(downstream_rq_total|downstream_rq_active|downstream_cx_active)$`)
+	// Its 5xx counter keeps the prefix too, with the class extracted (response_code_class="5xx"):
+	// envoy_http_inbound_0_0_0_0_8080_downstream_rq{response_code_class="5xx"}.
+	legacyHTTPName = regexp.MustCompile(`^envoy_http_inbound_(.+)_([0-9]+)_(downstream_rq_total|downstream_rq_active|downstream_cx_active|downstream_rq|downstream_rq_5xx)$`)
 	// 0.0.0.0_15006, 10.1.2.3_15006, and IPv6 [::]_15006 ([__]_15006 once Envoy has
 	// replaced the colons of stat names).
 	virtualInboundAddress = regexp.MustCompile(`^[0-9a-fA-F._:\[\]]+_` + virtualInboundPort + `$`)
@@ -222,6 +272,12 @@ var (
 	clusterLabels    = []string{"envoy_cluster_name", "cluster_name"}
 	listenerLabels   = []string{"envoy_listener_address", "listener_address"}
 	tcpPrefixLabels  = []string{"envoy_tcp_prefix", "tcp_prefix"}
+	// The response class tag: Envoy's default regex _rq_(\d)xx$ keeps the digit ("5") and
+	// leaves "_xx" in the name (envoy_http_downstream_rq_xx); Istio's _rq(_(\dxx))$ keeps
+	// "5xx" and cuts "_5xx" from it (envoy_http_downstream_rq) (envoyproxy/envoy
+	// source/common/config/well_known_names.cc; istio/istio
+	// tools/packaging/common/envoy_bootstrap.json).
+	responseClassLabels = []string{"envoy_response_code_class", "response_code_class"}
 )
 
 // Normalise builds the inbound model from parsed families. It never invents a zero: a stat
@@ -267,6 +323,7 @@ type normaliser struct {
 	serverState        *float64
 	serverUptime       *float64
 	adminRequestsTotal *float64
+	completedErrors    map[string]float64
 }
 
 func (n *normaliser) family(name string, fam *dto.MetricFamily) {
@@ -283,6 +340,25 @@ func (n *normaliser) family(name string, fam *dto.MetricFamily) {
 		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsActive })
 	case "envoy_cluster_upstream_cx_active":
 		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterConnsActive })
+	// The failure stats, which only FailuresFilter asks for. The class-tagged families also
+	// hold the other classes (and, in Istio's naming, the per-code series of the same stat):
+	// only the 5xx class is read. A bootstrap without the class tag leaves _5xx in the name.
+	case "envoy_http_downstream_rq_xx", "envoy_http_downstream_rq", "envoy_http__downstream_rq":
+		n.httpSeriesWhere(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPServerErrorsTotal }, serverErrorClass)
+	case "envoy_http_downstream_rq_5xx", "envoy_http__downstream_rq_5xx":
+		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPServerErrorsTotal })
+	case "envoy_cluster_upstream_rq_xx", "envoy_cluster_upstream_rq":
+		n.clusterSeriesWhere(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterServerErrorsTotal }, serverErrorClass)
+	case "envoy_cluster_upstream_rq_5xx":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterServerErrorsTotal })
+	case "envoy_cluster_upstream_cx_connect_fail":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ConnectFailuresTotal })
+	case "envoy_cluster_upstream_cx_destroy_remote_with_active_rq":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ConnectionTerminationsTotal })
+	case "envoy_cluster_upstream_rq_timeout":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.RequestTimeoutsTotal })
+	case "envoy_cluster_upstream_rq_rx_reset":
+		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.RemoteResetsTotal })
 	case "envoy_listener_downstream_cx_active":
 		n.listenerSeries(fam, func(l *mesh.Listener) **float64 { return &l.ConnectionsActive })
 	case "envoy_listener_downstream_cx_total":
@@ -308,6 +384,7 @@ func (n *normaliser) family(name string, fam *dto.MetricFamily) {
 		for _, m := range fam.GetMetric() {
 			if label(m, "reporter") == "destination" {
 				n.add(&n.completed, value(m))
+				n.completedError(m)
 			}
 		}
 	case "envoy_server_state", "server_state":
@@ -328,7 +405,15 @@ func (n *normaliser) family(name string, fam *dto.MetricFamily) {
 }
 
 func (n *normaliser) httpSeries(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64) {
+	n.httpSeriesWhere(fam, field, nil)
+}
+
+// httpSeriesWhere is httpSeries for the series keep accepts (all when nil).
+func (n *normaliser) httpSeriesWhere(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) {
 	for _, m := range fam.GetMetric() {
+		if keep != nil && !keep(m) {
+			continue
+		}
 		prefix, labelName := firstLabel(m, httpPrefixLabels)
 		if prefix == "" {
 			continue
@@ -348,21 +433,64 @@ func (n *normaliser) legacyHTTP(fam *dto.MetricFamily, match []string) {
 	n.note(mesh.NamingIstioLegacy, 3)
 	e := n.endpointForPort(port)
 	var field **float64
+	keep := func(*dto.Metric) bool { return true }
 	switch match[3] {
 	case "downstream_rq_total":
 		field = &e.HTTPRequestsTotal
 	case "downstream_rq_active":
 		field = &e.HTTPRequestsActive
+	case "downstream_rq":
+		field, keep = &e.HTTPServerErrorsTotal, serverErrorClass
+	case "downstream_rq_5xx":
+		field = &e.HTTPServerErrorsTotal
 	default:
 		field = &e.HTTPConnectionsActive
 	}
 	for _, m := range fam.GetMetric() {
-		n.add(field, value(m))
+		if keep(m) {
+			n.add(field, value(m))
+		}
 	}
 }
 
+// serverErrorClass keeps the 5xx series of a class-tagged family: "5" in Envoy's default
+// tags, "5xx" in Istio's.
+func serverErrorClass(m *dto.Metric) bool {
+	class, _ := firstLabel(m, responseClassLabels)
+	return class == "5" || class == "5xx"
+}
+
+// completedError adds an istio_requests_total{reporter="destination"} series with a 5xx
+// response_code to the 5xx completions of its response flag.
+func (n *normaliser) completedError(m *dto.Metric) {
+	code := label(m, "response_code")
+	if len(code) != 3 || code[0] != '5' {
+		return
+	}
+	v := value(m)
+	if math.IsNaN(v) {
+		return
+	}
+	flags := label(m, "response_flags")
+	if flags == "" {
+		flags = "-"
+	}
+	if n.completedErrors == nil {
+		n.completedErrors = map[string]float64{}
+	}
+	n.completedErrors[flags] += v
+}
+
 func (n *normaliser) clusterSeries(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64) {
+	n.clusterSeriesWhere(fam, field, nil)
+}
+
+// clusterSeriesWhere is clusterSeries for the series keep accepts (all when nil).
+func (n *normaliser) clusterSeriesWhere(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) {
 	for _, m := range fam.GetMetric() {
+		if keep != nil && !keep(m) {
+			continue
+		}
 		cluster, labelName := firstLabel(m, clusterLabels)
 		if cluster == "" {
 			continue
@@ -483,7 +611,8 @@ func (n *normaliser) note(naming mesh.Naming, evidence int) {
 }
 
 func (n *normaliser) snapshot() mesh.Snapshot {
-	s := mesh.Snapshot{Naming: n.naming, Listener: n.listener, CompletedRequestsTotal: n.completed, ServerState: n.serverState, ServerUptime: n.serverUptime, AdminRequestsTotal: n.adminRequestsTotal}
+	s := mesh.Snapshot{Naming: n.naming, Listener: n.listener, CompletedRequestsTotal: n.completed, ServerState: n.serverState, ServerUptime: n.serverUptime,
+		AdminRequestsTotal: n.adminRequestsTotal, CompletedServerErrors: n.completedErrors}
 	if s.Naming == mesh.NamingUnknown && n.completed != nil {
 		s.Naming = mesh.NamingIstio
 	}

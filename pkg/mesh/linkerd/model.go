@@ -113,6 +113,14 @@ type Endpoint struct {
 	ConnectionsOpen   *float64
 	ConnectionsOpened *float64
 	ConnectionsClosed *float64
+	// ServerErrorsTotal counts the responses with a 5xx status_code in response_total (probes
+	// excluded unless selected): the app's own, and the 502 or 504 the proxy answers for an app
+	// it could not reach, which it records like any response (FIDELITY.md §3). Only status and
+	// check read it. Nil when no such series: none since the proxy started, or none in the last
+	// 10 minutes.
+	ServerErrorsTotal *float64
+	// ServerErrorsByCode splits ServerErrorsTotal by status code.
+	ServerErrorsByCode map[int]float64
 }
 
 // InFlight estimates the requests in flight as requests started minus responses ended,

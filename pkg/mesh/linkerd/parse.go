@@ -54,6 +54,7 @@ func Normalise(families map[string]*dto.MetricFamily, sel Selector) Snapshot {
 	}
 	n.requests(families[FamilyRequests], func(e *Endpoint) **float64 { return &e.RequestsTotal }, true)
 	n.requests(families[FamilyResponses], func(e *Endpoint) **float64 { return &e.ResponsesTotal }, false)
+	n.serverErrors(families[FamilyResponses])
 	n.transport(families[FamilyTCPOpen], func(e *Endpoint) **float64 { return &e.ConnectionsOpen })
 	n.transport(families[FamilyTCPOpened], func(e *Endpoint) **float64 { return &e.ConnectionsOpened })
 	n.transport(families[FamilyTCPClosed], func(e *Endpoint) **float64 { return &e.ConnectionsClosed })
@@ -106,6 +107,48 @@ func (n *normaliser) requests(fam *dto.MetricFamily, field func(*Endpoint) **flo
 			}
 			n.counted[e] = true
 		}
+	}
+}
+
+// serverErrors adds the response_total series with a 5xx status_code to their endpoint's
+// ServerErrorsTotal and ServerErrorsByCode. The classification label would also count gRPC
+// failures and streams that ended in an error (linkerd2-proxy linkerd/app/core/src/classify.rs):
+// only an HTTP 5xx is what a client was answered with.
+func (n *normaliser) serverErrors(fam *dto.MetricFamily) {
+	for _, m := range fam.GetMetric() {
+		if label(m, "direction") != "inbound" {
+			continue
+		}
+		code, err := strconv.Atoi(label(m, "status_code"))
+		if err != nil || code < 500 || code > 599 {
+			continue
+		}
+		if label(m, "route_name") == "probe" && !n.sel.IncludeProbes {
+			continue
+		}
+		// As target, without counting a portless series as unattributed twice: requests did.
+		var e *Endpoint
+		port, scheme := portOf(m)
+		switch {
+		case scheme == SchemeNone && len(n.sel.Ports) == 0:
+			if n.unport == nil {
+				n.unport = &Endpoint{}
+			}
+			e = n.unport
+		case scheme != SchemeNone && n.selected(port):
+			e = n.endpoint(port)
+		default:
+			continue
+		}
+		v := value(m)
+		if math.IsNaN(v) {
+			continue
+		}
+		mesh.AddTo(&e.ServerErrorsTotal, v)
+		if e.ServerErrorsByCode == nil {
+			e.ServerErrorsByCode = map[int]float64{}
+		}
+		e.ServerErrorsByCode[code] += v
 	}
 }
 

@@ -134,7 +134,8 @@ func TestReadWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"sidecar.istio.io/statsInclusionPrefixes: cluster.outbound|,http.inbound_,cluster.inbound|,listener.0.0.0.0_15006",
+		// The merged value keeps the quotes it had.
+		`sidecar.istio.io/statsInclusionPrefixes: "cluster.outbound|,http.inbound_,cluster.inbound|,listener.0.0.0.0_15006"`,
 		"holdApplicationUntilProxyStarts: true\n          drainDuration: 60s\n          terminationDrainDuration: 15s",
 		"kind: Service", "name: db", "terminationGracePeriodSeconds: 15",
 	} {

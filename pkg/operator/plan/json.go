@@ -169,8 +169,8 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 			ew.printf("    %s\n", l)
 		}
 	}
-	if e.Replaced != "" {
-		ew.printf("  - replaces the preStop %s: make sure the app does on SIGTERM what it did\n", e.Replaced)
+	if note := e.ReplacementNote(); note != "" {
+		ew.printf("  - %s\n", note)
 	}
 	ew.printf("\nOnce rolled out, check a pod (exit 0 when prestop will find its signal and the timing holds):\n\n")
 	ns := ""

@@ -26,16 +26,25 @@ const DefaultGracePeriod = drain.DefaultGracePeriod
 // that lists one (custom injection) still has a single app container.
 var sidecarContainers = []string{"istio-proxy", "linkerd-proxy", "consul-dataplane", "envoy-sidecar"}
 
-// Manifests is the user's YAML stream (one or more documents), kept as node trees so that
-// what plan writes back differs from it only where the plan says.
+// Manifests is the user's YAML stream (one or more documents): its bytes, each document's
+// node tree as read, and a copy that the plan changes. What Write prints differs from the
+// bytes only on the lines of the fields the plan sets.
 type Manifests struct {
-	docs []*yaml.Node
+	src  *source
+	orig []*yaml.Node // as read: the positions of what Write splices
+	docs []*yaml.Node // what the plan changes
+	// notes are what the last Write said about the comments it dropped.
+	notes []string
 }
 
 // ReadManifests parses a YAML (or JSON) stream of Kubernetes objects.
 func ReadManifests(r io.Reader) (*Manifests, error) {
-	dec := yaml.NewDecoder(r)
-	m := &Manifests{}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read manifests: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	m := &Manifests{src: newSource(data)}
 	for {
 		var doc yaml.Node
 		err := dec.Decode(&doc)
@@ -45,13 +54,14 @@ func ReadManifests(r io.Reader) (*Manifests, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read manifests: document %d: %w", len(m.docs)+1, err)
 		}
-		if len(doc.Content) == 0 {
-			continue
+		if len(doc.Content) == 0 || doc.Content[0].ShortTag() == "!!null" {
+			continue // an empty document, as between two `---`
 		}
 		if root := resolve(doc.Content[0]); root.Kind != yaml.MappingNode {
 			return nil, fmt.Errorf("read manifests: document %d is not a Kubernetes object (a YAML mapping)", len(m.docs)+1)
 		}
-		m.docs = append(m.docs, &doc)
+		m.orig = append(m.orig, &doc)
+		m.docs = append(m.docs, copyTree(&doc))
 	}
 	if len(m.docs) == 0 {
 		return nil, errors.New("read manifests: no document")
@@ -59,18 +69,36 @@ func ReadManifests(r io.Reader) (*Manifests, error) {
 	return m, nil
 }
 
-// Write prints every document, the changed workload included, as YAML.
+// Write prints the manifests as read, with the plan's changes spliced in: a document the
+// plan does not change, and every line of a changed one outside the planned fields, is
+// written byte for byte. A planned field that exists is rewritten on its own lines; a new
+// one is added after its siblings, indented as they are. A comment on a rewritten line is
+// dropped (it was about the old value) and named in Notes.
 func (m *Manifests) Write(w io.Writer) error {
-	enc := yaml.NewEncoder(w)
-	enc.SetIndent(2)
-	enc.CompactSeqIndent()
-	for _, doc := range m.docs {
-		if err := enc.Encode(doc); err != nil {
-			return err
+	var edits []splice
+	m.notes = nil
+	for i, orig := range m.orig {
+		before, after := orig.Content[0], m.docs[i].Content[0]
+		sp := &splicer{d: m.src.layout(before), r: &renderer{blockStyle: detectStyle(before)}}
+		sp.id = scalar(lookup(before, "kind")) + "/" + scalar(path(before, "metadata", "name"))
+		sp.diff("", before, after, slot{})
+		if sp.r.err != nil {
+			return sp.r.err
 		}
+		edits = append(edits, sp.edits...)
+		m.notes = append(m.notes, sp.notes...)
 	}
-	return enc.Close()
+	out, err := m.src.apply(edits)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(out)
+	return err
 }
+
+// Notes are what the last Write dropped: comments on the lines it rewrote, one sentence each,
+// for the operator (stderr), since the output itself must hold only the manifests.
+func (m *Manifests) Notes() []string { return append([]string(nil), m.notes...) }
 
 // Workload is the pod template of one Deployment, StatefulSet or DaemonSet, and the app
 // container chosen in it.
@@ -91,6 +119,10 @@ type Workload struct {
 	PreStop string
 	// PreStopIsMeshdrain is true when that hook already runs meshdrain prestop.
 	PreStopIsMeshdrain bool
+	// PreStopOnlySleeps is true when that hook does nothing but sleep, for PreStopSleep:
+	// meshdrain's wait does what it did, so plan replaces it without --replace-prestop.
+	PreStopOnlySleeps bool
+	PreStopSleep      time.Duration
 
 	obj, template, podSpec, container *yaml.Node
 }
@@ -182,6 +214,7 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 		}
 	}
 	w.PreStop, w.PreStopIsMeshdrain = describePreStop(path(w.container, "lifecycle", "preStop"))
+	w.PreStopSleep, w.PreStopOnlySleeps = preStopSleep(path(w.container, "lifecycle", "preStop"))
 	return w, nil
 }
 
@@ -365,6 +398,23 @@ type Edit struct {
 	Changes []string
 	// Replaced describes the preStop the edit replaces, "" when none.
 	Replaced string
+	// ReplacedOnlySlept is true when that preStop only slept (Workload.PreStopOnlySleeps):
+	// replaced without --replace-prestop, and the app has nothing to take over from it.
+	ReplacedOnlySlept bool
+}
+
+// ReplacementNote tells the operator which preStop the edit replaces and what that means
+// for the app; "" when it replaces none.
+func (e *Edit) ReplacementNote() string {
+	switch {
+	case e.Replaced == "":
+		return ""
+	case e.ReplacedOnlySlept:
+		return fmt.Sprintf("replaces the preStop of container %s, %s, which only slept %s: meshdrain waits instead, for as long as clients still send",
+			e.opts.Container, e.Replaced, fmtD(e.workload.PreStopSleep))
+	}
+	return fmt.Sprintf("replaces the preStop of container %s, %s (--replace-prestop): the app must now do on SIGTERM what that hook did",
+		e.opts.Container, e.Replaced)
 }
 
 // NewEdit derives the changes that apply p to w (nil: no manifest was read, the patch
@@ -443,11 +493,11 @@ func (e *Edit) checkConflicts() error {
 	if w.PreStop == "" || w.PreStopIsMeshdrain {
 		return nil
 	}
-	if !e.opts.ReplacePreStop {
-		return fmt.Errorf("container %s of %s already has a preStop hook (%s); meshdrain's preStop would replace it: "+
-			"pass --replace-prestop once the app does on SIGTERM what that hook did (a sleep is what meshdrain replaces)", w.Container, id, w.PreStop)
+	if !w.PreStopOnlySleeps && !e.opts.ReplacePreStop {
+		return fmt.Errorf("container %s of %s already has a preStop hook that does more than sleep (%s), and meshdrain's preStop "+
+			"takes its place: pass --replace-prestop once the app does on SIGTERM what that hook did", w.Container, id, w.PreStop)
 	}
-	e.Replaced = w.PreStop
+	e.Replaced, e.ReplacedOnlySlept = w.PreStop, w.PreStopOnlySleeps
 	for i := 0; i+1 < len(path(w.container, "lifecycle", "preStop").Content); i += 2 {
 		if h := path(w.container, "lifecycle", "preStop").Content[i].Value; h != "exec" {
 			e.removeHandlers = append(e.removeHandlers, h)
@@ -567,11 +617,21 @@ func (e *Edit) mergeProxyConfig() (value, change string, err error) {
 		set = append(set, strings.Join(s.path, ".")+" "+s.value)
 	}
 	if isYAML {
-		data, err := yaml.Marshal(cfg)
-		if err != nil {
+		// In the annotation's own indentation, so that its lines the plan does not set stay.
+		var buf bytes.Buffer
+		enc := yaml.NewEncoder(&buf)
+		st := detectStyle(cfg)
+		enc.SetIndent(min(max(st.mapIndent, 2), 9))
+		if st.seqIndent < st.mapIndent {
+			enc.CompactSeqIndent()
+		}
+		if err := enc.Encode(cfg); err != nil {
 			return "", "", err
 		}
-		value = string(data)
+		if err := enc.Close(); err != nil {
+			return "", "", err
+		}
+		value = buf.String()
 	} else if value, err = jsonOf(cfg); err != nil {
 		return "", "", err
 	}
@@ -582,7 +642,8 @@ func (e *Edit) mergeProxyConfig() (value, change string, err error) {
 	return value, change, nil
 }
 
-// Apply changes the workload's node tree; Manifests.Write then prints it.
+// Apply changes the workload's node tree; Manifests.Write then prints the manifests with
+// these changes spliced in.
 func (e *Edit) Apply() error {
 	w := e.workload
 	if w == nil {
@@ -646,8 +707,8 @@ func (e *Edit) WritePatch(w io.Writer) error {
 	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.sidecarName(), fmtD(p.Input.P99), lag, fmtD(p.AppDrain))
 	ew.printf("# Apply with: kubectl patch %s %s%s --type strategic --patch-file FILE\n", kind, name, ns)
 	ew.printf("# grace %s = meshdrain deadline %s + app-drain %s + %s.\n", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
-	if e.Replaced != "" {
-		ew.printf("# Replaces the preStop of container %s: %s (--replace-prestop).\n", e.opts.Container, e.Replaced)
+	if note := e.ReplacementNote(); note != "" {
+		ew.printf("# %s.\n", strings.ToUpper(note[:1])+note[1:])
 	}
 	if ew.err != nil {
 		return ew.err

@@ -83,11 +83,12 @@ func path(m *yaml.Node, keys ...string) *yaml.Node {
 	return m
 }
 
-// setKey sets key in mapping m to v, in place when the key exists (its comments stay).
+// setKey sets key in mapping m to v, in place when the key exists. The old value's comments
+// do not move to v: Manifests.Write keeps each comment on its line, or names it as dropped
+// when plan rewrites that line.
 func setKey(m *yaml.Node, key string, v *yaml.Node) {
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
-			v.LineComment = m.Content[i+1].LineComment
 			m.Content[i+1] = v
 			return
 		}
@@ -151,6 +152,62 @@ func upsert(seq *yaml.Node, key string, item *yaml.Node) (added bool) {
 	}
 	seq.Content[i] = item
 	return false
+}
+
+// copyTree copies a node tree deeply, aliases pointing into the copy.
+func copyTree(n *yaml.Node) *yaml.Node {
+	copies := map[*yaml.Node]*yaml.Node{}
+	var cp func(*yaml.Node) *yaml.Node
+	cp = func(n *yaml.Node) *yaml.Node {
+		c := *n
+		copies[n] = &c
+		c.Content = make([]*yaml.Node, len(n.Content))
+		for i, child := range n.Content {
+			c.Content[i] = cp(child)
+		}
+		return &c
+	}
+	root := cp(n)
+	for orig, c := range copies {
+		if target, ok := copies[orig.Alias]; ok {
+			c.Alias = target
+		}
+	}
+	return root
+}
+
+// equalNode compares what two trees say, not how: styles, comments, positions and the order
+// of a mapping's keys do not count.
+func equalNode(a, b *yaml.Node) bool {
+	if a.Kind != b.Kind || len(a.Content) != len(b.Content) {
+		return false
+	}
+	switch a.Kind {
+	case yaml.ScalarNode:
+		return a.ShortTag() == b.ShortTag() && a.Value == b.Value
+	case yaml.AliasNode:
+		return a.Value == b.Value
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(a.Content); i += 2 {
+			j := -1
+			for k := 0; k+1 < len(b.Content); k += 2 {
+				if b.Content[k].Value == a.Content[i].Value {
+					j = k
+					break
+				}
+			}
+			if j < 0 || !equalNode(a.Content[i+1], b.Content[j+1]) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range a.Content {
+		if !equalNode(a.Content[i], b.Content[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // items are a sequence's elements; none when n is not a sequence.

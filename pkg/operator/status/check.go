@@ -70,7 +70,11 @@ type CheckOptions struct {
 	ProxyWaitBeforeExit time.Duration
 	Output              string
 	Timeout             time.Duration // bounds the admin calls; default 2s
-	Clock               clock.Clock
+	// FailureWindow is how far apart the two samples are that tell whether the sidecar answers
+	// 5xx now (default DefaultFailureWindow). The second is taken only when the first shows
+	// some 5xx since the sidecar started.
+	FailureWindow time.Duration
+	Clock         clock.Clock
 }
 
 // Check outcomes.
@@ -180,9 +184,36 @@ func Evaluate(ctx context.Context, sc Sampler, o CheckOptions) CheckResult {
 		}
 		res.Checks = append(res.Checks, signalItems(r, o.MinSignal)...)
 	}
+	if res.Status != nil {
+		if it, ok := failuresCheck(ctx, sc, o, timeout, *res.Status); ok {
+			res.Checks = append(res.Checks, it)
+		}
+	}
 	res.Checks = append(res.Checks, timingItems(res.Status, o)...)
 	res.OK = len(res.Problems()) == 0
 	return res
+}
+
+// failuresCheck samples the sidecar a second time, FailureWindow after first, when first
+// shows 5xx since the sidecar started, and judges whether it answers them now.
+func failuresCheck(ctx context.Context, sc Sampler, o CheckOptions, timeout time.Duration, first Report) (Item, bool) {
+	window := o.FailureWindow
+	if window <= 0 {
+		window = DefaultFailureWindow
+	}
+	if !first.failuresSeen() {
+		return serverErrorsItem(first, nil, nil, window)
+	}
+	if !wait(ctx, o.Clock, window) {
+		return serverErrorsItem(first, nil, ctx.Err(), window)
+	}
+	sampleCtx, cancel := context.WithTimeout(ctx, timeout)
+	second, err := sc.Sample(sampleCtx, o.AdminURL, o.Selector, o.Clock.Now())
+	cancel()
+	if err != nil {
+		return serverErrorsItem(first, nil, err, window)
+	}
+	return serverErrorsItem(first, &second, nil, window)
 }
 
 // adminErrorItem says why the sidecar could not be read, and what to do about it.

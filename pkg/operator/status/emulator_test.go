@@ -242,8 +242,8 @@ func TestCheckAgainstEmulator(t *testing.T) {
 func TestCheckAgainstEmulatorPorts(t *testing.T) {
 	e := startEmulated(t, envoysim.Config{}, 8080, 9090)
 	res := Evaluate(context.Background(), Envoy(e.client), CheckOptions{AdminURL: e.sim.AdminURL(), Selector: mesh.Selector{Ports: []int{8080, 9090}}})
-	if !res.OK || len(res.Checks) != 5 {
-		t.Errorf("two good ports: want ok with admin, state, listeners and one signal item per port, got %+v", res.Checks)
+	if !res.OK || len(res.Checks) != 6 || res.Checks[5].Name != "server-errors" || res.Checks[5].Status != Pass {
+		t.Errorf("two good ports: want ok with admin, state, listeners, one signal item per port and no 5xx, got %+v", res.Checks)
 	}
 	res = Evaluate(context.Background(), Envoy(e.client), CheckOptions{AdminURL: e.sim.AdminURL(), Selector: mesh.Selector{Ports: []int{8080, 7070}}})
 	it := res.Problems()

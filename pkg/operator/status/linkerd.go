@@ -85,6 +85,8 @@ func GatherLinkerd(ctx context.Context, admin LinkerdAdmin, adminURL string, sel
 			ConnectionsActive:  e.ConnectionsOpen,
 			ResponsesTotal:     e.ResponsesTotal,
 			ProbeRequestsTotal: e.ProbeRequestsTotal,
+			ServerErrorsTotal:  linkerdServerErrors(e),
+			ServerErrorsByCode: linkerdCodes(e.ServerErrorsByCode),
 		})
 		if e.Port != nil && len(sel.Ports) > 0 && raw.Silent() {
 			r.SilentPorts = append(r.SilentPorts, *e.Port)
@@ -94,7 +96,28 @@ func GatherLinkerd(ctx context.Context, admin LinkerdAdmin, adminURL string, sel
 		_, r.InboundPorts = admin.SilentPorts(ctx, snap)
 	}
 	r.Hints = append(r.Hints, linkerdHints(r)...)
+	r.Hints = append(r.Hints, failureHints(r)...)
 	return r, nil
+}
+
+// linkerdServerErrors is a port's 5xx count: with its responses counted and no 5xx series
+// among them, none; without responses, unknown.
+func linkerdServerErrors(e linkerd.Endpoint) *float64 {
+	if e.ServerErrorsTotal == nil && e.ResponsesTotal != nil {
+		return new(float64)
+	}
+	return e.ServerErrorsTotal
+}
+
+func linkerdCodes(codes map[int]float64) map[string]float64 {
+	if len(codes) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(codes))
+	for code, v := range codes {
+		out[fmt.Sprint(code)] = v
+	}
+	return out
 }
 
 // probesOnly reports a port that only the kubelet's probes reached lately: the port is the

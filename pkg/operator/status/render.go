@@ -50,13 +50,14 @@ func WriteText(w io.Writer, r Report) error {
 	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tACTIVE\tCONNECTIONS")
+	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tACTIVE\tCONNECTIONS\t5XX\t5XX/s\tFAILURES*")
 	if len(r.Inbound) == 0 {
-		fmt.Fprintln(tw, "-\t(no inbound endpoint found)\t-\t-\t-\t-\t-")
+		fmt.Fprintln(tw, "-\t(no inbound endpoint found)\t-\t-\t-\t-\t-\t-\t-\t-")
 	}
 	for _, p := range r.Inbound {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal,
-			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal,
+			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive),
+			num(p.ServerErrorsTotal), rate(p.ServerErrorsRate), failuresText(p.Failures))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -68,6 +69,17 @@ func WriteText(w io.Writer, r Report) error {
 	if r.CompletedRequestsTotal != nil {
 		fmt.Fprintf(&b, "completed requests (istio_requests_total, reporter=destination): %s\n", num(r.CompletedRequestsTotal))
 	}
+	if r.CompletedServerErrorsTotal != nil {
+		perSecond := ""
+		if r.CompletedServerErrorsRate != nil {
+			perSecond = " (" + rate(r.CompletedServerErrorsRate) + "/s)"
+		}
+		fmt.Fprintf(&b, "completed with a 5xx (istio_requests_total, reporter=destination, every port): %s%s, by response flag: %s\n",
+			num(r.CompletedServerErrorsTotal), perSecond, failuresText(r.CompletedServerErrors))
+	}
+	writeClients(&b, r)
+	b.WriteString("\n* the sidecar's own failures to reach the app, by the response flag it answered with: UF connect failed,\n" +
+		"  UC the app closed the connection under a request, UT route timeout, UR the app reset the stream\n")
 	for _, h := range r.Hints {
 		fmt.Fprintf(&b, "\nhint: %s\n", h)
 	}
@@ -84,10 +96,13 @@ func WriteLine(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, " listeners_stopped=%s", num(lm.Stopped))
 	}
 	for _, p := range r.Inbound {
-		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s", portText(p.Port), p.Name,
-			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive))
+		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s 5xx=%s 5xx_rate=%s", portText(p.Port), p.Name,
+			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive),
+			num(p.ServerErrorsTotal), rate(p.ServerErrorsRate))
 		if r.Mesh == mesh.Linkerd {
-			fmt.Fprintf(&b, " responses=%s probes=%s", num(p.ResponsesTotal), num(p.ProbeRequestsTotal))
+			fmt.Fprintf(&b, " responses=%s probes=%s 5xx_codes=%s", num(p.ResponsesTotal), num(p.ProbeRequestsTotal), lineList(codesText(p.ServerErrorsByCode)))
+		} else {
+			fmt.Fprintf(&b, " failures=%s", lineList(failuresText(p.Failures)))
 		}
 	}
 	if r.Listener != nil {
@@ -95,6 +110,10 @@ func WriteLine(w io.Writer, r Report) error {
 	}
 	if r.CompletedRequestsTotal != nil {
 		fmt.Fprintf(&b, " | completed=%s", num(r.CompletedRequestsTotal))
+	}
+	if r.CompletedServerErrorsTotal != nil {
+		fmt.Fprintf(&b, " | completed_5xx=%s completed_5xx_rate=%s completed_5xx_flags=%s", num(r.CompletedServerErrorsTotal),
+			rate(r.CompletedServerErrorsRate), lineList(failuresText(r.CompletedServerErrors)))
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
@@ -110,13 +129,14 @@ func writeLinkerdText(w io.Writer, r Report) error {
 	fmt.Fprintf(&b, "naming:  %s (mesh: %s, port labels: %s)\n", r.Naming, r.Mesh, orDash(r.LabelScheme))
 	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tIN FLIGHT*\tRESPONSES\tCONNECTIONS\tPROBES")
+	fmt.Fprintln(tw, "PORT\tNAME\tSIGNAL\tREQUESTS\tRATE/s\tIN FLIGHT*\tRESPONSES\tCONNECTIONS\tPROBES\t5XX\t5XX/s\t5XX CODES")
 	if len(r.Inbound) == 0 {
-		fmt.Fprintln(tw, "-\t(no app port has series)\t-\t-\t-\t-\t-\t-\t-")
+		fmt.Fprintln(tw, "-\t(no app port has series)\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-")
 	}
 	for _, p := range r.Inbound {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal, num(p.RequestsTotal), rate(p.RequestsRate),
-			num(p.RequestsActive), num(p.ResponsesTotal), num(p.ConnectionsActive), num(p.ProbeRequestsTotal))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portText(p.Port), p.Name, p.Signal, num(p.RequestsTotal), rate(p.RequestsRate),
+			num(p.RequestsActive), num(p.ResponsesTotal), num(p.ConnectionsActive), num(p.ProbeRequestsTotal),
+			num(p.ServerErrorsTotal), rate(p.ServerErrorsRate), codesText(p.ServerErrorsByCode))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -132,6 +152,11 @@ func writeLinkerdText(w io.Writer, r Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// lineList makes a cell's list one token of a greppable line: "UF 12, UC 1" → "UF:12,UC:1".
+func lineList(cell string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(cell, ", ", ","), " ", ":")
 }
 
 // WriteJSON writes v as one JSON object on one line, so --watch -o json is JSON Lines.

@@ -65,6 +65,14 @@ type Report struct {
 	Listener *mesh.Listener `json:"listener"`
 	// CompletedRequestsTotal is istio_requests_total{reporter="destination"} over every series.
 	CompletedRequestsTotal *float64 `json:"completed_requests_total"`
+	// CompletedServerErrors is istio_requests_total{reporter="destination"} with a 5xx
+	// response_code per response flag ("-": Envoy set none, the app answered the 5xx itself),
+	// when the sidecar has such series: the one failure count Istio's default stats keep. It
+	// cannot be tied to a port. CompletedServerErrorsTotal sums it; its rate is
+	// CompletedServerErrorsRate (--watch).
+	CompletedServerErrors      map[string]float64 `json:"completed_server_errors,omitempty"`
+	CompletedServerErrorsTotal *float64           `json:"completed_server_errors_total,omitempty"`
+	CompletedServerErrorsRate  *float64           `json:"completed_server_errors_rate,omitempty"`
 	// ListenerManager is Envoy's listener_manager counts: a drained sidecar has stopped
 	// listeners while its server state is still LIVE.
 	ListenerManager *ListenerManager `json:"listener_manager"`
@@ -82,6 +90,10 @@ type Report struct {
 	Hints       []string `json:"hints"`
 	// SampledAt is when the sample was taken, on the injected clock: rates divide by it.
 	SampledAt time.Time `json:"sampled_at"`
+	// Clients are the inbound listener's clients (Options.Clients), or ClientsError why they
+	// could not be read.
+	Clients      []Client `json:"clients,omitempty"`
+	ClientsError string   `json:"clients_error,omitempty"`
 
 	// generic records that --cluster/--http-prefix were given, for the hints and the check.
 	generic bool
@@ -128,6 +140,21 @@ type Port struct {
 	// which RequestsTotal leaves out.
 	ResponsesTotal     *float64 `json:"responses_total,omitempty"`
 	ProbeRequestsTotal *float64 `json:"probe_requests_total,omitempty"`
+	// ServerErrorsTotal counts the 5xx responses this endpoint's clients got, the app's own and
+	// those the sidecar answered for an app it could not reach: Envoy's
+	// http.<prefix>.downstream_rq_5xx (the inbound cluster's upstream_rq_5xx when the HTTP
+	// stats are hidden), Linkerd's response_total with a 5xx status_code.
+	ServerErrorsTotal *float64 `json:"server_errors_total"`
+	// ServerErrorsRate is its change per second since the previous sample (--watch).
+	ServerErrorsRate *float64 `json:"server_errors_rate"`
+	// Failures are an Envoy sidecar's own failures to reach the app, keyed by the response flag
+	// they are answered with (FlagUF, FlagUC, FlagUT, FlagUR); only the counters the sidecar
+	// exposes are listed.
+	Failures map[string]float64 `json:"failures,omitempty"`
+	// ServerErrorsByCode splits a Linkerd proxy's ServerErrorsTotal by status code. The proxy
+	// answers 502 itself for an app that refused or reset the connection and 504 for a connect
+	// timeout, counted like the app's own answers: the codes are all it tells.
+	ServerErrorsByCode map[string]float64 `json:"server_errors_by_code,omitempty"`
 }
 
 // key identifies the endpoint across two samples, for the rate.
@@ -236,6 +263,7 @@ func Gather(ctx context.Context, admin Admin, adminURL string, sel mesh.Selector
 
 	r.Mesh = detectMesh(ctx, admin, snap)
 	r.ListenerManager = listenerManager(ctx, admin)
+	addEnvoyFailures(ctx, admin, sel, &r)
 	if len(sel.Ports) > 0 && !r.generic {
 		missing := portsWithoutStats(snap)
 		if len(missing) > 0 || r.Signal.Rank() > mesh.SignalClusterRequests.Rank() {
@@ -256,6 +284,7 @@ func Gather(ctx context.Context, admin Admin, adminURL string, sel mesh.Selector
 		}
 	}
 	r.Hints = append(r.Hints, hints(r)...)
+	r.Hints = append(r.Hints, failureHints(r)...)
 	return r, nil
 }
 
@@ -461,14 +490,19 @@ func withRates(prev *Report, cur Report) Report {
 		before[p.key()] = p.RequestsTotal
 	}
 	for i, p := range cur.Inbound {
-		old := before[p.key()]
-		if old == nil || p.RequestsTotal == nil || *p.RequestsTotal < *old {
-			continue
-		}
-		rate := (*p.RequestsTotal - *old) / elapsed
-		cur.Inbound[i].RequestsRate = &rate
+		cur.Inbound[i].RequestsRate = counterRate(before[p.key()], p.RequestsTotal, elapsed)
 	}
-	return cur
+	return withFailureRates(prev, cur, elapsed)
+}
+
+// counterRate is a counter's change per second; nil when either reading is unknown or the
+// counter went down (a restarted sidecar).
+func counterRate(before, after *float64, elapsed float64) *float64 {
+	if before == nil || after == nil || *after < *before {
+		return nil
+	}
+	rate := (*after - *before) / elapsed
+	return &rate
 }
 
 // IsUnreachable reports whether err means no sidecar answered at all.

@@ -9,6 +9,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
 
 // Options configure one status run.
@@ -29,6 +30,14 @@ type Options struct {
 	// Samples stops a watch after this many samples (0: until ctx ends).
 	Samples int
 	Clock   clock.Clock
+	// Clients, when set, adds the clients of the inbound listener to each sample, from the
+	// socket table of the network namespace status runs in (the pod's, under kubectl exec).
+	Clients ClientWatch
+}
+
+// ClientWatch follows the inbound listener's clients (evidence.Watch in the pod).
+type ClientWatch interface {
+	Clients(now time.Time, listener *mesh.Listener) ([]sockets.Client, error)
 }
 
 // clearScreen moves the cursor home and clears the terminal, as watch(1) does between frames.
@@ -92,7 +101,12 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 func sample(ctx context.Context, sc Sampler, o Options) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.SampleTimeout)
 	defer cancel()
-	return sc.Sample(ctx, o.AdminURL, o.Selector, o.Clock.Now())
+	r, err := sc.Sample(ctx, o.AdminURL, o.Selector, o.Clock.Now())
+	// A Linkerd proxy closes connections itself on its drain: its clients' closes say nothing.
+	if err == nil && o.Clients != nil && r.Mesh != mesh.Linkerd {
+		withClients(&r, o.Clients, o.Clock.Now())
+	}
+	return r, err
 }
 
 func write(out io.Writer, r Report, o Options) error {

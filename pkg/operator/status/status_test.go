@@ -271,8 +271,9 @@ func TestTextShowsUnknownAsDash(t *testing.T) {
 			row = line
 		}
 	}
-	if fields := strings.Fields(row); len(fields) != 7 || fields[3] != "0" || fields[4] != "-" || fields[6] != "-" {
-		t.Errorf("row %q: want requests 0, rate -, connections -", row)
+	if fields := strings.Fields(row); len(fields) != 10 || fields[3] != "0" || fields[4] != "-" || fields[6] != "-" ||
+		fields[7] != "-" || fields[8] != "-" || fields[9] != "-" {
+		t.Errorf("row %q: want requests 0, rate -, connections -, 5xx -, 5xx rate -, failures -", row)
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -135,6 +137,69 @@ func TestMeshdrainClientAgainstEmulator(t *testing.T) {
 				t.Error("admin answered after Envoy exited")
 			} else if !envoy.IsRefused(err) && !strings.Contains(err.Error(), "refused") {
 				t.Logf("exited sidecar seen by the client as: %v", err)
+			}
+		})
+	}
+}
+
+// TestFailureStatsAsMeshdrainReadsThem answers meshdrain's failures filter in every naming
+// profile after requests the app refused (503 UF), and checks the Prometheus names against
+// what Envoy and Istio's bootstraps produce: plain Envoy keeps the class digit and "_xx"
+// (envoyproxy/envoy integration_admin_test.cc), Istio cuts "_5xx" and labels "5xx"
+// (istio/istio tools/packaging/common/envoy_bootstrap.json).
+func TestFailureStatsAsMeshdrainReadsThem(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
+	cases := []struct {
+		profile Profile
+		sel     mesh.Selector
+		lines   []string
+	}{
+		{ProfileEnvoy, mesh.Selector{Clusters: []string{"service_a"}, HTTPPrefixes: []string{"ingress_http"}}, []string{
+			`envoy_http_downstream_rq_xx{envoy_http_conn_manager_prefix="ingress_http",envoy_response_code_class="5"} 2`,
+			`envoy_cluster_upstream_cx_connect_fail{envoy_cluster_name="service_a"} 2`,
+		}},
+		{ProfileIstio, mesh.Selector{Ports: []int{8080}}, []string{
+			`envoy_http_downstream_rq{http_conn_manager_prefix="inbound_0.0.0.0_8080",response_code_class="5xx"} 2`,
+			`envoy_cluster_upstream_rq{cluster_name="inbound|8080||",response_code_class="5xx"} 2`,
+			`envoy_cluster_upstream_cx_connect_fail{cluster_name="inbound|8080||"} 2`,
+		}},
+		{ProfileIstioLegacy, mesh.Selector{}, []string{
+			`envoy_http_inbound_0_0_0_0_8080_downstream_rq{response_code_class="5xx"} 2`,
+			`envoy_cluster_upstream_cx_connect_fail{cluster_name="inbound|8080||"} 2`,
+		}},
+	}
+	for _, c := range cases {
+		t.Run(string(c.profile), func(t *testing.T) {
+			s := startSidecar(t, Config{Profile: c.profile}, dead)
+			for i := 0; i < 2; i++ {
+				resp, err := http.Get("http://" + s.InboundAddr(8080) + "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+			eventually(t, "both requests logged", func() bool { return len(s.AccessLog()) == 2 })
+			_, body := adminDo(t, s, "GET", "/stats/prometheus?filter="+url.QueryEscape(envoy.FailuresFilter(c.sel)))
+			for _, line := range c.lines {
+				if !hasLine(body, line) {
+					t.Errorf("answer lacks %q:\n%s", line, body)
+				}
+			}
+			snap, err := envoy.Parse(strings.NewReader(body), c.sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Endpoints) != 1 {
+				t.Fatalf("endpoints %+v", snap.Endpoints)
+			}
+			e := snap.Endpoints[0]
+			if e.HTTPServerErrorsTotal == nil || *e.HTTPServerErrorsTotal != 2 || e.ConnectFailuresTotal == nil || *e.ConnectFailuresTotal != 2 {
+				t.Errorf("endpoint %+v: want 2 5xx and 2 UF", e)
 			}
 		})
 	}

@@ -131,6 +131,10 @@ type Config struct {
 	// graceful also drains existing connections, and skip_exit no longer needs graceful.
 	// Default false: the behaviour of the Envoy releases Istio ships (docs/facts.md §2).
 	NonGracefulDrainNotifies bool
+	// HCMDrainTimeout is the HTTP connection manager's drain_timeout: once a response has
+	// carried the drain's Connection: close, the HTTP/1.1 connection stays open this long for
+	// its client to close it, then Envoy closes it. Default 5s, Envoy's.
+	HCMDrainTimeout time.Duration
 
 	Agent                    AgentMode     // default AgentClassic
 	TerminationDrainDuration time.Duration // classic; default 5s
@@ -162,6 +166,7 @@ const (
 	defaultAgentRequestTimeout      = 2 * time.Second
 	defaultWorkers                  = 2
 	defaultStatsFlushInterval       = 5 * time.Second
+	defaultHCMDrainTimeout          = 5 * time.Second
 	defaultLoopback                 = "127.0.0.1:0"
 )
 
@@ -201,6 +206,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.DrainStrategy != DrainImmediate && cfg.DrainStrategy != DrainGradual {
 		return cfg, fmt.Errorf("unknown drain strategy %q (want immediate or gradual)", cfg.DrainStrategy)
+	}
+	if cfg.HCMDrainTimeout == 0 {
+		cfg.HCMDrainTimeout = defaultHCMDrainTimeout
+	}
+	if cfg.HCMDrainTimeout < 0 {
+		return cfg, errors.New("HCM drain timeout must not be negative")
 	}
 	if cfg.Agent == "" {
 		cfg.Agent = AgentClassic

@@ -26,6 +26,10 @@ const (
 	bodyConnectTermination = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
 )
 
+// hcmIdleTimeout is the HTTP connection manager's default idle_timeout for downstream
+// connections.
+const hcmIdleTimeout = time.Hour
+
 // errConnectFailure marks a failed connection to the app (response flag UF).
 var errConnectFailure = errors.New("upstream connection failure")
 
@@ -72,8 +76,20 @@ func startInbound(s *Sidecar, port InboundPort) (*inboundListener, error) {
 		NoStaleRetry: true,
 	}
 	l.ln = &countingListener{Listener: ln, l: l}
-	// zap.String, not zap.Any: Any links every field constructor, 160 KB of the binary.
-	l.srv = &httpwire.Server{Handler: l, OnPanic: func(r any) { s.log.Error("inbound handler panic", zap.String("panic", fmt.Sprint(r))) }}
+	l.srv = &httpwire.Server{
+		Handler: l,
+		// Envoy's HTTP connection manager keeps an idle downstream connection for its
+		// idle_timeout, 1 h by default (common_http_protocol_options; envoyproxy.io "How do I
+		// configure timeouts?"), and a drain does not close it: only a connection that carries
+		// a request is told (Connection: close), envoyproxy/envoy#14350.
+		IdleTimeout: hcmIdleTimeout,
+		// After that Connection: close the connection waits for the client to close it first,
+		// closed from this side only at the drain_timeout (conn_manager_impl.cc
+		// startDrainSequence, onDrainTimeout).
+		DrainCloseTimeout: s.cfg.HCMDrainTimeout,
+		// zap.String, not zap.Any: Any links every field constructor, 160 KB of the binary.
+		OnPanic: func(r any) { s.log.Error("inbound handler panic", zap.String("panic", fmt.Sprint(r))) },
+	}
 	go func() { l.serveErr <- l.srv.Serve(l.ln) }()
 	return l, nil
 }
@@ -103,6 +119,7 @@ func (l *inboundListener) createStats() {
 	for class := 1; class <= 5; class++ {
 		l.upRqClass[class] = st.counter(c(fmt.Sprintf("upstream_rq_%dxx", class)))
 	}
+	l.createFailureStats()
 	l.membershipHealthy, l.membershipTotal = st.gauge(c("membership_healthy")), st.gauge(c("membership_total"))
 	l.membershipHealthy.set(1)
 	l.membershipTotal.set(1)
@@ -249,7 +266,7 @@ func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			entry.Code, entry.Body = l.localReply(w, http.StatusServiceUnavailable, bodyConnectFailure)
 		default:
 			entry.Flags = "UC"
-			l.upRqRxReset.inc()
+			l.chargeConnectionTermination()
 			finishUpstream(http.StatusServiceUnavailable)
 			entry.Code, entry.Body = l.localReply(w, http.StatusServiceUnavailable, bodyConnectTermination)
 		}
@@ -279,7 +296,7 @@ func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The app reset mid-body: Envoy resets the downstream stream too.
 		entry.Flags = "UC"
-		l.upRqRxReset.inc()
+		l.chargeConnectionTermination()
 		l.chargeDownstream(resp.StatusCode)
 		// The deferred access log still runs.
 		panic(http.ErrAbortHandler)
@@ -309,8 +326,8 @@ func (l *inboundListener) setServerHeader(w http.ResponseWriter) {
 	}
 }
 
-// maybeDrainClose adds Connection: close when the drain manager says so; the server then
-// closes the connection after this response (HTTP/1.1).
+// maybeDrainClose adds Connection: close when the drain manager says so (HTTP/1.1); the
+// connection then closes when the client closes it, or at the drain timeout.
 func (l *inboundListener) maybeDrainClose(w http.ResponseWriter) {
 	if l.s.drainClose() {
 		w.Header().Set("Connection", "close")

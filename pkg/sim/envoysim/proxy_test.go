@@ -73,8 +73,16 @@ func TestProxyAppRefusesGives503UF(t *testing.T) {
 		"cluster.service_a.upstream_cx_connect_fail": 1,
 		"cluster.service_a.upstream_rq_total":        0,
 		"cluster.service_a.upstream_rq_5xx":          1,
-		"http.ingress_http.downstream_rq_total":      1,
-		"http.ingress_http.downstream_rq_5xx":        1,
+		"cluster.service_a.upstream_rq_503":          1,
+		"cluster.service_a.upstream_rq_completed":    1,
+		// The pending request is ejected; the other flags' counters exist at 0, as every
+		// cluster traffic stat does in Envoy.
+		"cluster.service_a.upstream_rq_pending_failure_eject":         1,
+		"cluster.service_a.upstream_cx_destroy_remote_with_active_rq": 0,
+		"cluster.service_a.upstream_rq_timeout":                       0,
+		"cluster.service_a.upstream_rq_rx_reset":                      0,
+		"http.ingress_http.downstream_rq_total":                       1,
+		"http.ingress_http.downstream_rq_5xx":                         1,
 	} {
 		if got := statValue(t, s, name); got != v {
 			t.Errorf("%s = %d, want %d", name, got, v)
@@ -110,6 +118,20 @@ func TestProxyAppResetBeforeHeadersGives503UC(t *testing.T) {
 	}
 	if log := s.AccessLog(); len(log) != 1 || log[0].Flags != "UC" {
 		t.Errorf("access log = %+v", log)
+	}
+	// An HTTP/1.1 app closing under a request is a remote close with an active request in
+	// Envoy's pool (conn_pool_base.cc); upstream_rq_rx_reset is an HTTP/2 RST_STREAM (UR).
+	for name, v := range map[string]int{
+		"cluster.inbound|8080||;.upstream_cx_destroy_remote_with_active_rq": 1,
+		"cluster.inbound|8080||;.upstream_cx_destroy_with_active_rq":        1,
+		"cluster.inbound|8080||;.upstream_rq_rx_reset":                      0,
+		"cluster.inbound|8080||;.upstream_cx_connect_fail":                  0,
+		"cluster.inbound|8080||;.upstream_rq_5xx":                           1,
+		"http.inbound_0.0.0.0_8080;.downstream_rq_5xx":                      1,
+	} {
+		if got := statValue(t, s, name); got != v {
+			t.Errorf("%s = %d, want %d", name, got, v)
+		}
 	}
 }
 

@@ -32,6 +32,15 @@ type Server struct {
 	IdleTimeout time.Duration
 	// ReadTimeout bounds reading one request once it has started (default 30s).
 	ReadTimeout time.Duration
+	// DrainCloseTimeout, when set, keeps a connection open after a response whose handler
+	// asked to close it (Connection: close the client did not ask for) until the client closes
+	// it, serving (and again closing) any request that still arrives, and closes it at this
+	// timeout. Envoy's HTTP connection manager drains HTTP/1.1 so: a drain marks the response
+	// and starts the drain_timeout, and only that timeout closes the connection from its side
+	// (envoyproxy/envoy source/common/http/conn_manager_impl.cc startDrainSequence,
+	// onDrainTimeout, checkForDeferredClose), so a client that honours the header closes first.
+	// Zero closes right after the response, as net/http does.
+	DrainCloseTimeout time.Duration
 	// ConnState, when set, is told of each connection's new state (StateNew, StateActive,
 	// StateIdle, StateHijacked, StateClosed), as in net/http.
 	ConnState func(net.Conn, http.ConnState)
@@ -160,8 +169,15 @@ func (s *Server) serveConn(c *serverConn) {
 		readTimeout = 30 * time.Second
 	}
 	br := bufio.NewReader(c)
+	// closeBy is when a connection the handler asked to close is closed from this side
+	// (DrainCloseTimeout); zero while it is not closing.
+	var closeBy time.Time
 	for {
-		_ = c.SetReadDeadline(time.Now().Add(idle))
+		idleUntil := time.Now().Add(idle)
+		if !closeBy.IsZero() && closeBy.Before(idleUntil) {
+			idleUntil = closeBy
+		}
+		_ = c.SetReadDeadline(idleUntil)
 		// Wait for the first byte of the next request while idle, so Shutdown can close idle
 		// connections without cutting a request that has started to arrive.
 		if _, err := br.Peek(1); err != nil {
@@ -224,8 +240,18 @@ func (s *Server) serveConn(c *serverConn) {
 		for _, fn := range w.after {
 			fn()
 		}
-		if err != nil || !w.keepAlive {
+		if err != nil {
 			return
+		}
+		if !w.keepAlive {
+			// Only the handler's own Connection: close waits for the client; a client that
+			// asked to close, or a server shutting down, closes at once.
+			if !keepAlive || !w.handlerClose || s.DrainCloseTimeout <= 0 {
+				return
+			}
+			if closeBy.IsZero() {
+				closeBy = time.Now().Add(s.DrainCloseTimeout)
+			}
 		}
 		c.mu.Lock()
 		c.active = false
@@ -360,6 +386,9 @@ type responseWriter struct {
 	wroteHeader bool
 	after       []func()
 	watch       *peerWatch
+
+	// handlerClose: the handler set Connection: close on the response.
+	handlerClose bool
 }
 
 // AfterResponse runs fn once the response being written on w has been sent (or has failed),
@@ -407,7 +436,7 @@ func (w *responseWriter) finish(keepAlive bool) error {
 		w.WriteHeader(http.StatusOK)
 	}
 	if w.header.Get("Connection") == "close" {
-		keepAlive = false
+		keepAlive, w.handlerClose = false, true
 	}
 	w.header.Del("Connection")
 	if w.body.Len() > 0 && w.header.Get("Content-Type") == "" {

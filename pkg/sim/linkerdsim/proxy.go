@@ -122,8 +122,12 @@ func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if entry.AppRefused {
 			entry.ProxyError = "connection refused"
 		}
-		reg.add(reg.responses, response(endpoint, 0, true, entry.ProxyError), 1)
+		// The proxy turns an I/O error reaching the app into a 502 inside its HTTP metrics
+		// layer, which records it as a response like the app's own (linkerd2-proxy
+		// linkerd/app/inbound/src/http/router.rs: ClientRescue, pushed below http_endpoint
+		// metrics "so that we can report 5XX failures in tap and metrics").
 		entry.Code = l.proxyError(w, entry.ProxyError)
+		reg.add(reg.responses, response(endpoint, entry.Code, false, ""), 1)
 		return
 	}
 	defer resp.Body.Close()

@@ -142,8 +142,9 @@ const (
 // closes it as a WebSocket or gRPC server sends its close frame or GOAWAY.
 const streamHeader = "X-Podsim-Stream"
 
-// fleet is the set of client sidecars. Each client sidecar has its own connection pool to
-// the pod (HTTP/1.1 keep-alive, honouring Connection: close as Envoy's pool does), sends open
+// fleet is the set of client sidecars. Each client sidecar dials the pod from its own
+// loopback address and holds its own connection pool (clientPool: Envoy's HTTP/1.1 pool, or
+// what Scenario.ClientConns says), applies the pod's removal at its own EDS lag, sends open
 // loop, and applies Istio's default retry policy: connect-failure and 503 are retried on
 // another endpoint (previous_hosts), a reset after the request was sent is not.
 type fleet struct {
@@ -151,7 +152,8 @@ type fleet struct {
 	plans     []clientPlan
 	podAddr   string
 	otherAddr string
-	other     *httpwire.Client
+	// other is the connection pool to the other replicas, where retries go.
+	other *httpwire.Client
 
 	mu       sync.Mutex
 	outcomes map[string]int
@@ -197,7 +199,19 @@ func (f *fleet) answeredOne() {
 	}
 }
 
-// newClientTransport is one client sidecar's upstream connection pool.
+// roundTripper sends one request: a client's pool to the pod, or the pool to the other
+// replicas.
+type roundTripper interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// newPool is the connection pool of client i (the plans' index; streams come after them).
+func (f *fleet) newPool(i int) *clientPool {
+	return newClientPool(f.podAddr, clientSourceIP(i), f.sc.clientPolicy(), f.sc.scale(connectTimeout))
+}
+
+// newClientTransport is the connection pool to the other replicas, which are never drained
+// and whose sockets nobody reads.
 func newClientTransport(sc Scenario) *httpwire.Client {
 	d := &net.Dialer{Timeout: sc.scale(connectTimeout)}
 	idle := 256
@@ -209,13 +223,8 @@ func newClientTransport(sc Scenario) *httpwire.Client {
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			conn, err := d.DialContext(ctx, "tcp", addr)
 			if tcp, ok := conn.(*net.TCPConn); ok {
-				// Close with a reset rather than a FIN. A draining sidecar closes every
-				// connection after its response; on one machine the server-side TIME_WAIT
-				// sockets that this leaves (thousands per second of drain) make later
-				// connections to a reused port wait for a SYN retransmit (1s of real time,
-				// seconds of pod time), which would pass for the strategy's effect. The
-				// client's reset removes them; between real pods the sockets are on
-				// different hosts and the problem does not exist.
+				// Close with a reset rather than a FIN: these connections stand for other
+				// pods' sockets, which would not be in this machine's socket table.
 				_ = tcp.SetLinger(0)
 			}
 			return conn, err
@@ -232,20 +241,20 @@ func newClientTransport(sc Scenario) *httpwire.Client {
 func (f *fleet) start(ctx context.Context, start time.Time) {
 	for i := range f.plans {
 		f.wg.Add(1)
-		go f.runClient(ctx, start, &f.plans[i])
+		go f.runClient(ctx, start, i)
 	}
-	for range f.sc.Streams {
+	for k := range f.sc.Streams {
 		f.wg.Add(1)
-		go f.runStream(ctx)
+		go f.runStream(ctx, len(f.plans)+k)
 	}
 }
 
 // runStream holds one long-lived stream open to the pod from the start of the run until the
-// app closes it (or the run ends).
-func (f *fleet) runStream(ctx context.Context) {
+// app closes it (or the run ends). It is client i, with its own address.
+func (f *fleet) runStream(ctx context.Context, i int) {
 	defer f.wg.Done()
-	tr := newClientTransport(f.sc)
-	defer tr.CloseIdle()
+	tr := f.newPool(i)
+	defer tr.closeAll()
 	f.mu.Lock()
 	f.requests++
 	f.mu.Unlock()
@@ -277,10 +286,19 @@ func (f *fleet) runStream(ctx context.Context) {
 
 func (f *fleet) wait() { f.wg.Wait() }
 
-func (f *fleet) runClient(ctx context.Context, start time.Time, p *clientPlan) {
+// runClient sends client i's planned requests to the pod. Its EDS update, at t0 plus its
+// lag, goes to its pool on a timer of its own: the pool may keep connections open after the
+// client's last request, until then or (for the kinds of clients that keep them) until their
+// idle timeout or the end of the run, so the pool outlives this function.
+func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 	defer f.wg.Done()
-	tr := newClientTransport(f.sc)
-	defer tr.CloseIdle()
+	p := &f.plans[i]
+	tr := f.newPool(i)
+	removal := time.AfterFunc(time.Until(start.Add(f.sc.scale(f.sc.Warmup+p.lag))), tr.removeHost)
+	context.AfterFunc(ctx, func() {
+		removal.Stop()
+		tr.closeAll()
+	})
 	var inFlight sync.WaitGroup
 	defer inFlight.Wait()
 	timer := time.NewTimer(time.Hour)
@@ -319,7 +337,7 @@ func isFailure(outcome string) bool {
 
 // request sends one request to the pod and, if Istio's default policy allows, retries it
 // on another replica. It returns the outcome kind; "" means the run was cancelled.
-func (f *fleet) request(ctx context.Context, tr *httpwire.Client, work time.Duration) string {
+func (f *fleet) request(ctx context.Context, tr roundTripper, work time.Duration) string {
 	reqCtx := ctx
 	if f.sc.RouteTimeout > 0 {
 		var cancel context.CancelFunc
@@ -415,7 +433,7 @@ const (
 )
 
 // attempt is one try against addr.
-func attempt(ctx context.Context, tr *httpwire.Client, addr string, work time.Duration) attemptResult {
+func attempt(ctx context.Context, tr roundTripper, addr string, work time.Duration) attemptResult {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/", nil)
 	if err != nil {
 		return attemptOtherStatus

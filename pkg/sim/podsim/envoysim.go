@@ -7,6 +7,11 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 )
 
+// hcmDrainTimeout is the HTTP connection manager's drain_timeout, Envoy's default (whether
+// Istio's inbound listeners set another is not checked): how long a drained HTTP/1.1
+// connection waits for its client to close it.
+const hcmDrainTimeout = 5 * time.Second
+
 // startEmulatedSidecar runs the envoysim emulator configured as the pod's istio-proxy. The
 // stat names are Istio < 1.23's (the user runs 1.19). Istio's default stats inclusion list
 // hides the inbound stats meshdrain reads, so the pod opts in (the annotation meshdrain's
@@ -28,6 +33,7 @@ func startEmulatedSidecar(sc Scenario, spec SidecarSpec, strat Strategy, appAddr
 		Inbound:                  []envoysim.InboundPort{{Port: sc.Port, AppAddr: appAddr, Protocol: sc.Protocol}},
 		DrainTime:                sc.scale(spec.DrainDuration),
 		DrainStrategy:            envoysim.DrainImmediate,
+		HCMDrainTimeout:          sc.scale(hcmDrainTimeout),
 		Agent:                    agent,
 		TerminationDrainDuration: sc.scale(spec.TerminationDrainDuration),
 		MinimumDrainDuration:     sc.scale(spec.MinDrainDuration),

@@ -65,8 +65,19 @@ type Scenario struct {
 	// end only when the app closes them) the clients hold open from the start.
 	Streams int
 	// Protocol is the port's protocol as the sidecar proxies it: "http" (an HTTP connection
-	// manager) or "tcp" (a TCP proxy: one connection per request, no HTTP-level retries).
+	// manager) or "tcp" (a TCP proxy: no HTTP-level retries; by default one connection per
+	// request, see ClientConns).
 	Protocol string
+	// ClientConns is how each client holds its connections to the pod: "pool" (a client
+	// sidecar's Envoy pool, drained when it applies the removal; the default on HTTP ports),
+	// "per-request" (a connection per request; the default on TCP ports), "persistent-session"
+	// (the endpoint kept as DRAINING: no drain) or "no-sidecar" (a keep-alive pool that
+	// ignores the removal). Each client dials from its own loopback address (127.0.X.Y), so the
+	// pod's socket table tells them apart.
+	ClientConns ClientConns
+	// ClientIdleTimeout closes a client's connection idle this long; 0 means the default: 1h
+	// (Envoy's upstream idle_timeout), 60s for no-sidecar clients.
+	ClientIdleTimeout time.Duration
 	// Mesh is the service mesh the pod and its clients are in: MeshIstio (the default) or
 	// MeshLinkerd. It decides the pod's proxy (envoysim or linkerdsim) and the clients'
 	// retry policy.
@@ -170,6 +181,14 @@ func (sc Scenario) Validate() error {
 	}
 	if sc.Streams < 0 {
 		errs = append(errs, errors.New("streams must not be negative"))
+	}
+	switch sc.ClientConns {
+	case "", ConnsPool, ConnsPerRequest, ConnsPersistentSession, ConnsNoSidecar:
+	default:
+		errs = append(errs, fmt.Errorf("client conns %q is not pool, per-request, persistent-session or no-sidecar", sc.ClientConns))
+	}
+	if sc.ClientIdleTimeout < 0 {
+		errs = append(errs, errors.New("client idle timeout must not be negative"))
 	}
 	switch sc.Mesh {
 	case "", mesh.Istio:

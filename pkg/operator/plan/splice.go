@@ -1,0 +1,542 @@
+package plan
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// The changed manifests are the input's bytes with the planned fields spliced in, so that a
+// GitOps pull request shows only what the plan changes. Re-encoding the node trees cannot do
+// that: the encoder re-indents lists, drops a `---` after a header comment and moves comments.
+// Instead Write compares each document's tree as read with the tree the plan changed and
+// rewrites only the lines of the fields that differ, at the positions yaml.v3 recorded (a
+// node has its line and column, not its end: a field ends on the last line with content
+// before the node that follows it). New fields are written in the indentation the document
+// already uses. Rewritten lines carry no comment: a comment on such a line was about the old
+// value, so it is dropped and named in Notes.
+
+// source is the manifests as read, addressed by line (1-based) and column (1-based, in runes).
+type source struct {
+	data  []byte
+	start []int // start[i] is the offset of line i+1
+	lines int
+	eol   string
+}
+
+func newSource(data []byte) *source {
+	s := &source{data: data, start: []int{0}, eol: "\n"}
+	for i, c := range data {
+		if c == '\n' {
+			s.start = append(s.start, i+1)
+		}
+	}
+	s.lines = len(s.start)
+	if len(data) == 0 || data[len(data)-1] == '\n' {
+		s.lines-- // no line after the final newline
+	}
+	if bytes.Contains(data, []byte("\r\n")) {
+		s.eol = "\r\n"
+	}
+	return s
+}
+
+// lineEnd is the offset where line l's text ends (before its newline).
+func (s *source) lineEnd(l int) int {
+	end := len(s.data)
+	if l < len(s.start) {
+		end = s.start[l] - 1
+	}
+	if end > s.start[l-1] && s.data[end-1] == '\r' {
+		end--
+	}
+	return end
+}
+
+func (s *source) text(l int) string { return string(s.data[s.start[l-1]:s.lineEnd(l)]) }
+
+// offset is the byte offset of column col of line l.
+func (s *source) offset(l, col int) int {
+	off := s.start[l-1]
+	for i := 1; i < col && off < len(s.data); i++ {
+		_, size := utf8.DecodeRune(s.data[off:])
+		off += size
+	}
+	return off
+}
+
+// isDocumentMarker: a `---` or `...` at the start of a line ends the document before it,
+// even inside a block scalar; so does a directive (%YAML, %TAG), which only precedes a `---`.
+func (s *source) isDocumentMarker(l int) bool {
+	t := s.text(l)
+	return (strings.HasPrefix(t, "---") || strings.HasPrefix(t, "...")) && (len(t) == 3 || t[3] == ' ' || t[3] == '\t') ||
+		strings.HasPrefix(t, "%")
+}
+
+// splice replaces data[start:end] with text; start == end inserts.
+type splice struct {
+	start, end int
+	text       string
+}
+
+// apply makes the edits, which must not overlap; several at one offset keep their order.
+func (s *source) apply(edits []splice) ([]byte, error) {
+	sort.SliceStable(edits, func(i, j int) bool { return edits[i].start < edits[j].start })
+	var out bytes.Buffer
+	at := 0
+	for _, e := range edits {
+		if e.start < at {
+			return nil, fmt.Errorf("write manifests: overlapping edits at offset %d", e.start)
+		}
+		out.Write(s.data[at:e.start])
+		out.WriteString(e.text)
+		at = e.end
+	}
+	out.Write(s.data[at:])
+	return out.Bytes(), nil
+}
+
+// docLayout locates the nodes of one document in the source.
+type docLayout struct {
+	src   *source
+	order []*yaml.Node       // the document's nodes in the order they appear
+	after map[*yaml.Node]int // index in order of the first node after n and its children
+	// indent is the indentation of the entry that holds n: its key's, or its sequence's dash.
+	indent map[*yaml.Node]int
+	// scalarLines are the lines inside block scalars: a # there is text, not a comment.
+	scalarLines map[int]bool
+	last        int // the document's last line
+}
+
+func (s *source) layout(root *yaml.Node) *docLayout {
+	d := &docLayout{src: s, after: map[*yaml.Node]int{}, indent: map[*yaml.Node]int{}, scalarLines: map[int]bool{}, last: s.lines}
+	d.walk(root, root.Column-1)
+	for l := root.Line + 1; l <= s.lines; l++ {
+		if s.isDocumentMarker(l) {
+			d.last = l - 1
+			break
+		}
+	}
+	for _, n := range d.order {
+		if isBlockScalar(n) {
+			for l := n.Line + 1; l <= d.blockScalarEnd(n, d.nextLine(n)-1); l++ {
+				d.scalarLines[l] = true
+			}
+		}
+	}
+	return d
+}
+
+func (d *docLayout) walk(n *yaml.Node, indent int) {
+	d.order = append(d.order, n)
+	d.indent[n] = indent
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			d.walk(n.Content[i], n.Content[i].Column-1)
+			d.walk(n.Content[i+1], n.Content[i].Column-1)
+		}
+	case yaml.SequenceNode:
+		for _, item := range n.Content {
+			d.walk(item, dashColumn(n)-1)
+		}
+	}
+	d.after[n] = len(d.order)
+}
+
+// nextLine is the line of the first node after n and its children.
+func (d *docLayout) nextLine(n *yaml.Node) int {
+	if i := d.after[n]; i < len(d.order) {
+		return d.order[i].Line
+	}
+	return d.last + 1
+}
+
+// lastLine is n's last line: the last line with content before the node that follows it.
+// Blank lines and comment lines in between belong to what follows (head comments).
+func (d *docLayout) lastLine(n *yaml.Node) int {
+	limit := d.nextLine(n) - 1
+	leaf := n
+	for isBlockCollection(leaf) {
+		leaf = leaf.Content[len(leaf.Content)-1]
+	}
+	if isBlockScalar(leaf) {
+		return d.blockScalarEnd(leaf, limit)
+	}
+	end := limit
+	for end > n.Line && isBlankOrComment(d.src.text(end)) {
+		end--
+	}
+	return max(end, n.Line)
+}
+
+// blockScalarEnd is the last line of a literal or folded scalar's text: the lines indented
+// past the entry that holds it.
+func (d *docLayout) blockScalarEnd(n *yaml.Node, limit int) int {
+	end, textIndent := n.Line, -1
+	for l := n.Line + 1; l <= limit; l++ {
+		t := d.src.text(l)
+		if strings.TrimSpace(t) == "" {
+			continue
+		}
+		indent := len(t) - len(strings.TrimLeft(t, " "))
+		if indent <= d.indent[n] || (textIndent >= 0 && indent < textIndent) {
+			break
+		}
+		if textIndent < 0 {
+			textIndent = indent
+		}
+		end = l
+	}
+	return end
+}
+
+func isBlankOrComment(line string) bool {
+	t := strings.TrimSpace(line)
+	return t == "" || strings.HasPrefix(t, "#")
+}
+
+func isBlockScalar(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0
+}
+
+// isBlockCollection: a mapping or sequence written one entry a line (not {…} or […]).
+func isBlockCollection(n *yaml.Node) bool {
+	return (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) && n.Style&yaml.FlowStyle == 0 && len(n.Content) > 0
+}
+
+// dashColumn is the column of a block sequence's dashes (the node's own position is its
+// anchor's or tag's when it has one).
+func dashColumn(seq *yaml.Node) int {
+	if (seq.Anchor == "" && seq.Style&yaml.TaggedStyle == 0) || len(seq.Content) == 0 {
+		return seq.Column
+	}
+	return seq.Content[0].Column - 2
+}
+
+// keyColumn is the column of a block mapping's keys.
+func keyColumn(m *yaml.Node) int {
+	if len(m.Content) == 0 {
+		return m.Column
+	}
+	return m.Content[0].Column
+}
+
+// blockStyle is how a document indents, so that what plan adds looks like what is there.
+type blockStyle struct {
+	mapIndent  int // a nested mapping's keys, right of its parent's key
+	seqIndent  int // a sequence's dashes, right of its parent's key (0: `- ` under the key)
+	itemIndent int // an item's content, right of its dash
+}
+
+// detectStyle takes each measure from the first place in the document that shows it; a
+// document that shows none gets kubectl's style (2, lists under their key).
+func detectStyle(root *yaml.Node) blockStyle {
+	st := blockStyle{mapIndent: 2, seqIndent: 0, itemIndent: 2}
+	var seenMap, seenSeq, seenItem bool
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		switch {
+		case n.Kind == yaml.MappingNode && isBlockCollection(n):
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				if !isBlockCollection(v) || v.Line == k.Line {
+					continue
+				}
+				if v.Kind == yaml.MappingNode && !seenMap && keyColumn(v) > k.Column {
+					st.mapIndent, seenMap = keyColumn(v)-k.Column, true
+				}
+				if v.Kind == yaml.SequenceNode && !seenSeq && dashColumn(v) >= k.Column {
+					st.seqIndent, seenSeq = dashColumn(v)-k.Column, true
+				}
+			}
+		case n.Kind == yaml.SequenceNode && isBlockCollection(n) && !seenItem:
+			if first := n.Content[0]; first.Line == n.Line && first.Kind == yaml.MappingNode && isBlockCollection(first) && first.Column-dashColumn(n) >= 2 {
+				st.itemIndent, seenItem = first.Column-dashColumn(n), true
+			}
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(root)
+	return st
+}
+
+// renderer writes nodes in a document's blockStyle, one string a line, and keeps the first
+// error of the encoder (which fails only on a node no YAML could have produced).
+type renderer struct {
+	blockStyle
+	err error
+}
+
+// entry renders `key: value` with the key at column indent+1.
+func (r *renderer) entry(k, v *yaml.Node, indent int) []string {
+	if isBlockCollection(v) {
+		head := spaces(indent) + r.keyText(k) + ":"
+		if v.Kind == yaml.MappingNode {
+			return append([]string{head}, r.mapping(v, indent+r.mapIndent)...)
+		}
+		return append([]string{head}, r.sequence(v, indent+r.seqIndent)...)
+	}
+	return indentLines(r.encode(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{k, v}}), indent)
+}
+
+func (r *renderer) mapping(m *yaml.Node, indent int) []string {
+	var out []string
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		out = append(out, r.entry(m.Content[i], m.Content[i+1], indent)...)
+	}
+	return out
+}
+
+// sequence renders the items with their dashes at column indent+1.
+func (r *renderer) sequence(seq *yaml.Node, indent int) []string {
+	var out []string
+	for _, item := range seq.Content {
+		lines := r.content(item, indent+r.itemIndent)
+		lines[0] = spaces(indent) + "-" + spaces(r.itemIndent-1) + strings.TrimLeft(lines[0], " ")
+		out = append(out, lines...)
+	}
+	return out
+}
+
+// content renders a value that starts at column indent+1: a sequence item, or a document.
+func (r *renderer) content(n *yaml.Node, indent int) []string {
+	switch {
+	case isBlockCollection(n) && n.Kind == yaml.MappingNode:
+		return r.mapping(n, indent)
+	case isBlockCollection(n):
+		return r.sequence(n, indent)
+	}
+	// The encoder writes a lone value as a sequence's item, "- value", and any further line
+	// (a literal's text) indented past the dash.
+	lines := r.encode(sequenceNode(n))
+	lines[0] = strings.TrimPrefix(lines[0], "- ")
+	for i := 1; i < len(lines); i++ {
+		if lines[i] != "" {
+			lines[i] = spaces(indent) + strings.TrimPrefix(lines[i], "  ")
+		}
+	}
+	lines[0] = spaces(indent) + lines[0]
+	return lines
+}
+
+// keyText is a key as YAML writes it (quoted when it must be).
+func (r *renderer) keyText(k *yaml.Node) string {
+	return strings.TrimPrefix(r.encode(sequenceNode(k))[0], "- ")
+}
+
+// encode writes n with yaml.v3, which quotes each value as its type needs.
+func (r *renderer) encode(n *yaml.Node) []string {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(min(max(r.mapIndent, 2), 9))
+	err := enc.Encode(n)
+	if err == nil {
+		err = enc.Close()
+	}
+	if err != nil {
+		if r.err == nil {
+			r.err = fmt.Errorf("write manifests: %w", err)
+		}
+		return []string{""}
+	}
+	return strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+}
+
+func spaces(n int) string { return strings.Repeat(" ", max(n, 0)) }
+
+func indentLines(lines []string, indent int) []string {
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = spaces(indent) + l
+		}
+	}
+	return lines
+}
+
+// splicer collects the edits that turn one document as read into the document as planned.
+type splicer struct {
+	d     *docLayout
+	r     *renderer
+	id    string // the object's Kind/Name, for notes
+	edits []splice
+	notes []string
+}
+
+// slot is where a value sits: under key in a mapping; key is nil for a sequence's item or
+// the document's root, which are rewritten from their own first line and column.
+type slot struct {
+	key *yaml.Node
+}
+
+// diff records the edits that make old (as read) into new (as planned). Mappings whose keys
+// are kept in order and sequences that only grow are edited inside; anything else is written
+// anew at its slot.
+func (sp *splicer) diff(path string, old, new *yaml.Node, at slot) {
+	if equalNode(old, new) {
+		return
+	}
+	if old.Kind == new.Kind && isBlockCollection(old) && old.Anchor == "" {
+		switch old.Kind {
+		case yaml.MappingNode:
+			if keysKept(old, new) {
+				for i := 0; i+1 < len(old.Content); i += 2 {
+					sp.diff(childPath(path, old.Content[i].Value), old.Content[i+1], new.Content[i+1], slot{key: old.Content[i]})
+				}
+				if len(new.Content) > len(old.Content) {
+					added := renderable(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: new.Content[len(old.Content):]}, nil)
+					sp.insert(old, sp.r.mapping(added, keyColumn(old)-1))
+				}
+				return
+			}
+		case yaml.SequenceNode:
+			if len(new.Content) >= len(old.Content) {
+				for i := range old.Content {
+					sp.diff(itemPath(path, old.Content[i], i), old.Content[i], new.Content[i], slot{})
+				}
+				if len(new.Content) > len(old.Content) {
+					added := renderable(sequenceNode(new.Content[len(old.Content):]...), nil)
+					// The new items are spaced after their dash as this list's first one is.
+					docItemIndent := sp.r.itemIndent
+					if first := old.Content[0]; first.Line == old.Line && first.Column-dashColumn(old) >= 2 {
+						sp.r.itemIndent = first.Column - dashColumn(old)
+					}
+					sp.insert(old, sp.r.sequence(added, dashColumn(old)-1))
+					sp.r.itemIndent = docItemIndent
+				}
+				return
+			}
+		}
+	}
+	sp.replace(path, old, new, at)
+}
+
+// insert adds lines after collection n's last line.
+func (sp *splicer) insert(n *yaml.Node, lines []string) {
+	at := sp.d.src.lineEnd(sp.d.lastLine(n))
+	sp.edits = append(sp.edits, splice{at, at, sp.d.src.eol + strings.Join(lines, sp.d.src.eol)})
+}
+
+// replace rewrites a value whole, from its key (or its own start) to its last line.
+func (sp *splicer) replace(path string, old, new *yaml.Node, at slot) {
+	from := old
+	if at.key != nil {
+		from = at.key
+	}
+	indent := from.Column - 1
+	quoted := old // a field's string keeps its quotes; an item's position says nothing of them
+	if at.key == nil {
+		quoted = nil
+	}
+	v := renderable(new, quoted)
+	if (old.Kind == yaml.MappingNode || old.Kind == yaml.SequenceNode) && len(old.Content) == 0 {
+		// {} and [] must be written in flow style: that says nothing of how to write content.
+		v.Style &^= yaml.FlowStyle
+	}
+	var lines []string
+	if at.key != nil {
+		lines = sp.r.entry(renderable(at.key, nil), v, indent)
+	} else {
+		lines = sp.r.content(v, indent)
+	}
+	lines[0] = strings.TrimLeft(lines[0], " ")
+	last := sp.d.lastLine(old)
+	sp.dropComments(path, from.Line, from.Column, last)
+	sp.edits = append(sp.edits, splice{sp.d.src.offset(from.Line, from.Column), sp.d.src.lineEnd(last), strings.Join(lines, sp.d.src.eol)})
+}
+
+// dropComments names the comments on the lines a replacement rewrites.
+func (sp *splicer) dropComments(path string, fromLine, fromColumn, toLine int) {
+	for l := fromLine; l <= toLine; l++ {
+		if sp.d.scalarLines[l] {
+			continue
+		}
+		t := sp.d.src.text(l)
+		if l == fromLine {
+			t = spaces(fromColumn-1) + string(sp.d.src.data[sp.d.src.offset(l, fromColumn):sp.d.src.lineEnd(l)])
+		}
+		if c := lineComment(t); c != "" {
+			what := "the document, which the plan rewrites whole"
+			if path != "" {
+				what = path + ", which the plan changes"
+			}
+			sp.notes = append(sp.notes, fmt.Sprintf("%s: dropped the comment %q (line %d) on %s: it was about the old value", sp.id, c, l, what))
+		}
+	}
+}
+
+// lineComment is the comment a line ends with, "" when none: a # at the start or after a
+// blank, outside quotes.
+func lineComment(line string) string {
+	var quote byte
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quote == '"' && c == '\\':
+			i++
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
+			return strings.TrimSpace(line[i:])
+		case (c == '"' || c == '\'') && (i == 0 || strings.IndexByte(" \t[{,:-", line[i-1]) >= 0):
+			quote = c
+		}
+	}
+	return ""
+}
+
+// renderable is a copy of n to write: without comments (each stayed on its own line or was
+// dropped with the value it described), and, for a field's string that replaces a quoted
+// one (old), in the same quotes.
+func renderable(n, old *yaml.Node) *yaml.Node {
+	c := copyTree(n)
+	var strip func(*yaml.Node)
+	strip = func(n *yaml.Node) {
+		n.HeadComment, n.LineComment, n.FootComment = "", "", ""
+		for _, ch := range n.Content {
+			strip(ch)
+		}
+	}
+	strip(c)
+	if old != nil && old.Kind == yaml.ScalarNode && c.Kind == yaml.ScalarNode && c.ShortTag() == "!!str" && c.Style == 0 &&
+		old.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 && !strings.Contains(c.Value, "\n") {
+		c.Style = old.Style & (yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle)
+	}
+	return c
+}
+
+// keysKept: new has old's keys in old's order, and perhaps more after them.
+func keysKept(old, new *yaml.Node) bool {
+	if len(new.Content) < len(old.Content) {
+		return false
+	}
+	for i := 0; i < len(old.Content); i += 2 {
+		if old.Content[i].Value != new.Content[i].Value {
+			return false
+		}
+	}
+	return true
+}
+
+func childPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// itemPath names a list item by its name, as kubectl does, or by its index.
+func itemPath(path string, item *yaml.Node, i int) string {
+	if name := scalar(lookup(item, "name")); name != "" {
+		return fmt.Sprintf("%s[%s]", path, name)
+	}
+	return fmt.Sprintf("%s[%d]", path, i)
+}

@@ -1,0 +1,94 @@
+package status
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/sockets"
+)
+
+// Client is one client address of the inbound listener, as the socket table shows it since
+// status started watching (docs/decision-rule.md, "Per-client evidence").
+type Client struct {
+	Address string `json:"address"`
+	// State: holding (keeps a connection it had when the watch began, idle since: it still
+	// routes here), sending (new connections or data since), left (closed such a connection
+	// itself: it applied the endpoint removal), no-evidence.
+	State string `json:"state"`
+	// Open counts its connections open now: held since the start, used since, or new.
+	Open int `json:"open_connections"`
+	// Since is when status first saw it; LastData when it last sent (or may have); LeftAt
+	// when it was seen to leave.
+	Since    time.Time  `json:"since"`
+	LastData *time.Time `json:"last_data,omitempty"`
+	LeftAt   *time.Time `json:"left_at,omitempty"`
+}
+
+// maxClientRows bounds the text table; JSON lists every client.
+const maxClientRows = 20
+
+// withClients adds the clients to a sample, or why they could not be read.
+func withClients(r *Report, w ClientWatch, now time.Time) {
+	clients, err := w.Clients(now, r.Listener)
+	if err != nil {
+		r.ClientsError = err.Error()
+		return
+	}
+	r.Clients = make([]Client, 0, len(clients))
+	for _, c := range clients {
+		row := Client{Address: c.Addr.String(), State: c.State.String(), Open: c.Held + c.Used - c.ClosedByClient + c.NewConns, Since: c.FirstSeen}
+		if row.Open < 0 {
+			row.Open = 0
+		}
+		if !c.LastData.IsZero() {
+			row.LastData = &c.LastData
+		}
+		if c.State == sockets.Left {
+			row.LeftAt = &c.LeftAt
+		}
+		r.Clients = append(r.Clients, row)
+	}
+	// Those that still route here first: holding, sending, then the rest.
+	order := map[string]int{"holding": 0, "sending": 1, "no-evidence": 2, "left": 3}
+	slices.SortStableFunc(r.Clients, func(a, b Client) int {
+		return cmp.Or(cmp.Compare(order[a.State], order[b.State]), strings.Compare(a.Address, b.Address))
+	})
+}
+
+// writeClients is the text report's clients section.
+func writeClients(b *strings.Builder, r Report) {
+	if r.ClientsError != "" {
+		fmt.Fprintf(b, "\nclients: cannot read the socket table: %s\n", r.ClientsError)
+		return
+	}
+	if r.Clients == nil {
+		return
+	}
+	counts := map[string]int{}
+	for _, c := range r.Clients {
+		counts[c.State]++
+	}
+	fmt.Fprintf(b, "\nclients of the inbound listener: %d holding, %d sending, %d left, %d no evidence (since the first sample)\n",
+		counts["holding"], counts["sending"], counts["left"], counts["no-evidence"])
+	if len(r.Clients) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLIENT\tSTATE\tOPEN\tSEEN FOR\tLAST SENT")
+	for i, c := range r.Clients {
+		if i == maxClientRows {
+			fmt.Fprintf(tw, "... %d more (-o json lists them all)\t\t\t\t\n", len(r.Clients)-i)
+			break
+		}
+		last := "-"
+		if c.LastData != nil {
+			last = r.SampledAt.Sub(*c.LastData).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", c.Address, c.State, c.Open, r.SampledAt.Sub(c.Since).Round(time.Second), last)
+	}
+	_ = tw.Flush()
+}
