@@ -104,12 +104,26 @@ func (t *Table) count() drain.ClientCounts {
 		case sockets.Sending:
 			c.Sending++
 		case sockets.Left:
+			if t.withoutData() {
+				// Without tcp_info a close cannot show the connection was idle: a client's
+				// Envoy also closes a connection at once after a response that said
+				// Connection: close, which the draining pod's Envoy sends on every one.
+				c.Sending++
+				continue
+			}
 			c.Left++
 		default:
 			c.NoEvidence++
 		}
 	}
 	return c
+}
+
+// withoutData says whether the reads carry no tcp_info (the /proc fallback): bytes
+// received cannot be seen, so whether a closed connection carried a request is unknown.
+func (t *Table) withoutData() bool {
+	fb, ok := t.Reader.(interface{ FellBack() error })
+	return ok && fb.FellBack() != nil
 }
 
 // listenerPort is the inbound listener's port as the sidecar's stats name it

@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -113,5 +114,42 @@ func TestTableReadsAtMostEvery(t *testing.T) {
 	now = now.Add(200 * time.Millisecond)
 	if _, _ = table.Counts(context.Background()); r.reads != 2 {
 		t.Errorf("after a second: %d reads, want 2", r.reads)
+	}
+}
+
+// procReader is a reader that fell back to /proc: no tcp_info.
+type procReader struct{ fakeReader }
+
+func (p *procReader) FellBack() error { return errors.New("netlink: operation not permitted") }
+
+// Without tcp_info a client's close cannot show its connection was idle (its Envoy closes
+// right after a Connection: close response too): it is never counted as having left.
+func TestNoDepartureWithoutTCPInfo(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	open := sockets.Socket{Local: netip.MustParseAddrPort("10.0.0.1:15006"), Remote: netip.MustParseAddrPort("10.0.0.7:40000"), State: sockets.Established, Inode: 1}
+	for _, tc := range []struct {
+		reader interface {
+			sockets.Reader
+		}
+		wantLeft int
+	}{{&fakeReader{}, 1}, {&procReader{}, 0}} {
+		var socks *[]sockets.Socket
+		switch r := tc.reader.(type) {
+		case *fakeReader:
+			socks = &r.socks
+		case *procReader:
+			socks = &r.socks
+		}
+		*socks = []sockets.Socket{open}
+		table := &Table{Reader: tc.reader, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Nanosecond}
+		if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+			t.Fatal(err)
+		}
+		*socks = nil // the client closed it
+		now = now.Add(time.Second)
+		c, _ := table.Counts(context.Background())
+		if c.Left != tc.wantLeft || c.Left+c.Sending != 1 {
+			t.Errorf("%T: %+v, want %d left", tc.reader, c, tc.wantLeft)
+		}
 	}
 }
