@@ -80,10 +80,33 @@ func (m matrix) runSeed(ctx context.Context, tr podsim.Traffic, seed uint64) ([]
 			fmt.Fprintf(os.Stderr, "bench: WARNING %s seed %d %s: %s\n", tr.Name, seed, res.Strategy, w)
 		}
 	}
-	md := results[len(results)-2] // meshdrain: the results are in the strategies' order
-	fmt.Fprintf(os.Stderr, "bench: %-13s seed %d: floor %.2fs, meshdrain stop %.2fs (%s), lost %d; %.0fs\n",
-		tr.Name, seed, md.LastClientLagS, md.AppStopS, endOf(md), md.ClientFailures, time.Since(started).Seconds())
+	if hasMeshdrain(m.strategies) {
+		b, err := m.runDeferred(ctx, sc)
+		if err != nil {
+			return nil, fmt.Errorf("%s seed %d, regime (b): %w", tr.Name, seed, err)
+		}
+		for _, res := range b {
+			fmt.Fprintf(os.Stderr, "bench: %-13s seed %d: regime (b): meshdrain stop %.2fs (%s), lost %d\n", tr.Name, seed, res.AppStopS, endOf(res), res.ClientFailures)
+		}
+		results = append(results, b...)
+	}
+	for _, md := range results {
+		if md.Strategy != "meshdrain" {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: %-13s seed %d: floor %.2fs, meshdrain stop %.2fs (%s), lost %d; %.0fs\n",
+			tr.Name, seed, md.LastClientLagS, md.AppStopS, endOf(md), md.ClientFailures, time.Since(started).Seconds())
+	}
 	return results, nil
+}
+
+func hasMeshdrain(strategies []podsim.Strategy) bool {
+	for _, s := range strategies {
+		if s.Kind == podsim.StrategyMeshdrain {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {

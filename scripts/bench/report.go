@@ -16,6 +16,7 @@ import (
 // is, then the poll costs if they were measured.
 func printReport(w io.Writer, rows []row, seeds []uint64, timeScale float64, wall time.Duration, c *costReport) {
 	printMatrix(w, rows, seeds, timeScale, wall)
+	printEvidence(w, rows)
 	fmt.Fprintln(w)
 	for _, r := range rows {
 		fmt.Fprintf(w, "- %s: %s\n", r.traffic.Name, r.traffic.About)

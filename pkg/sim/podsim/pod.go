@@ -3,7 +3,9 @@ package podsim
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -143,9 +145,11 @@ func (p *podRun) release() {
 func (p *podRun) deletePod(ctx context.Context) error {
 	now := time.Now()
 	p.log(now, "kubelet", "pod deleted: endpoint removal starts (clients learn within %.2fs); preStop %s starts", lastLag(p.plans).Seconds(), p.strat)
-	p.side.Terminate()
+	if !p.spec.DeferDrain {
+		p.side.Terminate()
+	}
 	p.log(now, p.proxy, "%s", sidecarOnDeletion(p.spec))
-	hook, err := startPreStop(ctx, p.sc, p.spec, p.strat, p.side.AdminURL(), p.clients.LastAnswered())
+	hook, err := startPreStop(ctx, p.sc, p.spec, p.strat, p.side.AdminURL(), listenerPort(p.side.InboundAddr(p.sc.Port)), p.clients.LastAnswered())
 	if err != nil {
 		return err
 	}
@@ -162,6 +166,8 @@ func sidecarOnDeletion(spec SidecarSpec) string {
 		return fmt.Sprintf("preStop: sleep %s (proxy-wait-before-exit-seconds), serving meanwhile", fmtD(spec.WaitBeforeExit))
 	case spec.Mesh == mesh.Linkerd:
 		return "SIGTERM: stops accepting in both directions, finishes the requests in hand"
+	case spec.Mode == SidecarNative && spec.DeferDrain:
+		return "native sidecar, preStop overridden: no drain; Envoy serves as before until meshdrain drains it and the app has exited"
 	case spec.Mode == SidecarNative:
 		return "native sidecar preStop: drain inbound listeners; Envoy stays until the app has exited"
 	case spec.Mode == SidecarExitOnZero:
@@ -351,4 +357,14 @@ func sleepUntil(ctx context.Context, at time.Time) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// listenerPort is the port of an inbound listener's host:port, 0 when there is none.
+func listenerPort(addr string) int {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(port)
+	return n
 }

@@ -54,7 +54,7 @@ type preStop struct {
 // meshdrainArgs are the flags a pod with this scenario and sidecar would give meshdrain,
 // every duration multiplied by the time scale. The deadline is always passed explicitly,
 // because meshdrain's derived default subtracts an unscaled second.
-func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
+func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort int) []string {
 	grace := sc.grace(spec)
 	appDrain := sc.AppDrain
 	if spec.MeshdrainAppDrain > 0 {
@@ -93,13 +93,24 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string) []string {
 	if spec.MeshdrainClientPeriod > 0 {
 		args = append(args, "--client-period", sc.scale(spec.MeshdrainClientPeriod).String())
 	}
+	if spec.MeshdrainLagBound > 0 {
+		args = append(args, "--eds-lag-bound", sc.scale(spec.MeshdrainLagBound).String())
+	}
+	// The emulator's stats name Istio's 15006 but it listens on a free loopback port: the
+	// clients' connections are on that one.
+	if spec.Mesh != mesh.Linkerd && listenerPort > 0 {
+		args = append(args, "--inbound-listener-port", strconv.Itoa(listenerPort))
+	}
+	if spec.DeferDrain {
+		args = append(args, "--drain-at", "end")
+	}
 	return args
 }
 
 // startPreStop runs the strategy's hook; done is closed when it returns or is killed.
 // lastAnswered is closed when the last request that will reach the pod has been answered:
 // only the oracle may look at it.
-func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Strategy, adminURL string, lastAnswered <-chan struct{}) (*preStop, error) {
+func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Strategy, adminURL string, listenerPort int, lastAnswered <-chan struct{}) (*preStop, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &preStop{done: make(chan struct{}), cancel: cancel}
 	switch strat.Kind {
@@ -131,7 +142,7 @@ func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Stra
 			cancel()
 			return nil, errors.New("no meshdrain binary to run as the preStop")
 		}
-		args := meshdrainArgs(sc, spec, adminURL)
+		args := meshdrainArgs(sc, spec, adminURL, listenerPort)
 		cmd := exec.CommandContext(ctx, sc.MeshdrainBinary, args...)
 		cmd.Env = environWithoutMeshdrain()
 		cmd.Stdout = nil

@@ -72,9 +72,31 @@ func (r Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteTable writes the comparison table, a legend, and each run's timeline.
-func (r Report) WriteTable(w io.Writer) error {
+// TableOptions say what the text report prints besides its headline and table.
+type TableOptions struct {
+	// Timelines adds each run's timeline, event by event.
+	Timelines bool
+}
+
+// WriteTable writes the headline, the scenario, the comparison table and its legend, and
+// with opts.Timelines each run's timeline.
+func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
 	sc := r.Scenario
+	if headline := r.Headline(); len(headline) > 0 {
+		fmt.Fprintln(w, "meshdrain against the best sleep, per sidecar setting (clean: no client failure and no 5xx in the sidecar's log):")
+		label := 0
+		for _, h := range headline {
+			label = max(label, len(h.Sidecar))
+		}
+		for _, h := range headline {
+			lines := wrapWords(h.Verdict, headlineWidth-label-4)
+			fmt.Fprintf(w, "  %-*s  %s\n", label, h.Sidecar, lines[0])
+			for _, line := range lines[1:] {
+				fmt.Fprintf(w, "  %-*s  %s\n", label, "", line)
+			}
+		}
+		fmt.Fprintln(w)
+	}
 	timeout := "no route timeout (Istio default)"
 	retries := fmt.Sprintf("Istio retries %d", sc.Retries)
 	if sc.Mesh == mesh.Linkerd {
@@ -127,6 +149,9 @@ func (r Report) WriteTable(w io.Writer) error {
 		}
 	}
 
+	if !opts.Timelines {
+		return nil
+	}
 	who := 11 // "istio-proxy"
 	for _, res := range r.Results {
 		for _, e := range res.Timeline {
@@ -145,6 +170,185 @@ func (r Report) WriteTable(w io.Writer) error {
 	return nil
 }
 
+// headlineWidth is where the headline wraps: the width of the default table.
+const headlineWidth = 130
+
+// HeadlineItem is the verdict of the runs under one sidecar setting.
+type HeadlineItem struct {
+	Sidecar string
+	Verdict string
+}
+
+// Headline is the report's point, one item per sidecar setting, in the order of the table:
+// what meshdrain lost and when it let the app stop, against the earliest sleep that was
+// clean under the same sidecar; or, where the sidecar died while clients were still sending
+// in every run, that no preStop can help until the sidecar is fixed.
+func (r Report) Headline() []HeadlineItem {
+	var order []string
+	rows := map[string][]Result{}
+	for _, res := range r.Results {
+		if _, seen := rows[res.Sidecar]; !seen {
+			order = append(order, res.Sidecar)
+		}
+		rows[res.Sidecar] = append(rows[res.Sidecar], res)
+	}
+	var items []HeadlineItem
+	for _, sidecar := range order {
+		verdict := r.verdict(rows[sidecar])
+		for _, res := range rows[sidecar] {
+			if len(res.Warnings) > 0 {
+				verdict += " (WARNING: timers fired late on this busy machine; rerun)"
+				break
+			}
+		}
+		items = append(items, HeadlineItem{Sidecar: sidecar, Verdict: verdict})
+	}
+	return items
+}
+
+// verdict sums up the runs of one sidecar setting in a sentence.
+func (r Report) verdict(rows []Result) string {
+	if first, last, ok := sidecarDiedFirst(rows); ok {
+		proxy, plan := "Envoy", "meshdrain plan"
+		if r.Scenario.Mesh == mesh.Linkerd {
+			proxy, plan = "linkerd-proxy", "meshdrain plan --mesh linkerd"
+		}
+		died := fmt.Sprintf("at %.2fs", first)
+		if last-first > lateTolerance {
+			died = fmt.Sprintf("between %.2fs and %.2fs", first, last)
+		}
+		var costs []string
+		for _, res := range rows {
+			costs = append(costs, res.Strategy+" "+cost(res))
+		}
+		verdict := "whatever the app did, no strategy was clean (" + strings.Join(costs, ", ") + ")"
+		if len(rows) == 1 {
+			verdict = costs[0]
+		}
+		return fmt.Sprintf("%s died %s while clients sent until %.2fs: %s; fix the sidecar first: %s.",
+			proxy, died, rows[0].LastClientLagS, verdict, plan)
+	}
+
+	var meshdrain, oracle, bestSleep *Result
+	var sleeps []Result
+	for i, res := range rows {
+		strat, err := ParseStrategy(res.Strategy)
+		if err != nil {
+			continue
+		}
+		switch strat.Kind {
+		case StrategyMeshdrain:
+			meshdrain = &rows[i]
+		case StrategyOracle:
+			oracle = &rows[i]
+		case StrategySleep:
+			sleeps = append(sleeps, res)
+			if clean(res) && (bestSleep == nil || res.AppStopS < bestSleep.AppStopS) {
+				bestSleep = &rows[i]
+			}
+		}
+	}
+	var parts []string
+	if meshdrain != nil {
+		parts = append(parts, fmt.Sprintf("meshdrain %s, app stopped at %.2fs", cost(*meshdrain), meshdrain.AppStopS))
+	}
+	switch {
+	case bestSleep != nil:
+		part := fmt.Sprintf("best clean sleep: %s at %.2fs", bestSleep.Strategy, bestSleep.AppStopS)
+		if meshdrain != nil && clean(*meshdrain) {
+			if d := bestSleep.AppStopS - meshdrain.AppStopS; d >= 0 {
+				part += fmt.Sprintf(", meshdrain %.2fs sooner", d)
+			} else {
+				part += fmt.Sprintf(", meshdrain %.2fs later", -d)
+			}
+		}
+		parts = append(parts, part)
+		var sooner []string
+		for _, res := range sleeps {
+			if !clean(res) && res.AppStopS < bestSleep.AppStopS {
+				sooner = append(sooner, res.Strategy+" "+cost(res))
+			}
+		}
+		if len(sooner) > 0 {
+			parts = append(parts, "shorter sleeps were not clean: "+strings.Join(sooner, ", "))
+		}
+	case len(sleeps) > 0:
+		var costs []string
+		for _, res := range sleeps {
+			costs = append(costs, res.Strategy+" "+cost(res))
+		}
+		parts = append(parts, "no sleep was clean: "+strings.Join(costs, ", "))
+	}
+	if oracle != nil {
+		parts = append(parts, fmt.Sprintf("oracle (the earliest stop that loses nothing) %s at %.2fs", cost(*oracle), oracle.AppStopS))
+	}
+	if len(parts) == 0 { // neither meshdrain nor a sleep: each strategy for itself
+		for _, res := range rows {
+			parts = append(parts, fmt.Sprintf("%s %s, app stopped at %.2fs", res.Strategy, cost(res), res.AppStopS))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// sidecarDiedFirst says whether in every run the sidecar died before the last client stopped
+// sending, and no run was clean: then whatever the app does it either stops before the
+// clients (the sidecar answers 5xx for it) or is serving when the sidecar dies (the requests
+// in flight are cut), and the sidecar setting is what must change. first and last bound when
+// it died.
+func sidecarDiedFirst(rows []Result) (first, last float64, ok bool) {
+	for i, res := range rows {
+		if clean(res) || res.SidecarExit <= 0 || res.SidecarExit >= res.LastClientLagS {
+			return 0, 0, false
+		}
+		if i == 0 || res.SidecarExit < first {
+			first = res.SidecarExit
+		}
+		last = max(last, res.SidecarExit)
+	}
+	return first, last, len(rows) > 0
+}
+
+// clean is a run that neither failed a request nor made the sidecar log a 5xx (Istio's
+// clients retry those, but each is an alarm in the access log and a round trip more).
+func clean(res Result) bool { return res.ClientFailures == 0 && res.Sidecar5xx == 0 }
+
+// cost is what a run lost, in a few words.
+func cost(res Result) string {
+	switch {
+	case res.ClientFailures > 0:
+		return fmt.Sprintf("lost %d", res.ClientFailures)
+	case res.Sidecar5xx > 0:
+		return fmt.Sprintf("%d sidecar 5xx", res.Sidecar5xx)
+	}
+	return "clean"
+}
+
+// wrapWords breaks text into lines of at most width columns, between words, keeping a number
+// with the word before it ("lost 14", "at 8.45s").
+func wrapWords(text string, width int) []string {
+	var words []string
+	for _, word := range strings.Fields(text) {
+		if n := len(words); n > 0 && word[0] >= '0' && word[0] <= '9' {
+			words[n-1] += " " + word
+			continue
+		}
+		words = append(words, word)
+	}
+	var lines []string
+	line := ""
+	for _, word := range words {
+		if line != "" && len(line)+1+len(word) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	return append(lines, line)
+}
+
 // linkerdOnly keeps the mesh out of an Istio report.
 func linkerdOnly(m mesh.Mesh) mesh.Mesh {
 	if m == mesh.Linkerd {
@@ -158,14 +362,19 @@ func failureCell(res Result) string {
 	if res.ClientFailures == 0 {
 		return "0"
 	}
+	pct := 100 * float64(res.ClientFailures) / float64(max(res.Requests, 1))
+	return fmt.Sprintf("%d (%.2f%%: %s)", res.ClientFailures, pct, kindsText(res.FailuresByKind))
+}
+
+// kindsText is "503 UC 12, 504 UT 2": each failure kind by its short name, with its count.
+func kindsText(byKind map[string]int) string {
 	var kinds []string
-	for k, v := range res.FailuresByKind {
+	for k, v := range byKind {
 		short, _, _ := strings.Cut(k, " (")
 		kinds = append(kinds, fmt.Sprintf("%s %d", short, v))
 	}
 	sort.Strings(kinds)
-	pct := 100 * float64(res.ClientFailures) / float64(max(res.Requests, 1))
-	return fmt.Sprintf("%d (%.2f%%: %s)", res.ClientFailures, pct, strings.Join(kinds, ", "))
+	return strings.Join(kinds, ", ")
 }
 
 func killedCell(res Result) string {

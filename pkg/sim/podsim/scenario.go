@@ -316,6 +316,12 @@ type SidecarSpec struct {
 	// MeshdrainQuiet and MeshdrainMinWait are the plan's --quiet and --min-wait; zero leaves
 	// the scenario's. MeshdrainClientPeriod is the plan's --client-period (zero: none).
 	MeshdrainQuiet, MeshdrainMinWait, MeshdrainClientPeriod time.Duration
+	// MeshdrainLagBound is the plan's --eds-lag-bound (its last client's lag); zero: none.
+	MeshdrainLagBound time.Duration
+	// DeferDrain is a native Istio sidecar whose injected preStop (the drain at the
+	// deletion) is overridden with a no-op: nothing drains until meshdrain calls
+	// /drain_listeners as it decides (--drain-at end). docs/decision-rule.md, regime (b).
+	DeferDrain bool
 	// Note explains where the numbers come from, for the output.
 	Note string
 }
@@ -403,7 +409,25 @@ func planned(sc Scenario, p plan.Plan, in plan.Input) SidecarSpec {
 		MeshdrainQuiet:        p.Quiet,
 		MeshdrainMinWait:      sc.MinWait,
 		MeshdrainClientPeriod: in.ClientPeriod,
+		MeshdrainLagBound:     p.LastClientLag,
 	}
+}
+
+// RecommendedDeferredSidecar is regime (b): the recommended configuration on a native
+// sidecar whose own drain at the deletion is turned off (its injected preStop overridden
+// with a no-op), so that idle pooled connections stay open until each client lets go and
+// meshdrain's evidence sees every client; meshdrain drains as it decides (--drain-at end).
+func RecommendedDeferredSidecar(sc Scenario) (SidecarSpec, error) {
+	if sc.linkerd() {
+		return SidecarSpec{}, errors.New("recommended-deferred is an Istio setting: a Linkerd proxy has no drain call to defer")
+	}
+	spec, err := RecommendedSidecar(sc)
+	if err != nil {
+		return spec, err
+	}
+	spec.Name, spec.Mode, spec.DeferDrain = "recommended-deferred", SidecarNative, true
+	spec.Note = "native sidecar, its preStop drain overridden with a no-op; meshdrain --drain-at end. " + spec.Note
+	return spec, nil
 }
 
 // quietNote is the plan's --quiet when it differs from the scenario's, with what set it.

@@ -156,7 +156,7 @@ func TestPlanClientsIsRepeatable(t *testing.T) {
 func TestMeshdrainArgsAreScaled(t *testing.T) {
 	sc := UserScenario()
 	sc.TimeScale = 0.1
-	args := strings.Join(meshdrainArgs(sc, IstioDefaultSidecar(), "http://127.0.0.1:1"), " ")
+	args := strings.Join(meshdrainArgs(sc, IstioDefaultSidecar(), "http://127.0.0.1:1", 0), " ")
 	for _, want := range []string{
 		"prestop", "--admin http://127.0.0.1:1", "--port 8080", "--grace-period 3s", "--app-drain 500ms",
 		"--deadline 2.4s", "--quiet 100ms", "--poll 20ms", "--connect-timeout 200ms", "--log-format json",
@@ -169,7 +169,7 @@ func TestMeshdrainArgsAreScaled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = strings.Join(meshdrainArgs(sc, spec, "http://x"), " ")
+	args = strings.Join(meshdrainArgs(sc, spec, "http://x", 0), " ")
 	if want := "--deadline " + sc.scale(spec.MeshdrainDeadline).String(); !strings.Contains(args, want) {
 		t.Errorf("args %q lack the plan's deadline %q", args, want)
 	}

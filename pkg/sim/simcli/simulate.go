@@ -44,7 +44,13 @@ type simulateOptions struct {
 	meshdrainBin     string
 	output           string
 	maxFailures      int
+	timelines        bool
+	svgDir           string
 }
+
+// defaultSVGDir is where simulate draws its runs unless told otherwise: beside where it was
+// started, as make build puts bin/, so that the pictures of the run just made are easy to find.
+const defaultSVGDir = "simulate-svg"
 
 func defaultSimulateOptions() simulateOptions {
 	sc := podsim.UserScenario()
@@ -79,6 +85,7 @@ func defaultSimulateOptions() simulateOptions {
 		seed:             sc.Seed,
 		output:           output.Text,
 		maxFailures:      -1,
+		svgDir:           defaultSVGDir,
 	}
 }
 
@@ -100,6 +107,12 @@ With no flags it replays the user's rollout (800 QPS, P99 450ms, 200 threads, gr
 defaults and under the configuration 'meshdrain plan' recommends. Every duration is
 multiplied by --time-scale; the same --seed replays the same requests for every strategy.
 
+The text output starts with its point, one line per sidecar setting (meshdrain against the
+earliest sleep that was clean), then the table; --timelines adds each run's events. Each run
+is also drawn as an SVG timeline (the app serving, the sidecar alive, the window in which the
+clients still send, the failures, the moment the app was told to stop) into --svg DIR, with an
+index.html that shows them together; simulate prints where.
+
 --sidecar takes istio-default, recommended, or classic | exit-on-zero | native with the
 Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
 
@@ -118,17 +131,20 @@ answered: the best any preStop could do.
 
 Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad flags.`,
 		Example: `  # The user's rollout, every strategy, Istio defaults vs the recommended sidecar:
-  meshdrain simulate
+  meshdrain-sim simulate
 
   # CI smoke check: fail when meshdrain with the recommended sidecar loses a request
   # (keep the default --time-scale 0.25: below it timer lateness distorts the result).
-  meshdrain simulate --strategy meshdrain --sidecar recommended --max-failures 0
+  meshdrain-sim simulate --strategy meshdrain --sidecar recommended --max-failures 0
 
   # The same rollout in a Linkerd mesh:
-  meshdrain simulate --mesh linkerd
+  meshdrain-sim simulate --mesh linkerd
 
   # Raw failures without Istio's retries, as JSON:
-  meshdrain simulate --retries 0 -o json`,
+  meshdrain-sim simulate --retries 0 -o json
+
+  # Every run's events, and its pictures somewhere else:
+  meshdrain-sim simulate --timelines --svg /tmp/rollout`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.applyTraffic(cmd); err != nil {
@@ -178,6 +194,8 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.meshdrainBin, "meshdrain-bin", "", "meshdrain binary run as the preStop (default: the meshdrain beside this executable, as make build puts them in bin/)")
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text (the table), json or yaml")
 	f.IntVar(&o.maxFailures, "max-failures", o.maxFailures, "exit 1 when a run has more client failures than this (-1: never)")
+	f.BoolVar(&o.timelines, "timelines", o.timelines, "print each run's timeline after the table (text output)")
+	f.StringVar(&o.svgDir, "svg", o.svgDir, "directory to draw each run into as an SVG timeline, with an index.html (\"\": none; with -o json or yaml only when given)")
 }
 
 // applyTraffic takes the numbers of the --traffic preset for every flag not given.
@@ -356,10 +374,23 @@ func runSimulate(cmd *cobra.Command, s streams, o simulateOptions, opts podsim.O
 	case output.YAML:
 		err = output.WriteYAML(s.out, report)
 	default:
-		err = report.WriteTable(s.out)
+		err = report.WriteTable(s.out, podsim.TableOptions{Timelines: o.timelines})
 	}
 	if err != nil {
 		return err
+	}
+	text := o.output != output.JSON && o.output != output.YAML
+	if o.svgDir != "" && (text || cmd.Flags().Changed("svg")) {
+		index, files, err := report.WriteSVGs(o.svgDir)
+		if err != nil {
+			return fmt.Errorf("--svg %s: %w", o.svgDir, err)
+		}
+		// Where the pictures are goes after the table, or to stderr so that JSON stays JSON.
+		where := s.out
+		if !text {
+			where = s.err
+		}
+		fmt.Fprintf(where, "\nDrawn: %d SVG timelines in %s; open %s in a browser.\n", len(files), o.svgDir, index)
 	}
 	if o.maxFailures >= 0 {
 		var over []string

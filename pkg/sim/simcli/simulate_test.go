@@ -1,6 +1,12 @@
 package simcli
 
 import (
+	"encoding/xml"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -75,5 +81,104 @@ func TestSimulateLinkerdSidecars(t *testing.T) {
 	}
 	if istio := build(); len(istio) != 2 || istio[0].Mesh != "" || istio[0].Name != "istio-default" {
 		t.Errorf("Istio's default sidecars changed: %+v", istio)
+	}
+}
+
+// TestSimulateHeadlineAndSVG runs a short rollout (two strategies under both Istio sidecar
+// settings, at a small time scale) with the real meshdrain binary as the preStop, and checks
+// that the output opens with a headline that agrees with the table, leaves the timelines out,
+// and draws one SVG per row where it says.
+func TestSimulateHeadlineAndSVG(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulator for about 10 s with a freshly built meshdrain")
+	}
+	bin := filepath.Join(t.TempDir(), "meshdrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/meshdrain/meshdrain/cmd/meshdrain").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	svgDir := filepath.Join(t.TempDir(), "pictures")
+	// Every client stops sending at 6 s: Envoy's kill at 5 s under Istio's defaults cuts
+	// requests whatever the preStop does; with the recommended sidecar meshdrain stops the app
+	// after 6 s plus its quiet window, sooner than the sleep of 8 s.
+	code, out, errOut := runMain(t, "simulate", "--meshdrain-bin", bin, "--strategy", "sleep:8s,meshdrain",
+		"--qps", "200", "--clients", "10", "--eds-lag", "6s", "--time-scale", "0.2", "--svg", svgDir)
+	if code != ExitOK {
+		t.Fatalf("simulate: exit %d\n%s\n%s", code, errOut, out)
+	}
+	t.Logf("simulate:\n%s", out)
+
+	table := strings.Index(out, "\n   STRATEGY")
+	if !strings.HasPrefix(out, "meshdrain against the best sleep, per sidecar setting") || table < 0 {
+		t.Fatalf("want the headline first, then the table:\n%s", out)
+	}
+	headline := map[string]string{}
+	sidecar := ""
+	for _, line := range strings.Split(out[:strings.Index(out, "Pod deletion replayed")], "\n")[1:] {
+		if name, verdict, ok := strings.Cut(strings.TrimSpace(line), "  "); ok && strings.HasPrefix(line, "  "+name) {
+			sidecar = name
+			headline[sidecar] = strings.TrimSpace(verdict)
+		} else if sidecar != "" && strings.TrimSpace(line) != "" {
+			headline[sidecar] += " " + strings.TrimSpace(line)
+		}
+	}
+	if len(headline) != 2 || headline["istio-default"] == "" || headline["recommended"] == "" {
+		t.Fatalf("headline %q: want one entry per sidecar setting", headline)
+	}
+
+	// The headline's numbers are the table's.
+	row := regexp.MustCompile(`(?m)^\s+(\S+)\s+(\S+)\s+\d+\s+(\d+)\s+(\d+)\b.*?\s(\d+\.\d\d)s\s+\d+\.\d\ds\s`)
+	rows := map[string][]string{}
+	for _, m := range row.FindAllStringSubmatch(out[table:], -1) {
+		rows[m[1]+"/"+m[2]] = m[3:] // sidecar 5xx, client failures, app stop
+	}
+	if len(rows) != 4 {
+		t.Fatalf("table rows %v: want 2 strategies × 2 sidecars", rows)
+	}
+	md := rows["meshdrain/recommended"]
+	if want := "app stopped at " + md[2] + "s"; !strings.Contains(headline["recommended"], want) {
+		t.Errorf("recommended headline %q does not say %q, the table's APP STOP", headline["recommended"], want)
+	}
+	if strings.Contains(out, "WARNING") {
+		t.Log("timers fired late on this machine: the verdicts are not checked")
+	} else {
+		if md[0] == "0" && md[1] == "0" && !strings.HasPrefix(headline["recommended"], "meshdrain clean, app stopped at") {
+			t.Errorf("recommended headline %q: the table shows a clean meshdrain", headline["recommended"])
+		}
+		for _, strategy := range []string{"sleep:8s", "meshdrain"} {
+			if want := strategy + " lost " + rows[strategy+"/istio-default"][1]; !strings.Contains(headline["istio-default"], want) {
+				t.Errorf("istio-default headline %q lacks %q", headline["istio-default"], want)
+			}
+		}
+		if !strings.Contains(headline["istio-default"], "fix the sidecar first: meshdrain plan.") {
+			t.Errorf("istio-default headline %q: Envoy is killed at 5 s while clients send until 6 s", headline["istio-default"])
+		}
+	}
+	if strings.Contains(out, "meshdrain, sidecar recommended:") {
+		t.Error("timelines printed without --timelines")
+	}
+
+	index := filepath.Join(svgDir, "index.html")
+	if want := fmt.Sprintf("Drawn: 4 SVG timelines in %s; open %s in a browser.", svgDir, index); !strings.Contains(out, want) {
+		t.Errorf("output does not say where the pictures are: want %q", want)
+	}
+	svgs, err := filepath.Glob(filepath.Join(svgDir, "*.svg"))
+	if err != nil || len(svgs) != 4 {
+		t.Fatalf("SVGs in %s: %v %v, want 4", svgDir, svgs, err)
+	}
+	for _, path := range svgs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			XMLName xml.Name `xml:"http://www.w3.org/2000/svg svg"`
+			Title   string   `xml:"title"`
+		}
+		if err := xml.Unmarshal(data, &doc); err != nil || doc.Title == "" {
+			t.Errorf("%s: %v, title %q", path, err, doc.Title)
+		}
+	}
+	if page, err := os.ReadFile(index); err != nil || !strings.Contains(string(page), filepath.Base(svgs[0])) {
+		t.Errorf("index.html: %v, or it does not show %s", err, filepath.Base(svgs[0]))
 	}
 }

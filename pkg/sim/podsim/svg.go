@@ -1,0 +1,413 @@
+package podsim
+
+import (
+	"encoding/xml"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// The picture of a run: what the table says in numbers, drawn on one time axis so that the
+// reason for a row's failures can be seen: the app stopping inside the window in which the
+// clients still send, or the sidecar dying inside it. Plain SVG (no script, no web font), so
+// that any browser opens the file as it is.
+
+// svgWidth and the margins are in SVG pixels; the lanes are the rows of the picture.
+const (
+	svgWidth   = 960
+	svgLeft    = 128 // lane names
+	svgRight   = 24
+	svgTop     = 72
+	laneHeight = 30
+	barHeight  = 18
+	charWidth  = 6.6 // of the 12px sans-serif text, to keep labels inside the picture
+)
+
+// Colours of the picture: one per thing drawn, the failure kinds apart.
+const (
+	colourWindow      = "#fdf0c2"
+	colourClients     = "#e0a800"
+	colourAppServing  = "#2e9e44"
+	colourAppStopping = "#a6dbb0"
+	colourSidecar     = "#3b6fd6"
+	colourSidecar5xx  = "#b07cd8"
+	colourStop        = "#222222"
+	colourDeletion    = "#888888"
+	colourMixed       = "#555555"
+)
+
+// failureColour is the colour of a client failure kind, so that a cut request and a timeout
+// are told apart at a glance.
+func failureColour(kind string) string {
+	switch kind {
+	case failCut:
+		return "#d62728"
+	case failTimeout:
+		return "#ff7f0e"
+	case failRefused, fail503:
+		return "#9467bd"
+	case fail502:
+		return "#8c564b"
+	case failStreamCut:
+		return "#e377c2"
+	case failTCPClosed:
+		return "#7f0000"
+	}
+	return colourMixed
+}
+
+// svgAxis is the time range, in pod seconds, that every picture of a report shares, so that
+// two rows' pictures side by side compare.
+type svgAxis struct {
+	from, to, step float64
+}
+
+// axis covers every moment the results record, from a second before the deletion.
+func (r Report) axis() svgAxis {
+	end := 1.0
+	for _, res := range r.Results {
+		end = max(end, res.PodGoneS, res.LastClientLagS, res.AppExitS, res.SidecarExit, res.AppStopS)
+		if res.LastFailureS != nil {
+			end = max(end, *res.LastFailureS)
+		}
+	}
+	a := svgAxis{from: -1}
+	for _, step := range []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300} {
+		a.step = step
+		if (end+1-a.from)/step <= 14 {
+			break
+		}
+	}
+	a.to = math.Ceil((end+a.step/4)/a.step) * a.step
+	return a
+}
+
+// x is where pod second s is drawn.
+func (a svgAxis) x(s float64) float64 {
+	s = min(max(s, a.from), a.to)
+	return svgLeft + (s-a.from)/(a.to-a.from)*(svgWidth-svgLeft-svgRight)
+}
+
+// svgFileName is a row's file name: its place in the table, its strategy and its sidecar.
+func svgFileName(i int, res Result) string {
+	slug := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+				return r
+			}
+			return '-'
+		}, s)
+	}
+	return fmt.Sprintf("%02d-%s-%s.svg", i+1, slug(res.Strategy), slug(res.Sidecar))
+}
+
+// WriteSVGs draws each run of the report into dir (created if missing), one SVG per row of the
+// table, and an index.html that shows them one under the other with the headline. It returns
+// the index's path and the SVGs' paths.
+func (r Report) WriteSVGs(dir string) (index string, files []string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	a := r.axis()
+	var names []string
+	for i, res := range r.Results {
+		name := svgFileName(i, res)
+		path := filepath.Join(dir, name)
+		if err := writeFile(path, func(w io.Writer) error { return r.writeSVG(w, res, a) }); err != nil {
+			return "", files, err
+		}
+		names = append(names, name)
+		files = append(files, path)
+	}
+	index = filepath.Join(dir, "index.html")
+	if err := writeFile(index, func(w io.Writer) error { return r.writeSVGIndex(w, names) }); err != nil {
+		return "", files, err
+	}
+	return index, files, nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// writeSVGIndex writes the page that shows every row's picture under the headline.
+func (r Report) writeSVGIndex(w io.Writer, names []string) error {
+	var b strings.Builder
+	b.WriteString("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>meshdrain-sim simulate</title></head>\n")
+	b.WriteString("<body style=\"font-family: sans-serif\">\n<h1>meshdrain-sim simulate: one pod deletion per row</h1>\n")
+	sc := r.Scenario
+	fmt.Fprintf(&b, "<p>%g QPS from %d client sidecars, app P99 %s on %d threads, EDS lag %s (last client at %.2fs), time scale %g, seed %d.</p>\n",
+		sc.QPS, sc.Clients, html.EscapeString(sc.P99), sc.Threads, html.EscapeString(sc.EDSLag), sc.LastClientLagS, sc.TimeScale, sc.Seed)
+	if headline := r.Headline(); len(headline) > 0 {
+		b.WriteString("<p>meshdrain against the best sleep, per sidecar setting (clean: no client failure and no 5xx in the sidecar's log):</p>\n<ul>\n")
+		for _, h := range headline {
+			fmt.Fprintf(&b, "<li><b>%s</b>: %s</li>\n", html.EscapeString(h.Sidecar), html.EscapeString(h.Verdict))
+		}
+		b.WriteString("</ul>\n")
+	}
+	for i, name := range names {
+		res := r.Results[i]
+		fmt.Fprintf(&b, "<h2>%s, sidecar %s</h2>\n<img src=\"%s\" alt=\"%s\">\n",
+			html.EscapeString(res.Strategy), html.EscapeString(res.Sidecar), html.EscapeString(name), html.EscapeString(svgSummary(res)))
+	}
+	b.WriteString("</body></html>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// svgSummary is a row's numbers in a sentence, the picture's subtitle.
+func svgSummary(res Result) string {
+	failures := "0 client failures"
+	if res.ClientFailures > 0 {
+		failures = fmt.Sprintf("%d client failures (%s)", res.ClientFailures, kindsText(res.FailuresByKind))
+	}
+	return fmt.Sprintf("%d requests; %s; %d sidecar 5xx; app told to stop at %.2fs; pod gone at %.2fs",
+		res.Requests, failures, res.Sidecar5xx, res.AppStopS, res.PodGoneS)
+}
+
+// kindNames is "503 UC" for one kind of failure, kindsText for several.
+func kindNames(byKind map[string]int) string {
+	if len(byKind) != 1 {
+		return kindsText(byKind)
+	}
+	for kind := range byKind {
+		short, _, _ := strings.Cut(kind, " (")
+		return short
+	}
+	return ""
+}
+
+// svgCanvas accumulates the elements of one picture.
+type svgCanvas struct {
+	b strings.Builder
+}
+
+func (c *svgCanvas) raw(format string, args ...any) { fmt.Fprintf(&c.b, format, args...) }
+
+func (c *svgCanvas) rect(x, y, w, h float64, fill, extra string) {
+	c.raw("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"%s/>\n", x, y, max(w, 0), h, fill, extra)
+}
+
+func (c *svgCanvas) line(x1, y1, x2, y2 float64, stroke, extra string) {
+	c.raw("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"%s/>\n", x1, y1, x2, y2, stroke, extra)
+}
+
+// text writes an escaped label; anchor is start, middle or end.
+func (c *svgCanvas) text(x, y float64, anchor, extra, s string) {
+	c.raw("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y, anchor, extra)
+	_ = xml.EscapeText(&c.b, []byte(s))
+	c.b.WriteString("</text>\n")
+}
+
+// label writes s after x, where a bar that starts at barFrom ends; where it would leave the
+// picture, before x: in white inside the bar if it fits there.
+func (c *svgCanvas) label(x, y float64, s string, barFrom float64) {
+	width := float64(len(s)) * charWidth
+	if x+4+width <= svgWidth-4 {
+		c.text(x+4, y, "start", halo, s)
+		return
+	}
+	style := halo
+	if x-barFrom > width+8 {
+		style = ` fill="#ffffff"`
+	}
+	c.text(x-4, y, "end", style, s)
+}
+
+// halo keeps a label readable where a marker line crosses it.
+const halo = ` stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-order="stroke"`
+
+// writeSVG draws one run on axis a.
+func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
+	proxy := "istio-proxy"
+	if r.Scenario.Mesh == mesh.Linkerd {
+		proxy = "linkerd-proxy"
+	}
+	lanes := []string{"clients", "app", proxy, "client failures", "sidecar 5xx"}
+	lane := func(i int) (top, textY float64) {
+		top = svgTop + float64(i)*laneHeight + (laneHeight-barHeight)/2
+		return top, top + barHeight - 5
+	}
+	plotBottom := float64(svgTop + len(lanes)*laneHeight)
+	axisY := plotBottom + 6
+	legendY := axisY + 52
+	height := legendY + 20
+
+	var c svgCanvas
+	c.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%.0f\" viewBox=\"0 0 %d %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
+		svgWidth, height, svgWidth, height)
+	c.raw("<title>")
+	_ = xml.EscapeText(&c.b, []byte(fmt.Sprintf("%s, sidecar %s: %s", res.Strategy, res.Sidecar, svgSummary(res))))
+	c.raw("</title>\n")
+	c.rect(0, 0, svgWidth, height, "#ffffff", "")
+	c.text(8, 20, "start", ` font-size="15" font-weight="bold"`, fmt.Sprintf("%s, sidecar %s", res.Strategy, res.Sidecar))
+	c.text(8, 40, "start", "", svgSummary(res))
+
+	// The window in which clients still send to the pod: an app or sidecar that stops inside
+	// it meets requests.
+	x0, xLast := a.x(0), a.x(res.LastClientLagS)
+	c.rect(x0, svgTop, xLast-x0, plotBottom-svgTop, colourWindow, ` class="clients-window"`)
+
+	for i, name := range lanes {
+		_, ty := lane(i)
+		c.text(svgLeft-8, ty, "end", "", name)
+		c.line(svgLeft, svgTop+float64(i+1)*laneHeight, svgWidth-svgRight, svgTop+float64(i+1)*laneHeight, "#e4e4e4", "")
+	}
+
+	// Clients: sending since before the deletion until the last one's endpoint update.
+	top, ty := lane(0)
+	c.rect(a.x(a.from), top, xLast-a.x(a.from), barHeight, colourClients, ` class="clients-send"`)
+	c.label(xLast, ty, fmt.Sprintf("clients still send until the last client's EDS update, %.2fs", res.LastClientLagS), a.x(a.from))
+
+	// The app: serving until its preStop returned, then finishing what it had until it exited.
+	top, ty = lane(1)
+	xStop := a.x(res.AppStopS)
+	c.rect(a.x(a.from), top, xStop-a.x(a.from), barHeight, colourAppServing, ` class="app-serving"`)
+	exit := max(res.AppExitS, res.AppStopS)
+	c.rect(xStop, top, a.x(exit)-xStop, barHeight, colourAppStopping, ` class="app-stopping"`)
+	appLabel := fmt.Sprintf("exited at %.2fs", res.AppExitS)
+	if killedBy := killed(res, "app"); killedBy != "" {
+		appLabel = "SIGKILLed " + killedBy
+	}
+	c.label(a.x(exit), ty, appLabel, xStop)
+
+	// The sidecar: alive until it exited or was killed.
+	top, ty = lane(2)
+	xSide := a.x(res.SidecarExit)
+	c.rect(a.x(a.from), top, xSide-a.x(a.from), barHeight, colourSidecar, ` class="sidecar-alive"`)
+	sideLabel := fmt.Sprintf("exited at %.2fs", res.SidecarExit)
+	if killedBy := killed(res, "envoy", proxy); killedBy != "" {
+		sideLabel = "SIGKILLed " + killedBy
+	}
+	c.label(xSide, ty, sideLabel, a.x(a.from))
+
+	// Client failures: the times between the first and the last, coloured by kind (the
+	// result records the span, not each failure's time).
+	top, ty = lane(3)
+	if res.ClientFailures > 0 && res.FirstFailureS != nil && res.LastFailureS != nil {
+		colour := colourMixed
+		if len(res.FailuresByKind) == 1 {
+			for kind := range res.FailuresByKind {
+				colour = failureColour(kind)
+			}
+		}
+		xFirst, xLastFail := a.x(*res.FirstFailureS), a.x(*res.LastFailureS)
+		for _, x := range []float64{xFirst, xLastFail} {
+			c.line(x, svgTop, x, plotBottom, colour, ` stroke-width="2" class="failure"`)
+		}
+		c.rect(xFirst-1.5, top, xLastFail-xFirst+3, barHeight, colour, ` class="failures"`)
+		span := fmt.Sprintf("%.2fs", *res.FirstFailureS)
+		if *res.LastFailureS > *res.FirstFailureS {
+			span = fmt.Sprintf("%.2f-%.2fs", *res.FirstFailureS, *res.LastFailureS)
+		}
+		c.label(xLastFail+1.5, ty, fmt.Sprintf("%d failed (%s) at %s", res.ClientFailures, kindNames(res.FailuresByKind), span), xFirst)
+	} else {
+		c.text(svgLeft+4, ty, "start", ` fill="#888888"`, "none")
+	}
+
+	// The sidecar's 5xx: the app refused while the sidecar was alive and clients still sent.
+	top, ty = lane(4)
+	refusedUntil := min(res.LastClientLagS, res.SidecarExit)
+	switch {
+	case res.Sidecar5xx > 0 && refusedUntil > res.AppStopS:
+		c.rect(xStop, top, a.x(refusedUntil)-xStop, barHeight, colourSidecar5xx, ` class="sidecar-5xx"`)
+		c.label(a.x(refusedUntil), ty, fmt.Sprintf("%d 5xx (UF %d refused, UC %d reset): the app stopped while clients sent", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), xStop)
+	case res.Sidecar5xx > 0:
+		c.text(svgLeft+4, ty, "start", "", fmt.Sprintf("%d 5xx (UF %d, UC %d)", res.Sidecar5xx, res.SidecarUF, res.SidecarUC))
+	default:
+		c.text(svgLeft+4, ty, "start", ` fill="#888888"`, "none")
+	}
+
+	// The deletion, and the moment the app was told to stop.
+	c.line(x0, svgTop-4, x0, plotBottom, colourDeletion, ` stroke-width="1.5" class="deletion"`)
+	c.text(x0-3, svgTop-6, "end", ` fill="#666666"`, "pod deleted")
+	c.line(xStop, svgTop-4, xStop, plotBottom, colourStop, ` stroke-width="1.5" stroke-dasharray="5,3" class="app-stop"`)
+	c.label(xStop, svgTop-6, stopCause(res), xStop)
+
+	// The time axis, in pod seconds.
+	c.line(svgLeft, axisY, svgWidth-svgRight, axisY, "#444444", "")
+	for s := math.Ceil(a.from/a.step) * a.step; s <= a.to+a.step/1000; s += a.step {
+		x := a.x(s)
+		c.line(x, axisY, x, axisY+4, "#444444", "")
+		c.text(x, axisY+16, "middle", "", fmt.Sprintf("%gs", s+0)) // +0: no "-0s"
+	}
+	c.text((svgLeft+svgWidth-svgRight)/2, axisY+32, "middle", ` fill="#444444"`, "pod seconds from the deletion")
+
+	// The legend.
+	x := 8.0
+	swatch := func(colour, name string) {
+		c.rect(x, legendY-10, 12, 12, colour, "")
+		c.text(x+16, legendY, "start", "", name)
+		x += 16 + float64(len(name))*charWidth + 14
+	}
+	swatch(colourWindow, "clients still send")
+	swatch(colourAppServing, "app serving")
+	swatch(colourAppStopping, "app finishing")
+	swatch(colourSidecar, "sidecar alive")
+	kinds := make([]string, 0, len(res.FailuresByKind))
+	for kind := range res.FailuresByKind {
+		kinds = append(kinds, kind)
+	}
+	sort.Strings(kinds)
+	for _, kind := range kinds {
+		short, _, _ := strings.Cut(kind, " (")
+		swatch(failureColour(kind), short)
+	}
+	if res.Sidecar5xx > 0 {
+		swatch(colourSidecar5xx, "sidecar 5xx")
+	}
+	c.line(x, legendY-4, x+14, legendY-4, colourStop, ` stroke-width="1.5" stroke-dasharray="5,3"`)
+	c.text(x+18, legendY, "start", "", "app told to stop")
+
+	c.raw("</svg>\n")
+	_, err := io.WriteString(w, c.b.String())
+	return err
+}
+
+// killed is "by kubelet at 52.0s" when the result's kill list names one of the containers.
+func killed(res Result, containers ...string) string {
+	for _, detail := range res.KilledDetail {
+		for _, name := range containers {
+			if rest, ok := strings.CutPrefix(detail, name+" "); ok {
+				return rest
+			}
+		}
+	}
+	return ""
+}
+
+// stopCause says who told the app to stop, and when: the label of the dashed line.
+func stopCause(res Result) string {
+	by := "preStop " + res.Strategy + " returned"
+	if strat, err := ParseStrategy(res.Strategy); err == nil {
+		switch strat.Kind {
+		case StrategyMeshdrain:
+			by = "meshdrain returned"
+			if res.Meshdrain != nil {
+				by = fmt.Sprintf("meshdrain returned (%s)", res.Meshdrain.Reason)
+			}
+		case StrategySleep:
+			by = "sleep " + fmtD(strat.Sleep) + " over"
+		case StrategyOracle:
+			by = "oracle: the last request answered"
+		case StrategyNone:
+			by = "no preStop"
+		}
+	}
+	return fmt.Sprintf("%s: SIGTERM to the app at %.2fs", by, res.AppStopS)
+}
