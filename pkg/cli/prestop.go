@@ -39,6 +39,7 @@ type prestopOptions struct {
 	streamsWait      time.Duration
 	clientPeriod     time.Duration
 	edsLagBound      time.Duration
+	settledQuiet     time.Duration
 	drainAt          string
 	clientEvidence   string
 	listenerPorts    []int
@@ -100,6 +101,7 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.streamsWait, "streams-wait", o.streamsWait, "once the clients have stopped, how long requests may stay open (streams, WebSockets) before the app may stop anyway (reason quiet-streams)")
 	f.DurationVar(&o.clientPeriod, "client-period", 0, "clients that send on a schedule send at least this often: the window then ignores the traffic's own pauses (--quiet must be at least this + --poll; meshdrain plan --client-period writes both)")
 	f.DurationVar(&o.edsLagBound, "eds-lag-bound", 0, "how late the last client applies the endpoint removal, from the deletion (plan writes its last-client --eds-lag): past it, one --quiet of silence is enough and idle connections still open do not hold the app")
+	f.DurationVar(&o.settledQuiet, "settled-quiet", 0, "the silence asked for once no client may still be on its way (past --eds-lag-bound, or every client left): the ordinary quiet window, not a --quiet raised for sparse clients (default 1s, at least two polls)")
 	f.StringVar(&o.drainAt, "drain-at", o.drainAt, "start: call /drain_listeners when the hook starts; end: when the clients have let go, just before the app stops (for a sidecar whose own drain at the deletion is turned off: docs/decision-rule.md)")
 	f.StringVar(&o.clientEvidence, "client-evidence", o.clientEvidence, "auto: read the pod's socket table to see which clients have let go (Envoy sidecars); off: silence alone decides")
 	f.IntSliceVar(&o.listenerPorts, "inbound-listener-port", nil, "the sidecar's inbound listener port(s) whose connections are the clients' (default: the listener its stats name, Istio's 15006)")

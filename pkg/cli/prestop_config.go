@@ -215,7 +215,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		}
 	}
 	timing := drain.Timing{GracePeriod: o.gracePeriod, AppDrain: o.appDrain, Deadline: max(explicit, 0), Quiet: o.quiet, Poll: o.poll,
-		MinWait: o.minWait, MinWaitSet: o.minWaitSet, ClientPeriod: o.clientPeriod}
+		MinWait: o.minWait, MinWaitSet: o.minWaitSet, ClientPeriod: o.clientPeriod, SettledQuiet: o.settledQuiet}
 	for _, err := range timing.Problems() {
 		add("%v", err)
 	}
@@ -255,6 +255,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		StreamsWait:    o.streamsWaitOrStrict(),
 		ClientPeriod:   o.clientPeriod,
 		LagBound:       o.edsLagBound,
+		SettledQuiet:   o.settledQuiet,
 		DrainAtEnd:     o.drainAt == drainAtEnd,
 		Clients:        o.evidence(),
 		Poll:           o.poll,
@@ -382,5 +383,5 @@ func (o *prestopOptions) evidence() drain.ClientEvidence {
 	if o.clientEvidence != clientEvidenceAuto || o.mesh == mesh.Linkerd {
 		return nil
 	}
-	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now}
+	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now, Undrained: o.drainAt == drainAtEnd}
 }

@@ -91,6 +91,24 @@ type Tracker struct {
 	// The same drain-start connections and clients, in slices, which iterate faster.
 	drainList  []*drainConn
 	clientList []*clientEvidence
+	// undrained: the pod's sidecar tells no connection to close (Undrained).
+	undrained bool
+}
+
+// Undrained says that the pod's sidecar is not draining (its drain is deferred until the
+// app may stop: regime b). It then tells no connection to close, so a client's Envoy closes
+// a pooled connection only when it drops the endpoint (or at its idle timeout, an hour by
+// default): a close by the client of a pooled connection (one seen in two reads or more) is
+// a departure, whether or not it carried requests, and a client with any connection open is
+// holding. A connection seen in one read only is taken for a one-request connection, whose
+// close says nothing. Limits: a client that opens one connection per request and keeps it
+// across two reads (a request longer than the read interval) looks like a pool that let go
+// until its next connection; Envoy client sidecars always pool, non-mesh clients may not.
+// Sound only while nothing drains the pod: a draining Envoy's Connection: close makes
+// clients close right after a request.
+func (t *Tracker) Undrained() {
+	t.undrained = true
+	t.judge(time.Time{})
 }
 
 // connKey names a connection at one time; a later connection may reuse it, which the
@@ -120,9 +138,14 @@ type drainConn struct {
 // opened since. It is kept while reads show it, to count it once and see data on it.
 type otherConn struct {
 	id        connID
+	client    *clientEvidence
 	bytes     uint64
 	haveBytes bool
 	seen      int
+	// sightings counts the reads that showed it ESTABLISHED; closed, that its close was
+	// seen (counted once).
+	sightings int
+	closed    bool
 }
 
 type connID struct{ inode, cookie uint64 }
@@ -201,14 +224,20 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		if !ok || !o.id.same(s) {
 			o = &otherConn{id: idOf(s), bytes: s.BytesReceived, haveBytes: s.HasTCPInfo}
 			t.other[k] = o
-			c := t.client(s.Remote.Addr(), at)
-			c.newConns++
-			t.activity(c, dataTime(at, s))
+			o.client = t.client(s.Remote.Addr(), at)
+			o.client.newConns++
+			t.activity(o.client, dataTime(at, s))
 		} else if grew(&o.bytes, &o.haveBytes, s) {
-			t.activity(t.clients[s.Remote.Addr()], dataTime(at, s))
+			t.activity(o.client, dataTime(at, s))
 		}
 		o.id.update(s)
 		o.seen = t.read
+		switch s.State {
+		case Established:
+			o.sightings++
+		case CloseWait, LastAck:
+			t.closedOther(o)
+		}
 	}
 	for _, d := range t.drainList {
 		if d.fate == stillOpen && d.seen != t.read {
@@ -219,6 +248,8 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 	}
 	for k, o := range t.other {
 		if o.seen != t.read {
+			// Gone without TIME_WAIT on our side: closed by the client.
+			t.closedOther(o)
 			delete(t.other, k)
 		}
 	}
@@ -248,8 +279,21 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 
 func (t *Tracker) closed(d *drainConn, fate connFate) {
 	d.fate = fate
-	if fate == closedByClient && !d.used {
+	if fate == closedByClient && (!d.used || t.undrained) {
 		d.client.lastClose = t.read
+	}
+}
+
+// closedOther records a client's close of a connection opened since the drain began: a
+// departure only when the pod is not draining and it was a pool's connection, seen twice
+// and idle between.
+func (t *Tracker) closedOther(o *otherConn) {
+	if o.closed {
+		return
+	}
+	o.closed = true
+	if t.undrained && o.sightings >= 2 {
+		o.client.lastClose = t.read
 	}
 }
 
@@ -298,10 +342,18 @@ func (t *Tracker) judge(at time.Time) {
 	for _, d := range t.drainList {
 		switch {
 		case d.fate != stillOpen:
-		case d.used:
+		case d.used && !t.undrained:
 			d.client.openUsed++
 		default:
 			d.client.held++
+		}
+	}
+	if t.undrained {
+		// Nothing tells a client to close: any connection it keeps open, it still routes on.
+		for _, o := range t.other {
+			if !o.closed && o.sightings > 0 {
+				o.client.held++
+			}
 		}
 	}
 	for _, c := range t.clientList {
@@ -310,6 +362,9 @@ func (t *Tracker) judge(at time.Time) {
 		case c.held > 0:
 			state = Holding
 		case c.openUsed == 0 && c.lastClose > 0 && c.lastActivity < c.lastClose:
+			state = Left
+		case t.undrained && c.lastClose > 0 && c.lastActivity <= c.lastClose:
+			// Its last pooled connection closed: activity seen in that read was on it.
 			state = Left
 		case c.lastActivity > 0:
 			state = Sending

@@ -96,6 +96,8 @@ type Config struct {
 	// LagBound is how late the last client applies the endpoint removal (--eds-lag-bound;
 	// RuleConfig.LagBound): past it, one quiet window of silence is enough.
 	LagBound time.Duration
+	// SettledQuiet: RuleConfig.SettledQuiet (--settled-quiet).
+	SettledQuiet time.Duration
 	// Clients, when set, gives per-client evidence at every poll (ClientEvidence).
 	Clients ClientEvidence
 	// Poll is the interval between two stats requests.
@@ -440,7 +442,7 @@ func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {
 func (c *coordinator) watch(ctx, parent context.Context, snap mesh.Snapshot, first mesh.Reading) Reason {
 	c.beginClients(ctx, snap)
 	c.rule = NewRule(RuleConfig{Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait, ClientPeriod: c.cfg.ClientPeriod,
-		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait, LagBound: c.cfg.LagBound}, c.observation(ctx, snap, first))
+		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait, LagBound: c.cfg.LagBound, SettledQuiet: SettledQuiet(c.cfg.SettledQuiet, c.cfg.Poll)}, c.observation(ctx, snap, first))
 	c.result.LastArrival = c.clock.Now().Sub(c.start)
 	c.result.RequestsAfterDrain = new(float64)
 	c.result.ActiveAtEnd = first.Active

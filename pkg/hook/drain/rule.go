@@ -130,6 +130,10 @@ type RuleConfig struct {
 	// of silence is enough, and a client still holding an idle connection is not a mesh
 	// client that will ever let go on its own (an ingress controller's keep-alive pool).
 	LagBound time.Duration
+	// SettledQuiet is the silence asked for once no client may still be on its way (the lag
+	// bound passed, or every client left): the ordinary quiet window, not a --quiet raised
+	// for sparse clients (default DefaultQuiet).
+	SettledQuiet time.Duration
 }
 
 // ClientCounts is the per-client evidence of one poll, from the pod's socket table: how many
@@ -406,11 +410,19 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 	if r.prev.Signal == mesh.SignalCompletedRequests {
 		window += r.cfg.LatencyAllowance
 	}
+	// Once no client may still be on its way, the ordinary quiet window is enough: a --quiet
+	// raised for sparse clients (plan --rps-per-client) guards against a client that has not
+	// learnt yet, and there is none.
+	settledQuiet := r.cfg.SettledQuiet
+	if settledQuiet <= 0 {
+		settledQuiet = DefaultQuiet
+	}
+	settled := min(window, settledQuiet+window-r.cfg.Quiet)
 	if r.pastLagBound(r.prev.At) {
-		return window, TermLagBound
+		return settled, TermLagBound
 	}
 	if c := r.prev.Clients; c != nil && c.Left > 0 && c.Holding == 0 && c.Sending == 0 {
-		return window, TermClientsLeft
+		return settled, TermClientsLeft
 	}
 	if gaps := time.Duration(GapFactor * float64(r.longestGap)); gaps > window && r.cfg.ClientPeriod == 0 {
 		window, term = gaps, TermGaps

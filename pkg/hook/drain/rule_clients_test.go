@@ -82,3 +82,26 @@ func TestLagBound(t *testing.T) {
 		t.Errorf("a holder without a lag bound: stopped at %v (%s); want the deadline", at, d.Reason)
 	}
 }
+
+// A --quiet raised for sparse clients (plan --rps-per-client) guards against clients that
+// have not learnt yet: past the lag bound, or once every client left, the ordinary one is
+// enough.
+func TestSettledWindowIsTheOrdinaryQuiet(t *testing.T) {
+	cfg := clientRuleConfig()
+	cfg.Quiet = 9300 * ms
+	cfg.LagBound = 8 * time.Second
+	at, d := clientsRule(t, cfg, 8*time.Second, func(time.Duration) *ClientCounts { return nil })
+	if at != 9*time.Second || d.Term != TermLagBound || d.Window != DefaultQuiet {
+		t.Errorf("stopped at %v, term %s, window %v; want 9s, lag-bound, 1s", at, d.Term, d.Window)
+	}
+	cfg.LagBound = 0
+	at, d = clientsRule(t, cfg, 8*time.Second, func(at time.Duration) *ClientCounts {
+		if at < 8500*ms {
+			return &ClientCounts{Holding: 2}
+		}
+		return &ClientCounts{Left: 2}
+	})
+	if at != 9*time.Second || d.Term != TermClientsLeft || d.Window != DefaultQuiet {
+		t.Errorf("clients left: stopped at %v, term %s, window %v; want 9s, clients-left, 1s", at, d.Term, d.Window)
+	}
+}

@@ -45,6 +45,8 @@ type Timing struct {
 	Quiet, Poll  time.Duration
 	MinWait      time.Duration
 	ClientPeriod time.Duration
+	// SettledQuiet is --settled-quiet; zero derives it (SettledQuiet).
+	SettledQuiet time.Duration
 	// MinWaitSet: --min-wait was given; a default beyond a short deadline is cut to it
 	// instead (prestop warns).
 	MinWaitSet bool
@@ -83,6 +85,12 @@ func (t Timing) Problems() []error {
 	if t.Poll > 0 && t.Quiet > 0 && t.Quiet < MinQuietPolls*t.Poll {
 		add("--quiet %v is shorter than two polls (2 x --poll %v): one poll cannot tell a pause in the traffic from its end", t.Quiet, t.Poll)
 	}
+	if t.SettledQuiet < 0 {
+		add("--settled-quiet must not be negative, got %v", t.SettledQuiet)
+	}
+	if t.SettledQuiet > 0 && t.Poll > 0 && t.SettledQuiet < MinQuietPolls*t.Poll {
+		add("--settled-quiet %v is shorter than two polls (2 x --poll %v)", t.SettledQuiet, t.Poll)
+	}
 	if t.ClientPeriod > 0 && t.Poll > 0 && t.Quiet < t.ClientPeriod+t.Poll {
 		add("--quiet %v is shorter than --client-period %v + --poll %v: a client keeping that schedule could look silent for a whole window while it still sends", t.Quiet, t.ClientPeriod, t.Poll)
 	}
@@ -95,4 +103,13 @@ func (t Timing) Problems() []error {
 		}
 	}
 	return problems
+}
+
+// SettledQuiet is the silence asked for once no client may still be on its way: the one
+// given, or the ordinary quiet window, at least two polls.
+func SettledQuiet(given, poll time.Duration) time.Duration {
+	if given > 0 {
+		return given
+	}
+	return max(DefaultQuiet, MinQuietPolls*poll)
 }

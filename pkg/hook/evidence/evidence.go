@@ -31,6 +31,10 @@ type Table struct {
 	// Every is the least time between two reads (default ReadEvery); polls in between get
 	// the last read's counts.
 	Every time.Duration
+	// Undrained: the sidecar's own drain is deferred until meshdrain decides (--drain-at
+	// end), so a client's close of an idle pooled connection is a departure even if it
+	// carried requests since the start (sockets.Tracker.Undrained).
+	Undrained bool
 
 	ports    []uint16
 	tracker  *sockets.Tracker
@@ -67,6 +71,9 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 	}
 	t.lastRead = t.Now()
 	t.tracker = sockets.Begin(t.lastRead, socks)
+	if t.Undrained {
+		t.tracker.Undrained()
+	}
 	t.last = t.count()
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -94,7 +95,8 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 		args = append(args, "--client-period", sc.scale(spec.MeshdrainClientPeriod).String())
 	}
 	if spec.MeshdrainLagBound > 0 {
-		args = append(args, "--eds-lag-bound", sc.scale(spec.MeshdrainLagBound).String())
+		args = append(args, "--eds-lag-bound", sc.scale(spec.MeshdrainLagBound).String(),
+			"--settled-quiet", sc.scale(drain.DefaultQuiet).String())
 	}
 	// The emulator's stats name Istio's 15006 but it listens on a free loopback port: the
 	// clients' connections are on that one.
