@@ -93,7 +93,17 @@ type Tracker struct {
 	clientList []*clientEvidence
 	// undrained: the pod's sidecar tells no connection to close (Undrained).
 	undrained bool
+	// arrived: requests reached the pod since the previous read (RequestsArrived).
+	arrived bool
 }
+
+// RequestsArrived says that requests reached the pod since the previous read (its sidecar's
+// arrival counter moved, or is unknown), for the next Observe. While the pod drains, a
+// connection can carry a request, be told Connection: close and be closed by its client, all
+// between two reads: gone, its bytes never seen to grow, it would look like an idle one its
+// client let go. So a connection gone from the table counts as a departure only across reads
+// between which no request reached the pod at all.
+func (t *Tracker) RequestsArrived() { t.arrived = true }
 
 // Undrained says that the pod's sidecar is not draining (its drain is deferred until the
 // app may stop: regime b). It then tells no connection to close, so a client's Envoy closes
@@ -242,10 +252,16 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 	for _, d := range t.drainList {
 		if d.fate == stillOpen && d.seen != t.read {
 			// Gone without passing through FIN_WAIT or TIME_WAIT on our side: the client
-			// closed it (or one side reset it).
+			// closed it (or one side reset it). If requests arrived meanwhile, one may have
+			// been on it (RequestsArrived).
+			if t.arrived && !t.undrained {
+				d.used = true
+				t.activity(d.client, at)
+			}
 			t.closed(d, closedByClient)
 		}
 	}
+	t.arrived = false
 	for k, o := range t.other {
 		if o.seen != t.read {
 			// Gone without TIME_WAIT on our side: closed by the client.

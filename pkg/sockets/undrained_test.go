@@ -39,3 +39,18 @@ func TestUndrainedOneRequestConnectionsAreNotDepartures(t *testing.T) {
 	tr.Observe(at(8), nil)
 	wantState(t, clientOf(t, tr, "10.1.0.2"), Left)
 }
+
+// While the pod drains, an idle drain-start connection can carry a request, be told
+// Connection: close and be closed by its client between two reads. If requests reached the
+// pod meanwhile, its vanishing is no departure; if none did, it is.
+func TestVanishedWhileRequestsArrivedIsNoDeparture(t *testing.T) {
+	for _, arrived := range []bool{true, false} {
+		tr := Begin(at(0), []Socket{withInfo(sock("10.1.0.3", 42000, Established, 31), 100, 0)})
+		if arrived {
+			tr.RequestsArrived()
+		}
+		tr.Observe(at(1), nil)
+		want := map[bool]ClientState{true: Sending, false: Left}[arrived]
+		wantState(t, clientOf(t, tr, "10.1.0.3"), want)
+	}
+}

@@ -16,8 +16,10 @@ type ClientEvidence interface {
 	// Begin marks the connections open as the drain begins, on the inbound listener the
 	// snapshot's sidecar serves.
 	Begin(ctx context.Context, snap mesh.Snapshot) error
-	// Counts reads the connections again and says where each client stands.
-	Counts(ctx context.Context) (ClientCounts, error)
+	// Counts reads the connections again and says where each client stands; arrivals is
+	// the sidecar's arrival counter now (nil: unknown), which tells whether requests reached
+	// the pod between two reads.
+	Counts(ctx context.Context, arrivals *float64) (ClientCounts, error)
 }
 
 // beginClients starts the evidence at the watch's start; a table that cannot be read is
@@ -36,11 +38,11 @@ func (c *coordinator) beginClients(ctx context.Context, snap mesh.Snapshot) {
 }
 
 // clientCounts is this poll's evidence, nil without any.
-func (c *coordinator) clientCounts(ctx context.Context) *ClientCounts {
+func (c *coordinator) clientCounts(ctx context.Context, arrivals *float64) *ClientCounts {
 	if c.clients == nil {
 		return nil
 	}
-	counts, err := c.clients.Counts(ctx)
+	counts, err := c.clients.Counts(ctx, arrivals)
 	if err != nil {
 		c.noClientEvidence(err)
 		return nil

@@ -40,6 +40,8 @@ type Table struct {
 	tracker  *sockets.Tracker
 	lastRead time.Time
 	last     drain.ClientCounts
+	// arrivalsAtRead is the arrival counter at the last read (nil: unknown).
+	arrivalsAtRead *float64
 }
 
 // ReadEvery is how often the table is read at most. A read walks the node's whole
@@ -70,6 +72,7 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 		return err
 	}
 	t.lastRead = t.Now()
+	t.arrivalsAtRead = snap.Read().Arrivals
 	t.tracker = sockets.Begin(t.lastRead, socks)
 	if t.Undrained {
 		t.tracker.Undrained()
@@ -79,7 +82,9 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 }
 
 // Counts reads the table again (at most every Every) and sums the clients by state.
-func (t *Table) Counts(context.Context) (drain.ClientCounts, error) {
+// arrivals is the sidecar's arrival counter now: whether it moved since the last read tells
+// the tracker whether a vanished connection may have carried a request.
+func (t *Table) Counts(_ context.Context, arrivals *float64) (drain.ClientCounts, error) {
 	now := t.Now()
 	every := t.Every
 	if every <= 0 {
@@ -92,6 +97,10 @@ func (t *Table) Counts(context.Context) (drain.ClientCounts, error) {
 	if err != nil {
 		return drain.ClientCounts{}, err
 	}
+	if arrivals == nil || t.arrivalsAtRead == nil || *arrivals != *t.arrivalsAtRead {
+		t.tracker.RequestsArrived()
+	}
+	t.arrivalsAtRead = arrivals
 	t.tracker.Observe(now, socks)
 	t.lastRead = now
 	t.last = t.count()
@@ -156,13 +165,15 @@ type Watch struct {
 	// Ports are the inbound listener's ports; empty takes them from each sample's listener.
 	Ports []int
 
-	ports   []uint16
-	tracker *sockets.Tracker
+	ports    []uint16
+	tracker  *sockets.Tracker
+	arrivals *float64
 }
 
 // Clients reads the table at now; listener is the sample's inbound listener (its port is
-// watched when Ports is empty).
-func (w *Watch) Clients(now time.Time, listener *mesh.Listener) ([]sockets.Client, error) {
+// watched when Ports is empty), arrivals its arrival counter (nil: unknown), which tells
+// whether a connection gone since the last read may have carried a request.
+func (w *Watch) Clients(now time.Time, listener *mesh.Listener, arrivals *float64) ([]sockets.Client, error) {
 	if w.ports == nil {
 		ports := w.Ports
 		if len(ports) == 0 {
@@ -183,7 +194,11 @@ func (w *Watch) Clients(now time.Time, listener *mesh.Listener) ([]sockets.Clien
 	if w.tracker == nil {
 		w.tracker = sockets.Begin(now, socks)
 	} else {
+		if arrivals == nil || w.arrivals == nil || *arrivals != *w.arrivals {
+			w.tracker.RequestsArrived()
+		}
 		w.tracker.Observe(now, socks)
 	}
+	w.arrivals = arrivals
 	return w.tracker.Clients(), nil
 }

@@ -33,7 +33,18 @@ const maxClientRows = 20
 
 // withClients adds the clients to a sample, or why they could not be read.
 func withClients(r *Report, w ClientWatch, now time.Time) {
-	clients, err := w.Clients(now, r.Listener)
+	var arrivals *float64
+	for _, p := range r.Inbound {
+		if p.RequestsTotal == nil {
+			arrivals = nil
+			break
+		}
+		if arrivals == nil {
+			arrivals = new(float64)
+		}
+		*arrivals += *p.RequestsTotal
+	}
+	clients, err := w.Clients(now, r.Listener, arrivals)
 	if err != nil {
 		r.ClientsError = err.Error()
 		return

@@ -37,7 +37,7 @@ type Options struct {
 
 // ClientWatch follows the inbound listener's clients (evidence.Watch in the pod).
 type ClientWatch interface {
-	Clients(now time.Time, listener *mesh.Listener) ([]sockets.Client, error)
+	Clients(now time.Time, listener *mesh.Listener, arrivals *float64) ([]sockets.Client, error)
 }
 
 // clearScreen moves the cursor home and clears the terminal, as watch(1) does between frames.
