@@ -29,6 +29,8 @@ type simulateOptions struct {
 	threads          int
 	p99              time.Duration
 	appShutdown      string
+	clientConns      string
+	clientIdle       time.Duration
 	edsLag           string
 	retries          int
 	routeTimeout     time.Duration
@@ -170,7 +172,7 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.waitBeforeExit, "wait-before-exit", 0, "config.alpha.linkerd.io/proxy-wait-before-exit-seconds, for --mesh linkerd --sidecar classic")
 	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp")
 	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain, oracle")
-	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended, classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended)")
+	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended, recommended-deferred (regime b: the sidecar's drain deferred until meshdrain decides), classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended)")
 	f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "Istio terminationDrainDuration, for --sidecar classic")
 	f.DurationVar(&o.drainDuration, "drain-duration", o.drainDuration, "Istio drainDuration (Envoy --drain-time-s), for --sidecar classic, exit-on-zero, native")
 	f.DurationVar(&o.minDrainDuration, "min-drain-duration", o.minDrainDuration, "Istio MINIMUM_DRAIN_DURATION, for --sidecar exit-on-zero")
@@ -179,6 +181,8 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.threads, "threads", o.threads, "the app's worker pool (Tomcat maxThreads)")
 	f.DurationVar(&o.p99, "p99", o.p99, "the app's P99 latency (median P99/4.5, lognormal)")
 	f.StringVar(&o.appShutdown, "app-shutdown", o.appShutdown, "the app on SIGTERM: graceful (finish in-flight requests) or immediate")
+	f.StringVar(&o.clientConns, "client-conns", "", "how each client holds its connections to the pod: pool (Envoy's keep-alive pool, drained at the client's EDS update; HTTP's default), per-request (TCP's default), persistent-session (the endpoint kept DRAINING: no drain) or no-sidecar (a keep-alive pool that ignores the removal)")
+	f.DurationVar(&o.clientIdle, "client-idle-timeout", 0, "close a client's connection idle this long (default Envoy's 1h; 60s for no-sidecar)")
 	f.StringVar(&o.edsLag, "eds-lag", o.edsLag, "time until each client stops sending to the pod: a duration or p50=D,p99=D (lognormal)")
 	f.IntVar(&o.retries, "retries", o.retries, "client retries (Istio default 2); 0 shows raw failures")
 	f.DurationVar(&o.routeTimeout, "route-timeout", o.routeTimeout, "client route timeout (0: none, Istio's default)")
@@ -275,6 +279,10 @@ func (o simulateOptions) build() (podsim.Options, error) {
 	sc := traffic.Apply(podsim.UserScenario())
 	sc.QPS, sc.Clients, sc.Threads, sc.P99 = o.qps, o.clients, o.threads, o.p99
 	sc.AppShutdown, sc.EDSLag, sc.Retries = podsim.AppShutdown(o.appShutdown), lag, o.retries
+	if o.clientConns != "" {
+		sc.ClientConns = podsim.ClientConns(o.clientConns)
+	}
+	sc.ClientIdleTimeout = o.clientIdle
 	sc.RouteTimeout, sc.GracePeriod, sc.Warmup = o.routeTimeout, o.gracePeriod, o.warmup
 	sc.AppDrain, sc.Quiet, sc.MinWait, sc.StreamsWait, sc.Poll = o.appDrain, o.quiet, o.minWait, o.streamsWait, o.poll
 	sc.TimeScale, sc.Seed, sc.MeshdrainBinary = o.timeScale, o.seed, o.meshdrainBin
@@ -323,10 +331,16 @@ func (o simulateOptions) istioSidecars(sc podsim.Scenario, opts podsim.Options) 
 				return opts, usageError("--sidecar recommended: %v", err)
 			}
 			opts.Sidecars = append(opts.Sidecars, spec)
+		case "recommended-deferred":
+			spec, err := podsim.RecommendedDeferredSidecar(sc)
+			if err != nil {
+				return opts, usageError("--sidecar recommended-deferred: %v", err)
+			}
+			opts.Sidecars = append(opts.Sidecars, spec)
 		case string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative):
 			opts.Sidecars = append(opts.Sidecars, podsim.ModeSidecar(podsim.SidecarMode(strings.TrimSpace(name)), o.terminationDrain, o.drainDuration, o.minDrainDuration))
 		default:
-			return opts, usageError("--sidecar %q: want istio-default, recommended, classic, exit-on-zero or native", name)
+			return opts, usageError("--sidecar %q: want istio-default, recommended, recommended-deferred, classic, exit-on-zero or native", name)
 		}
 	}
 	return opts, nil

@@ -182,3 +182,21 @@ func TestSimulateHeadlineAndSVG(t *testing.T) {
 		t.Errorf("index.html: %v, or it does not show %s", err, filepath.Base(svgs[0]))
 	}
 }
+
+// The client-connection variants and regime (b) are simulate's flags; a wrong value names
+// its flag.
+func TestSimulateClientConnsAndDeferredFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--client-conns", "bogus"}, "client conns"},
+		{[]string{"--client-idle-timeout", "-1s"}, "idle"},
+		{[]string{"--mesh", "linkerd", "--sidecar", "recommended-deferred"}, "recommended-deferred"},
+	} {
+		code, _, errOut := runMain(t, append([]string{"simulate"}, tc.args...)...)
+		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q", tc.args, code, errOut)
+		}
+	}
+}
