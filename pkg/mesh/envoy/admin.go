@@ -19,12 +19,12 @@ func (n *normaliser) adminRequests(name string, fam *dto.MetricFamily) {
 	switch name {
 	case "envoy_http_admin_downstream_rq_total":
 		for _, m := range fam.GetMetric() {
-			mesh.AddTo(&n.adminRequestsTotal, value(m))
+			mesh.AddTo(&n.adminRequestsTotal, mesh.Value(m))
 		}
 	case "envoy_http_downstream_rq_total":
 		for _, m := range fam.GetMetric() {
 			if prefix, _ := firstLabel(m, httpPrefixLabels); prefix == "admin" {
-				mesh.AddTo(&n.adminRequestsTotal, value(m))
+				mesh.AddTo(&n.adminRequestsTotal, mesh.Value(m))
 			}
 		}
 	}

@@ -374,7 +374,7 @@ func (n *normaliser) family(name string, fam *dto.MetricFamily) {
 				continue // a generic Envoy's TCP port is watched through its --cluster
 			}
 			if e := n.clusterEndpoint(prefix); e != nil {
-				n.add(&e.TCPConnectionsTotal, value(m))
+				n.add(&e.TCPConnectionsTotal, mesh.Value(m))
 			}
 		}
 	case "istio_requests_total",
@@ -382,19 +382,19 @@ func (n *normaliser) family(name string, fam *dto.MetricFamily) {
 		// envoy_, and Istio 1.7's stats plugin named the metric _istio_requests_total.
 		"envoy_istio_requests_total", "envoy__istio_requests_total":
 		for _, m := range fam.GetMetric() {
-			if label(m, "reporter") == "destination" {
-				n.add(&n.completed, value(m))
+			if mesh.Label(m, "reporter") == "destination" {
+				n.add(&n.completed, mesh.Value(m))
 				n.completedError(m)
 			}
 		}
 	case "envoy_server_state", "server_state":
 		for _, m := range fam.GetMetric() {
-			v := value(m)
+			v := mesh.Value(m)
 			n.serverState = &v
 		}
 	case "envoy_server_uptime", "server_uptime":
 		for _, m := range fam.GetMetric() {
-			v := value(m)
+			v := mesh.Value(m)
 			n.serverUptime = &v
 		}
 	default:
@@ -420,7 +420,7 @@ func (n *normaliser) httpSeriesWhere(fam *dto.MetricFamily, field func(*mesh.End
 		}
 		n.noteLabel(labelName)
 		if e := n.httpEndpoint(prefix); e != nil {
-			n.add(field(e), value(m))
+			n.add(field(e), mesh.Value(m))
 		}
 	}
 }
@@ -448,7 +448,7 @@ func (n *normaliser) legacyHTTP(fam *dto.MetricFamily, match []string) {
 	}
 	for _, m := range fam.GetMetric() {
 		if keep(m) {
-			n.add(field, value(m))
+			n.add(field, mesh.Value(m))
 		}
 	}
 }
@@ -463,15 +463,15 @@ func serverErrorClass(m *dto.Metric) bool {
 // completedError adds an istio_requests_total{reporter="destination"} series with a 5xx
 // response_code to the 5xx completions of its response flag.
 func (n *normaliser) completedError(m *dto.Metric) {
-	code := label(m, "response_code")
+	code := mesh.Label(m, "response_code")
 	if len(code) != 3 || code[0] != '5' {
 		return
 	}
-	v := value(m)
+	v := mesh.Value(m)
 	if math.IsNaN(v) {
 		return
 	}
-	flags := label(m, "response_flags")
+	flags := mesh.Label(m, "response_flags")
 	if flags == "" {
 		flags = "-"
 	}
@@ -497,7 +497,7 @@ func (n *normaliser) clusterSeriesWhere(fam *dto.MetricFamily, field func(*mesh.
 		}
 		n.noteLabel(labelName)
 		if e := n.clusterEndpoint(cluster); e != nil {
-			n.add(field(e), value(m))
+			n.add(field(e), mesh.Value(m))
 		}
 	}
 }
@@ -517,7 +517,7 @@ func (n *normaliser) listenerSeries(fam *dto.MetricFamily, field func(*mesh.List
 		if n.listener == nil {
 			n.listener = &mesh.Listener{Address: address}
 		}
-		n.add(field(n.listener), value(m))
+		n.add(field(n.listener), mesh.Value(m))
 	}
 }
 
@@ -639,27 +639,6 @@ func firstLabel(m *dto.Metric, names []string) (value, name string) {
 		}
 	}
 	return "", ""
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return math.NaN()
 }
 
 // add adds v to the value field points at, creating it (from the current chunk) when absent.

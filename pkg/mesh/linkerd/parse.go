@@ -50,7 +50,7 @@ func Normalise(families map[string]*dto.MetricFamily, sel Selector) Snapshot {
 	}
 	for _, m := range families[FamilyBuildInfo].GetMetric() {
 		n.snap.IsLinkerd = true
-		n.snap.ProxyVersion = firstNonEmpty(label(m, "version"), label(m, "git_version"))
+		n.snap.ProxyVersion = firstNonEmpty(mesh.Label(m, "version"), mesh.Label(m, "git_version"))
 	}
 	n.requests(families[FamilyRequests], func(e *Endpoint) **float64 { return &e.RequestsTotal }, true)
 	n.requests(families[FamilyResponses], func(e *Endpoint) **float64 { return &e.ResponsesTotal }, false)
@@ -77,13 +77,13 @@ type normaliser struct {
 // requests adds request_total or response_total series.
 func (n *normaliser) requests(fam *dto.MetricFamily, field func(*Endpoint) **float64, isRequests bool) {
 	for _, m := range fam.GetMetric() {
-		if label(m, "direction") != "inbound" {
+		if mesh.Label(m, "direction") != "inbound" {
 			continue
 		}
 		if port, scheme := portOf(m); scheme != SchemeNone {
 			if isRequests {
 				n.snap.RequestsPerPort = true
-				n.adminRequests(port, value(m))
+				n.adminRequests(port, mesh.Value(m))
 			} else {
 				n.snap.ResponsesPerPort = true
 			}
@@ -92,8 +92,8 @@ func (n *normaliser) requests(fam *dto.MetricFamily, field func(*Endpoint) **flo
 		if !ok {
 			continue
 		}
-		v := value(m)
-		if label(m, "route_name") == "probe" && !n.sel.IncludeProbes {
+		v := mesh.Value(m)
+		if mesh.Label(m, "route_name") == "probe" && !n.sel.IncludeProbes {
 			if isRequests {
 				mesh.AddTo(&e.ProbeRequestsTotal, v)
 			}
@@ -116,14 +116,14 @@ func (n *normaliser) requests(fam *dto.MetricFamily, field func(*Endpoint) **flo
 // only an HTTP 5xx is what a client was answered with.
 func (n *normaliser) serverErrors(fam *dto.MetricFamily) {
 	for _, m := range fam.GetMetric() {
-		if label(m, "direction") != "inbound" {
+		if mesh.Label(m, "direction") != "inbound" {
 			continue
 		}
-		code, err := strconv.Atoi(label(m, "status_code"))
+		code, err := strconv.Atoi(mesh.Label(m, "status_code"))
 		if err != nil || code < 500 || code > 599 {
 			continue
 		}
-		if label(m, "route_name") == "probe" && !n.sel.IncludeProbes {
+		if mesh.Label(m, "route_name") == "probe" && !n.sel.IncludeProbes {
 			continue
 		}
 		// As target, without counting a portless series as unattributed twice: requests did.
@@ -140,7 +140,7 @@ func (n *normaliser) serverErrors(fam *dto.MetricFamily) {
 		default:
 			continue
 		}
-		v := value(m)
+		v := mesh.Value(m)
 		if math.IsNaN(v) {
 			continue
 		}
@@ -157,11 +157,11 @@ func (n *normaliser) serverErrors(fam *dto.MetricFamily) {
 // to the app, which stay open in a pool whatever the clients do.
 func (n *normaliser) transport(fam *dto.MetricFamily, field func(*Endpoint) **float64) {
 	for _, m := range fam.GetMetric() {
-		if label(m, "direction") != "inbound" || label(m, "peer") != "src" {
+		if mesh.Label(m, "direction") != "inbound" || mesh.Label(m, "peer") != "src" {
 			continue
 		}
 		if e, ok := n.target(m); ok {
-			mesh.AddTo(field(e), value(m))
+			mesh.AddTo(field(e), mesh.Value(m))
 		}
 	}
 }
@@ -182,7 +182,7 @@ func (n *normaliser) adminRequests(port int, v float64) {
 func (n *normaliser) routeCounters(families map[string]*dto.MetricFamily) {
 	for _, name := range []string{FamilyHTTPRouteRequests, FamilyGRPCRouteRequests, FamilyRequestsV0} {
 		for _, m := range families[name].GetMetric() {
-			port, ok := atoiPort(label(m, "parent_port"))
+			port, ok := atoiPort(mesh.Label(m, "parent_port"))
 			if !ok {
 				continue
 			}
@@ -195,8 +195,8 @@ func (n *normaliser) routeCounters(families map[string]*dto.MetricFamily) {
 			if n.counted[e] {
 				continue
 			}
-			v := value(m)
-			if label(m, "route_name") == "probe" && !n.sel.IncludeProbes {
+			v := mesh.Value(m)
+			if mesh.Label(m, "route_name") == "probe" && !n.sel.IncludeProbes {
 				mesh.AddTo(&e.ProbeRequestsTotal, v)
 				continue
 			}
@@ -230,10 +230,10 @@ func (n *normaliser) target(m *dto.Metric) (*Endpoint, bool) {
 
 // portOf reads a series' target port: target_port (2.11+), else the port of target_addr.
 func portOf(m *dto.Metric) (int, LabelScheme) {
-	if p, ok := atoiPort(label(m, "target_port")); ok {
+	if p, ok := atoiPort(mesh.Label(m, "target_port")); ok {
 		return p, SchemeTargetPort
 	}
-	if addr := label(m, "target_addr"); addr != "" {
+	if addr := mesh.Label(m, "target_addr"); addr != "" {
 		if _, portText, err := net.SplitHostPort(addr); err == nil {
 			if p, ok := atoiPort(portText); ok {
 				return p, SchemeTargetAddr
@@ -310,27 +310,6 @@ func atoiPort(text string) (int, bool) {
 		return 0, false
 	}
 	return p, true
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return math.NaN()
 }
 
 func firstNonEmpty(values ...string) string {
