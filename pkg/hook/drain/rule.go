@@ -268,7 +268,7 @@ func (r *Rule) Observe(o Observation) Decision {
 		Change:      change,
 	}
 	end := max(r.lastMove+window, r.cfg.MinWait)
-	if o.Clients != nil && o.Clients.Holding > 0 && !r.pastLagBound(o.At) {
+	if o.Clients != nil && holdsBeyondRequests(o) && !r.pastLagBound(o.At) {
 		// A client that keeps its idle drain-start connection open still routes here:
 		// whatever the silence says, it may send. The deadline bounds the hold.
 		d.HeldBy = o.Clients.Holding
@@ -395,6 +395,18 @@ func PoissonQuiet(perSecond float64) time.Duration {
 		return 0
 	}
 	return time.Duration(-math.Log(Risk) / perSecond * float64(time.Second))
+}
+
+// holdsBeyondRequests says whether the holding clients are more than the requests in
+// flight: a connection that carries a request begun before the drain (a long request, a
+// stream) receives nothing either, and looks held. Only when more clients hold than requests
+// are open must one of them hold an idle connection; otherwise today's rule decides, streams
+// included (quiet-streams).
+func holdsBeyondRequests(o Observation) bool {
+	if o.Clients.Holding == 0 {
+		return false
+	}
+	return o.Active == nil || float64(o.Clients.Holding) > *o.Active
 }
 
 // pastLagBound says whether at is past the lag bound, when there is one.

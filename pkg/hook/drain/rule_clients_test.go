@@ -105,3 +105,28 @@ func TestSettledWindowIsTheOrdinaryQuiet(t *testing.T) {
 		t.Errorf("clients left: stopped at %v, term %s, window %v; want 9s, clients-left, 1s", at, d.Term, d.Window)
 	}
 }
+
+// A client whose only open connection carries a stream begun before the drain looks held
+// (nothing arrives on it). While no more clients hold than requests are open, the holders may
+// all be those requests: the streams rule decides, as without evidence.
+func TestHoldersExplainedByOpenRequestsDoNotHold(t *testing.T) {
+	cfg := clientRuleConfig()
+	r := NewRule(cfg, Observation{At: 0, Signal: mesh.SignalHTTPRequests, Arrivals: f(0), Active: f(1)})
+	var d Decision
+	for at := 200 * ms; at <= cfg.Deadline; at += 200 * ms {
+		d = r.Observe(Observation{At: at, Signal: mesh.SignalHTTPRequests, Arrivals: f(0), Active: f(1),
+			Clients: &ClientCounts{Holding: 1}})
+		if d.Reason != "" {
+			break
+		}
+	}
+	if d.Reason != ReasonQuietStreams || d.HeldBy != 0 {
+		t.Errorf("one holder, one open stream: %+v; want quiet-streams, not held", d)
+	}
+	// Two holders and one open request: one of them holds an idle connection.
+	d = r.Observe(Observation{At: 30 * time.Second, Signal: mesh.SignalHTTPRequests, Arrivals: f(0), Active: f(1),
+		Clients: &ClientCounts{Holding: 2}})
+	if d.Reason != "" || d.HeldBy != 2 {
+		t.Errorf("two holders, one open request: %+v; want held", d)
+	}
+}
