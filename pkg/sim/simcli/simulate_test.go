@@ -153,7 +153,9 @@ func TestSimulateHeadlineAndSVG(t *testing.T) {
 			t.Errorf("istio-default headline %q: Envoy is killed at 5 s while clients send until 6 s", headline["istio-default"])
 		}
 	}
-	if strings.Contains(out, "meshdrain, sidecar recommended:") {
+	// A timeline starts with its own line, "\nSTRATEGY, sidecar SIDECAR:" (a WARNING line
+	// names the run the same way, after "WARNING ").
+	if strings.Contains(out, "\nmeshdrain, sidecar recommended:\n") {
 		t.Error("timelines printed without --timelines")
 	}
 
