@@ -47,13 +47,16 @@ func TestSimulateLinkerdEndToEnd(t *testing.T) {
 	if md.Sidecar5xx != 0 || md.ClientFailures != 0 {
 		t.Errorf("meshdrain: %d proxy errors, %d client failures %v; want 0 and 0", md.Sidecar5xx, md.ClientFailures, md.FailuresByKind)
 	}
-	if md.Meshdrain.Reason != "quiet" || md.Meshdrain.ExitCode != 0 {
+	// Nothing lost is judged always; how and how soon it ended, only when the machine kept
+	// pod time (the simulator warns when it did not).
+	timely := len(md.Warnings) == 0
+	if timely && (md.Meshdrain.Reason != "quiet" || md.Meshdrain.ExitCode != 0) {
 		t.Errorf("meshdrain's final event: reason %q exit %d, want quiet, 0", md.Meshdrain.Reason, md.Meshdrain.ExitCode)
 	}
 	if !containsArgs(md.Meshdrain.Args, "--mesh", "linkerd") {
 		t.Errorf("meshdrain ran with %v, want --mesh linkerd", md.Meshdrain.Args)
 	}
-	if md.AppStopS < md.LastClientLagS || md.AppStopS > md.LastClientLagS+floorMargin+slack {
+	if md.AppStopS < md.LastClientLagS || timely && md.AppStopS > md.LastClientLagS+floorMargin+slack {
 		t.Errorf("meshdrain stopped the app at %.2fs; the last client stopped at %.2fs: want within %.1fs after it (+%.1fs slack)",
 			md.AppStopS, md.LastClientLagS, floorMargin, slack)
 	}
