@@ -429,7 +429,8 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 	if settledQuiet <= 0 {
 		settledQuiet = DefaultQuiet
 	}
-	settled := min(window, settledQuiet+window-r.cfg.Quiet)
+	allowance := window - r.cfg.Quiet // the latency allowance, when only completions count
+	settled := min(window, settledQuiet+allowance)
 	if r.pastLagBound(r.prev.At) {
 		return settled, TermLagBound
 	}

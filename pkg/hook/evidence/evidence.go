@@ -56,17 +56,11 @@ var _ drain.ClientEvidence = (*Table)(nil)
 // Begin reads the table once, as the drain begins: the connections open now are the ones
 // whose fate is the evidence.
 func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
-	ports := t.Ports
-	if len(ports) == 0 {
-		p, err := listenerPort(snap)
-		if err != nil {
-			return err
-		}
-		ports = []int{p}
+	ports, err := watched(t.Ports, snap.Listener)
+	if err != nil {
+		return err
 	}
-	for _, p := range ports {
-		t.ports = append(t.ports, uint16(p))
-	}
+	t.ports = ports
 	socks, err := t.Reader.Read(t.ports)
 	if err != nil {
 		return err
@@ -142,6 +136,24 @@ func (t *Table) withoutData() bool {
 	return ok && fb.FellBack() != nil
 }
 
+// watched are the ports whose connections are the clients': the ones given, or the inbound
+// listener's as the sidecar's stats name it.
+func watched(given []int, listener *mesh.Listener) ([]uint16, error) {
+	ports := given
+	if len(ports) == 0 {
+		p, err := listenerPort(mesh.Snapshot{Listener: listener})
+		if err != nil {
+			return nil, err
+		}
+		ports = []int{p}
+	}
+	out := make([]uint16, len(ports))
+	for i, p := range ports {
+		out[i] = uint16(p)
+	}
+	return out, nil
+}
+
 // listenerPort is the inbound listener's port as the sidecar's stats name it
 // ("0.0.0.0_15006", "[::]_15006").
 func listenerPort(snap mesh.Snapshot) (int, error) {
@@ -175,17 +187,11 @@ type Watch struct {
 // whether a connection gone since the last read may have carried a request.
 func (w *Watch) Clients(now time.Time, listener *mesh.Listener, arrivals *float64) ([]sockets.Client, error) {
 	if w.ports == nil {
-		ports := w.Ports
-		if len(ports) == 0 {
-			p, err := listenerPort(mesh.Snapshot{Listener: listener})
-			if err != nil {
-				return nil, err
-			}
-			ports = []int{p}
+		ports, err := watched(w.Ports, listener)
+		if err != nil {
+			return nil, err
 		}
-		for _, p := range ports {
-			w.ports = append(w.ports, uint16(p))
-		}
+		w.ports = ports
 	}
 	socks, err := w.Reader.Read(w.ports)
 	if err != nil {

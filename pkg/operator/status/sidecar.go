@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 )
 
 // Sampler takes samples of a sidecar for status and check: an Envoy admin API or a Linkerd
@@ -109,30 +110,10 @@ func (d *detectingSidecar) sidecar(ctx context.Context) (Sampler, string, error)
 	}
 	if len(other) > 0 {
 		// Something answered: say what, rather than "nothing there".
-		return nil, "", &NotASidecarError{Err: joinErrors(other)}
+		return nil, "", &NotASidecarError{Err: sidecars.JoinOneLine(other)}
 	}
-	return nil, "", &UnreachableError{URL: strings.Join(d.candidates, ", "), Err: joinErrors(unreachable), Mesh: mesh.Auto}
+	return nil, "", &UnreachableError{URL: strings.Join(d.candidates, ", "), Err: sidecars.JoinOneLine(unreachable), Mesh: mesh.Auto}
 }
-
-// joinErrors is errors.Join on one line, so a message stays one line in a terminal or a log.
-func joinErrors(errs []error) error {
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return oneLineErrors(errs)
-}
-
-type oneLineErrors []error
-
-func (e oneLineErrors) Error() string {
-	texts := make([]string, len(e))
-	for i, err := range e {
-		texts[i] = err.Error()
-	}
-	return strings.Join(texts, "; ")
-}
-
-func (e oneLineErrors) Unwrap() []error { return e }
 
 // NotASidecarError means an admin address answered, but as neither a Linkerd proxy nor an
 // Envoy admin API: --admin (or --mesh) points at the wrong thing.
