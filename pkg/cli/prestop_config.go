@@ -383,5 +383,6 @@ func (o *prestopOptions) evidence() drain.ClientEvidence {
 	if o.clientEvidence != clientEvidenceAuto || o.mesh == mesh.Linkerd {
 		return nil
 	}
-	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now, Undrained: o.drainAt == drainAtEnd}
+	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now,
+		Every: evidence.ReadPolls * o.poll, Undrained: o.drainAt == drainAtEnd}
 }

@@ -21,9 +21,9 @@ const (
 	// has carried no data since (as far as the reader can tell: /proc shows no bytes, so
 	// there every drain-start connection that stays open counts). A client's Envoy closes
 	// idle pooled connections to an endpoint as soon as it applies the EDS update removing
-	// it, so the client has not applied it yet. (A request that began before the drain and
-	// is still running also holds its connection: the client may have let go, but the
-	// request still needs the app.)
+	// it, so the client has not applied it yet. A connection with a request in flight as
+	// the drain began is not idle (tcp_info tells; /proc cannot, and there it holds).
+	// Undrained, any idle connection holds (see Tracker.Undrained).
 	Holding
 	// Sending: the client is not Holding and has sent since the drain began, or may have:
 	// it opened a new connection, data arrived on a drain-start connection, or the pod's
@@ -41,7 +41,8 @@ const (
 	// with a reset leaves no TIME_WAIT either and is taken for the client's; a client whose
 	// idle timeout happens to expire during the drain looks the same as one that let go;
 	// reads must be less than TIME_WAIT's 60 s apart, or a pod-side close can leave and
-	// vanish between two reads.
+	// vanish between two reads. Undrained, a pooling client's close of any connection
+	// counts (see Tracker.Undrained).
 	Left
 )
 
@@ -107,19 +108,29 @@ func (t *Tracker) RequestsArrived() { t.arrived = true }
 
 // Undrained says that the pod's sidecar is not draining (its drain is deferred until the
 // app may stop: regime b). It then tells no connection to close, so a client's Envoy closes
-// a pooled connection only when it drops the endpoint (or at its idle timeout, an hour by
-// default): a close by the client of a pooled connection (one seen in two reads or more) is
-// a departure, whether or not it carried requests, and a client with any connection open is
-// holding. A connection seen in one read only is taken for a one-request connection, whose
-// close says nothing. Limits: a client that opens one connection per request and keeps it
-// across two reads (a request longer than the read interval) looks like a pool that let go
-// until its next connection; Envoy client sidecars always pool, non-mesh clients may not.
-// Sound only while nothing drains the pod: a draining Envoy's Connection: close makes
-// clients close right after a request.
+// a pooled connection only when it drops the endpoint (idle ones at once, busy ones when
+// their request ends; envoyproxy/envoy source/common/upstream/cluster_manager_impl.cc) or at
+// its idle timeout (an hour by default). So, for a client that pools, a close of any of its
+// connections is a departure, whether or not it carried requests; a client keeping an idle
+// connection open is holding; a connection with a request in flight holds nothing (its
+// client drops it after the request either way). A client pools once one of its
+// connections has been seen answered and left open for PoolIdle: a client that opens a
+// connection per request closes it right after the response, so its closes say nothing
+// (unless the connection was idle since the drain began, as in the draining case).
+// Limits: a client whose idle timeout expires during the drain looks like one that let go;
+// several clients behind one address (a NAT) are one. Sound only while nothing drains the
+// pod: a draining Envoy's Connection: close makes clients close right after a request.
 func (t *Tracker) Undrained() {
 	t.undrained = true
 	t.judge(time.Time{})
 }
+
+// PoolIdle is how long a connection must have sat answered and idle, in one read, to be
+// taken for a pooled one (Undrained): a client that opens a connection per request closes it
+// within a round trip or two of the response (well under a millisecond in a cluster), and
+// tcp_info counts in jiffies (10 ms at worst). Short, because a client that sent once since
+// the drain began may drop the endpoint, and close that connection, soon after its answer.
+const PoolIdle = 25 * time.Millisecond
 
 // connKey names a connection at one time; a later connection may reuse it, which the
 // socket's inode or cookie tells apart.
@@ -140,6 +151,7 @@ type drainConn struct {
 	bytes     uint64 // bytes received at the last read that had tcp_info
 	haveBytes bool
 	used      bool // data arrived since the drain began
+	busy      bool // a request was in flight at the last read (tcp_info)
 	fate      connFate
 	seen      int // last read that showed it
 }
@@ -156,6 +168,8 @@ type otherConn struct {
 	// seen (counted once).
 	sightings int
 	closed    bool
+	// pooled: seen in two reads, or answered and idle in one (Undrained).
+	busy bool // a request was in flight at the last read (tcp_info)
 }
 
 type connID struct{ inode, cookie uint64 }
@@ -188,11 +202,16 @@ type clientEvidence struct {
 	firstSeen    time.Time
 	lastData     time.Time
 	lastActivity int // read that last showed activity; 0 for none
-	lastClose    int // read that last showed a clean close by the client; 0 for none
-	leftAt       time.Time
-	heldAtStart  int
-	newConns     int
-	state        ClientState
+	lastClose    int // read that last showed its close of an idle drain-start connection; 0 for none
+	// lastUsedClose: read that last showed its close of any other connection (Undrained;
+	// a departure if it pools); 0 for none.
+	lastUsedClose int
+	// pools: one of its connections was seen answered and left open (Socket.Answered).
+	pools       bool
+	leftAt      time.Time
+	heldAtStart int
+	newConns    int
+	state       ClientState
 	// Counts of drain-start connections, worked out again by each judge.
 	held, openUsed int
 }
@@ -206,14 +225,23 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 		clients: make(map[netip.Addr]*clientEvidence),
 	}
 	for _, s := range drainStart {
-		c := t.client(s.Remote.Addr(), at)
 		k := connKey{s.Local, s.Remote}
 		if s.State != Established {
-			t.other[k] = &otherConn{id: idOf(s), bytes: s.BytesReceived, haveBytes: s.HasTCPInfo}
+			o := &otherConn{id: idOf(s), bytes: s.BytesReceived, haveBytes: s.HasTCPInfo}
+			if s.State == SynRecv || s.State == NewSynRecv {
+				// A client connecting as the drain begins; a connection already closing
+				// is no client's (it counts if it shows data, in Observe).
+				o.client = t.client(s.Remote.Addr(), at)
+			}
+			t.other[k] = o
 			continue
 		}
+		c := t.client(s.Remote.Addr(), at)
 		c.heldAtStart++
-		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo}
+		c.pools = c.pools || s.Answered(PoolIdle)
+		// A request in flight as the drain begins is answered during it: the connection
+		// is not idle since the start.
+		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, used: s.InFlight(), busy: s.InFlight()}
 		t.drain[k] = d
 		t.drainList = append(t.drainList, d)
 	}
@@ -238,13 +266,21 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			o.client.newConns++
 			t.activity(o.client, dataTime(at, s))
 		} else if grew(&o.bytes, &o.haveBytes, s) {
+			if o.client == nil {
+				o.client = t.client(s.Remote.Addr(), at)
+			}
 			t.activity(o.client, dataTime(at, s))
 		}
 		o.id.update(s)
 		o.seen = t.read
 		switch s.State {
 		case Established:
+			if o.client == nil {
+				o.client = t.client(s.Remote.Addr(), at)
+			}
 			o.sightings++
+			o.busy = s.InFlight()
+			o.client.pools = o.client.pools || s.Answered(PoolIdle)
 		case CloseWait, LastAck:
 			t.closedOther(o)
 		}
@@ -278,6 +314,8 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 	if d.fate != stillOpen {
 		return
 	}
+	d.busy = s.State == Established && s.InFlight()
+	d.client.pools = d.client.pools || (s.State == Established && s.Answered(PoolIdle))
 	if grew(&d.bytes, &d.haveBytes, s) {
 		d.used = true
 		t.activity(d.client, dataTime(at, s))
@@ -295,21 +333,24 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 
 func (t *Tracker) closed(d *drainConn, fate connFate) {
 	d.fate = fate
-	if fate == closedByClient && (!d.used || t.undrained) {
+	switch {
+	case fate != closedByClient:
+	case !d.used:
 		d.client.lastClose = t.read
+	case t.undrained:
+		d.client.lastUsedClose = t.read
 	}
 }
 
-// closedOther records a client's close of a connection opened since the drain began: a
-// departure only when the pod is not draining and it was a pool's connection, seen twice
-// and idle between.
+// closedOther records a client's close of a connection that was not an idle drain-start one:
+// a departure only when the pod is not draining and the client pools (Undrained).
 func (t *Tracker) closedOther(o *otherConn) {
 	if o.closed {
 		return
 	}
 	o.closed = true
-	if t.undrained && o.sightings >= 2 {
-		o.client.lastClose = t.read
+	if t.undrained && o.client != nil {
+		o.client.lastUsedClose = t.read
 	}
 }
 
@@ -360,14 +401,17 @@ func (t *Tracker) judge(at time.Time) {
 		case d.fate != stillOpen:
 		case d.used && !t.undrained:
 			d.client.openUsed++
+		case d.busy && t.undrained:
+			// Its client drops it when the request ends, whether or not it has let go.
 		default:
 			d.client.held++
 		}
 	}
 	if t.undrained {
-		// Nothing tells a client to close: any connection it keeps open, it still routes on.
+		// Nothing tells a client to close: an idle connection it keeps open, it still
+		// routes on.
 		for _, o := range t.other {
-			if !o.closed && o.sightings > 0 {
+			if !o.closed && o.sightings > 0 && !o.busy {
 				o.client.held++
 			}
 		}
@@ -379,8 +423,9 @@ func (t *Tracker) judge(at time.Time) {
 			state = Holding
 		case c.openUsed == 0 && c.lastClose > 0 && c.lastActivity < c.lastClose:
 			state = Left
-		case t.undrained && c.lastClose > 0 && c.lastActivity <= c.lastClose:
-			// Its last pooled connection closed: activity seen in that read was on it.
+		case t.undrained && c.pools && max(c.lastClose, c.lastUsedClose) > 0 && c.lastActivity <= max(c.lastClose, c.lastUsedClose):
+			// A pooling client closed a connection and keeps no idle one: activity seen in
+			// the read of the close was on it, and a request still in flight ends on its own.
 			state = Left
 		case c.lastActivity > 0:
 			state = Sending

@@ -143,15 +143,26 @@ func TestNewConnectionIsSending(t *testing.T) {
 	}
 }
 
-func TestNoEvidence(t *testing.T) {
-	// Its only socket at drain start was already in TIME_WAIT: no pooled connection held.
-	tr := Begin(at(0), []Socket{sock("10.1.0.3", 40000, TimeWait, 0)})
-	tr.Observe(at(1), []Socket{sock("10.1.0.3", 40000, TimeWait, 0)})
-	tr.Observe(at(2), nil)
-	c := clientOf(t, tr, "10.1.0.3")
-	wantState(t, c, NoEvidence)
-	if c.HeldAtStart != 0 || c.NewConns != 0 || !c.LastData.IsZero() {
-		t.Errorf("got %+v", c)
+// A socket already closing when the drain began is no client's: its client holds nothing
+// the table can watch, as one without any connection. A connection still being accepted
+// then is a client's, and counts once it is established (in the undrained mode too, where
+// an established connection is checked for whether it holds).
+func TestClosingAtDrainStartIsNoClient(t *testing.T) {
+	for _, undrained := range []bool{false, true} {
+		tr := Begin(at(0), []Socket{sock("10.1.0.3", 40000, TimeWait, 0), sock("10.1.0.4", 40000, SynRecv, 41)})
+		if undrained {
+			tr.Undrained()
+		}
+		tr.Observe(at(1), []Socket{sock("10.1.0.3", 40000, TimeWait, 0), withInfo(sock("10.1.0.4", 40000, Established, 41), 200, 0)})
+		tr.Observe(at(2), []Socket{withInfo(sock("10.1.0.4", 40000, Established, 41), 300, 0)})
+		if cs := tr.Clients(); len(cs) != 1 || cs[0].Addr != netip.MustParseAddr("10.1.0.4") {
+			t.Fatalf("undrained %v: clients %+v, want 10.1.0.4 only", undrained, cs)
+		}
+		c := clientOf(t, tr, "10.1.0.4")
+		wantState(t, c, map[bool]ClientState{false: Sending, true: Holding}[undrained])
+		if c.HeldAtStart != 0 || c.NewConns != 0 || c.LastData.IsZero() {
+			t.Errorf("undrained %v: got %+v", undrained, c)
+		}
 	}
 }
 

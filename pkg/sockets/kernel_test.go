@@ -356,3 +356,39 @@ func TestAutoReaderFallsBackToProc(t *testing.T) {
 type failingReader struct{ err error }
 
 func (f failingReader) Read([]uint16) ([]Socket, error) { return nil, f.err }
+
+// tcp_info's last-data times tell a request in flight from a connection answered and idle,
+// on the machine's own kernel: what the undrained tracker's pool and busy tests read.
+func TestDiagTellsInFlightFromAnswered(t *testing.T) {
+	if _, ok := readers(t)["diag"]; !ok {
+		t.Skip("inet_diag refused here")
+	}
+	srv := listen(t, "tcp4", "127.0.0.1:0")
+	client, accepted := srv.dialKeep(t, "127.0.9.1", "127.0.0.1")
+	// The first request follows the handshake at once, often within the same jiffy:
+	// only tcpi_data_segs_out tells it is unanswered.
+	if _, err := client.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if _, err := accepted.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	ports := []uint16{srv.port}
+	inFlight := settle(t, DiagReader{}, srv, ports, func(s []Socket) bool { return len(s) == 1 })[0]
+	if !inFlight.InFlight() || inFlight.Answered(0) {
+		t.Errorf("a request read but not answered: InFlight %v, Answered %v (%s)", inFlight.InFlight(), inFlight.Answered(0), table([]Socket{inFlight}))
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := accepted.Write([]byte("HTTP/1.1 204 No Content\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(PoolIdle + 20*time.Millisecond)
+	answered := settle(t, DiagReader{}, srv, ports, func(s []Socket) bool { return len(s) == 1 })[0]
+	if answered.InFlight() || !answered.Answered(PoolIdle) {
+		t.Errorf("answered and idle %v: InFlight %v, Answered %v (%s; sent %v ago)", PoolIdle, answered.InFlight(), answered.Answered(PoolIdle), table([]Socket{answered}), answered.SinceLastDataSent)
+	}
+}

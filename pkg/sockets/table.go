@@ -80,8 +80,9 @@ type Socket struct {
 	// RxQueue is the number of received bytes the application has not read yet, plus one
 	// once the peer's FIN is in (the kernel counts sequence numbers: CLOSE_WAIT shows 1).
 	RxQueue uint32
-	// HasTCPInfo says whether BytesReceived and SinceLastDataRecv are known: only inet_diag
-	// reports them, and only for full sockets (not TIME_WAIT or SYN_RECV).
+	// HasTCPInfo says whether BytesReceived, SinceLastDataRecv and SinceLastDataSent are
+	// known: only inet_diag reports them, and only for full sockets (not TIME_WAIT or
+	// SYN_RECV).
 	HasTCPInfo bool
 	// BytesReceived is tcpi_bytes_received (Linux >= 4.1): payload bytes received since the
 	// connection was established. The kernel's count includes the peer's FIN, which the
@@ -90,6 +91,29 @@ type Socket struct {
 	// SinceLastDataRecv is tcpi_last_data_recv: how long ago the last payload arrived (or
 	// the connection was established, if none has).
 	SinceLastDataRecv time.Duration
+	// SinceLastDataSent is tcpi_last_data_sent: how long ago the pod's side last sent
+	// payload (its response), or the connection was established.
+	SinceLastDataSent time.Duration
+	// NothingSent: tcp_info says the pod's side has sent no data on the connection yet
+	// (tcpi_data_segs_out, Linux >= 4.6; false when unknown).
+	NothingSent bool
+}
+
+// Answered says, from tcp_info, that the pod's side sent data no earlier than the last data
+// it received, at least idle ago, and nothing has come since: an HTTP/1.1 connection between
+// requests, its last response sent. tcp_info counts in jiffies, so a response sent within
+// one of its request has the same time. False without tcp_info.
+func (s Socket) Answered(idle time.Duration) bool {
+	return s.HasTCPInfo && s.BytesReceived > 0 && !s.NothingSent &&
+		s.SinceLastDataSent <= s.SinceLastDataRecv && s.SinceLastDataSent >= idle
+}
+
+// InFlight says, from tcp_info, that data arrived after the pod's side last sent, or that it
+// has sent nothing yet: a request not answered (or a request body still coming). A first
+// request that follows the handshake within a jiffy has the connection's own time, which is
+// why NothingSent is asked. False without tcp_info.
+func (s Socket) InFlight() bool {
+	return s.HasTCPInfo && s.BytesReceived > 0 && (s.NothingSent || s.SinceLastDataRecv < s.SinceLastDataSent)
 }
 
 // Reader reads the sockets of the pod's network namespace whose local port is one of ports,

@@ -17,25 +17,32 @@ func TestUndrainedPoolCloseIsADeparture(t *testing.T) {
 		}
 		tr.Observe(at(1), []Socket{withInfo(sock("10.1.0.1", 40000, Established, 11), 300, 0)}) // a request
 		wantState(t, clientOf(t, tr, "10.1.0.1"), map[bool]ClientState{false: Sending, true: Holding}[undrained])
-		tr.Observe(at(2), []Socket{withInfo(sock("10.1.0.1", 40000, Established, 11), 300, time.Second)}) // idle
-		tr.Observe(at(3), nil)                                                                            // closed by the client
+		tr.Observe(at(2), []Socket{withTimes(sock("10.1.0.1", 40000, Established, 11), 300, time.Second, 900*time.Millisecond)}) // answered, idle
+		tr.Observe(at(3), nil)                                                                                                   // closed by the client
 		wantState(t, clientOf(t, tr, "10.1.0.1"), map[bool]ClientState{false: Sending, true: Left}[undrained])
 	}
 }
 
-// One-request connections are not a pool's: seen in one read only, their close says nothing
-// even when the pod is not draining; a pool's connection closed busy or idle is a departure.
+// A client that opens a connection per request closes it right after the response: its
+// closes say nothing even when the pod is not draining, whether its connection was seen in
+// one read or, with a long request, in two. Once one of its connections has been seen
+// answered and left open, it pools, and its next close, busy or idle, is a departure.
 func TestUndrainedOneRequestConnectionsAreNotDepartures(t *testing.T) {
 	tr := Begin(at(0), nil)
 	tr.Undrained()
-	tr.Observe(at(1), []Socket{withInfo(sock("10.1.0.2", 41000, Established, 21), 200, 0)})
+	tr.Observe(at(1), []Socket{withTimes(sock("10.1.0.2", 41000, Established, 21), 200, 0, 0)})
 	wantState(t, clientOf(t, tr, "10.1.0.2"), Holding)
 	tr.Observe(at(2), nil) // closed after one sighting
 	wantState(t, clientOf(t, tr, "10.1.0.2"), Sending)
 
-	// A pool's connection opened since the drain began, busy at both sightings, closed.
-	tr.Observe(at(6), []Socket{withInfo(sock("10.1.0.2", 41002, Established, 23), 100, 0)})
-	tr.Observe(at(7), []Socket{withInfo(sock("10.1.0.2", 41002, Established, 23), 400, 0)})
+	inFlight := withTimes(sock("10.1.0.2", 41001, Established, 22), 200, 100*time.Millisecond, 900*time.Millisecond)
+	tr.Observe(at(3), []Socket{inFlight})
+	tr.Observe(at(4), []Socket{inFlight}) // a request longer than the read interval
+	tr.Observe(at(5), nil)
+	wantState(t, clientOf(t, tr, "10.1.0.2"), Sending)
+
+	tr.Observe(at(6), []Socket{withTimes(sock("10.1.0.2", 41002, Established, 23), 100, time.Second, 500*time.Millisecond)})
+	tr.Observe(at(7), []Socket{withTimes(sock("10.1.0.2", 41002, Established, 23), 400, 10*time.Millisecond, 900*time.Millisecond)})
 	tr.Observe(at(8), nil)
 	wantState(t, clientOf(t, tr, "10.1.0.2"), Left)
 }
@@ -52,5 +59,57 @@ func TestVanishedWhileRequestsArrivedIsNoDeparture(t *testing.T) {
 		tr.Observe(at(1), nil)
 		want := map[bool]ClientState{true: Sending, false: Left}[arrived]
 		wantState(t, clientOf(t, tr, "10.1.0.3"), want)
+	}
+}
+
+// withTimes adds tcp_info's bytes received and how long ago data was last received and sent.
+func withTimes(s Socket, bytesReceived uint64, sinceRecv, sinceSent time.Duration) Socket {
+	s = withInfo(s, bytesReceived, sinceRecv)
+	s.SinceLastDataSent = sinceSent
+	return s
+}
+
+// A connection seen once, answered and idle for PoolIdle, is a pool's: a client that opens a
+// connection per request closes it within a round trip of the response. Its close is a
+// departure; the close of one seen just after its response, or with a request in flight,
+// is not.
+func TestUndrainedAnsweredIdleConnectionIsPooled(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		sinceRecv, sinceSent time.Duration
+		want                 ClientState
+	}{
+		{"answered, idle 300ms", 310 * time.Millisecond, 300 * time.Millisecond, Left},
+		{"answered 5ms ago", 15 * time.Millisecond, 5 * time.Millisecond, Sending},
+		{"request in flight", 5 * time.Millisecond, 400 * time.Millisecond, Sending},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := Begin(at(0), nil)
+			tr.Undrained()
+			tr.Observe(at(1), []Socket{withTimes(sock("10.1.0.4", 43000, Established, 41), 200, c.sinceRecv, c.sinceSent)})
+			tr.Observe(at(2), nil)
+			wantState(t, clientOf(t, tr, "10.1.0.4"), c.want)
+		})
+	}
+}
+
+// A client that applied the removal closes its idle connections at once and its busy ones
+// when their requests end. Undrained, the close of the idle one is its departure, even while
+// a long request keeps another connection open; once that connection sits answered and
+// idle, open, the client holds again. Draining (regime a), the request in flight as the
+// drain began is answered with Connection: close, so neither connection shows anything.
+func TestUndrainedBusyConnectionDoesNotHold(t *testing.T) {
+	for _, undrained := range []bool{false, true} {
+		idle := withTimes(sock("10.1.0.5", 44000, Established, 51), 100, 2*time.Second, 1900*time.Millisecond)
+		long := withTimes(sock("10.1.0.5", 44001, Established, 52), 100, 500*time.Millisecond, 3*time.Second)
+		tr := Begin(at(0), []Socket{idle, long})
+		if undrained {
+			tr.Undrained()
+		}
+		tr.Observe(at(1), []Socket{long})
+		wantState(t, clientOf(t, tr, "10.1.0.5"), map[bool]ClientState{false: NoEvidence, true: Left}[undrained])
+		answered := withTimes(sock("10.1.0.5", 44001, Established, 52), 100, 1500*time.Millisecond, 200*time.Millisecond)
+		tr.Observe(at(2), []Socket{answered})
+		wantState(t, clientOf(t, tr, "10.1.0.5"), map[bool]ClientState{false: NoEvidence, true: Holding}[undrained])
 	}
 }
