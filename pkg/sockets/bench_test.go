@@ -3,73 +3,18 @@ package sockets
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/sockets/socketstest"
 )
 
 const benchConns = 2000
 
-var (
-	benchOnce  sync.Once
-	benchPort  uint16
-	benchSetup error
-	// benchKept keeps both ends of every connection reachable: a net.Conn that the
-	// garbage collector finds unreachable is closed by its finalizer.
-	benchKept []net.Conn
-)
-
-// benchServer opens benchConns connections to one loopback listener from 100 client
-// addresses, once per process, and keeps them for the process's life: closing them would
-// leave TIME_WAIT sockets behind that the next benchmark would read too.
-func benchServer(b *testing.B) uint16 {
-	benchOnce.Do(func() {
-		var lim syscall.Rlimit
-		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			benchSetup = err
-			return
-		}
-		if need := uint64(2*benchConns + 100); lim.Cur < need {
-			lim.Cur = min(need, lim.Max)
-			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < need {
-				benchSetup = fmt.Errorf("need %d open files, the limit is %d (%v)", need, lim.Cur, err)
-				return
-			}
-		}
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			benchSetup = err
-			return
-		}
-		benchPort = uint16(ln.Addr().(*net.TCPAddr).Port)
-		accepted := make(chan net.Conn, benchConns)
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				accepted <- c
-			}
-		}()
-		for i := range benchConns {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(i%100+1))}}
-			c, err := d.Dial("tcp4", ln.Addr().String())
-			if err != nil {
-				benchSetup = fmt.Errorf("connection %d: %w", i, err)
-				return
-			}
-			benchKept = append(benchKept, c, <-accepted)
-		}
-	})
-	if benchSetup != nil {
-		b.Skipf("cannot open %d loopback connections: %v", benchConns, benchSetup)
-	}
-	return benchPort
-}
+// benchServer opens benchConns idle loopback connections, once per process.
+func benchServer(b *testing.B) uint16 { return socketstest.Connections(b, benchConns) }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

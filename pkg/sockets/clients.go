@@ -92,8 +92,10 @@ type Tracker struct {
 	// The same drain-start connections and clients, in slices, which iterate faster.
 	drainList  []*drainConn
 	clientList []*clientEvidence
-	// undrained: the pod's sidecar tells no connection to close (Undrained).
+	// undrained: the pod's sidecar tells no connection to close (Undrained), and poolIdle
+	// is how long an answered connection must stay open to show a pool.
 	undrained bool
+	poolIdle  time.Duration
 	// arrived: requests reached the pod since the previous read (RequestsArrived).
 	arrived bool
 }
@@ -108,29 +110,32 @@ func (t *Tracker) RequestsArrived() { t.arrived = true }
 
 // Undrained says that the pod's sidecar is not draining (its drain is deferred until the
 // app may stop: regime b). It then tells no connection to close, so a client's Envoy closes
-// a pooled connection only when it drops the endpoint (idle ones at once, busy ones when
-// their request ends; envoyproxy/envoy source/common/upstream/cluster_manager_impl.cc) or at
-// its idle timeout (an hour by default). So, for a client that pools, a close of any of its
+// a pooled connection only when it drops the endpoint (idle ones at once, busy ones when their
+// request ends; envoyproxy/envoy source/common/upstream/cluster_manager_impl.cc) or at its
+// idle timeout (an hour by default). So, for a client that pools, a close of any of its
 // connections is a departure, whether or not it carried requests; a client keeping an idle
 // connection open is holding; a connection with a request in flight holds nothing (its
-// client drops it after the request either way). A client pools once one of its
-// connections has been seen answered and left open for PoolIdle: a client that opens a
-// connection per request closes it right after the response, so its closes say nothing
-// (unless the connection was idle since the drain began, as in the draining case).
+// client drops it after the request either way). A client pools once one of its connections
+// has been seen carrying a second request, or answered and still open poolIdle later: a
+// client that opens a connection per request closes it right after the response, so its
+// closes say nothing, however idle the connection was when the drain began. poolIdle is
+// best the read interval: a loaded client may take tens of milliseconds to close.
 // Limits: a client whose idle timeout expires during the drain looks like one that let go;
 // several clients behind one address (a NAT) are one. Sound only while nothing drains the
 // pod: a draining Envoy's Connection: close makes clients close right after a request.
-func (t *Tracker) Undrained() {
-	t.undrained = true
+func (t *Tracker) Undrained(poolIdle time.Duration) {
+	t.undrained, t.poolIdle = true, poolIdle
+	for _, d := range t.drainList {
+		d.client.pools = d.client.pools || t.pooled(d.start)
+	}
 	t.judge(time.Time{})
 }
 
-// PoolIdle is how long a connection must have sat answered and idle, in one read, to be
-// taken for a pooled one (Undrained): a client that opens a connection per request closes it
-// within a round trip or two of the response (well under a millisecond in a cluster), and
-// tcp_info counts in jiffies (10 ms at worst). Short, because a client that sent once since
-// the drain began may drop the endpoint, and close that connection, soon after its answer.
-const PoolIdle = 25 * time.Millisecond
+// pooled says whether an established connection shows a pool's use: carrying a request after
+// an answered one, or answered and left open poolIdle (Undrained).
+func (t *Tracker) pooled(s Socket) bool {
+	return s.State == Established && (s.Reused() || s.Answered(t.poolIdle))
+}
 
 // connKey names a connection at one time; a later connection may reuse it, which the
 // socket's inode or cookie tells apart.
@@ -153,7 +158,8 @@ type drainConn struct {
 	used      bool // data arrived since the drain began
 	busy      bool // a request was in flight at the last read (tcp_info)
 	fate      connFate
-	seen      int // last read that showed it
+	start     Socket // as the drain began
+	seen      int    // last read that showed it
 }
 
 // otherConn is any other connection: one that was not ESTABLISHED at drain start, or one
@@ -206,8 +212,10 @@ type clientEvidence struct {
 	// lastUsedClose: read that last showed its close of any other connection (Undrained;
 	// a departure if it pools); 0 for none.
 	lastUsedClose int
-	// pools: one of its connections was seen answered and left open (Socket.Answered).
-	pools       bool
+	// pools: one of its connections showed a pool's use (pooled).
+	pools bool
+	// lastNewConn: read that last showed a connection it opened since the drain began.
+	lastNewConn int
 	leftAt      time.Time
 	heldAtStart int
 	newConns    int
@@ -215,6 +223,9 @@ type clientEvidence struct {
 	// Counts of drain-start connections, worked out again by each judge.
 	held, openUsed int
 }
+
+// lastClosed is the read that last showed the client close a connection, any kind.
+func (c *clientEvidence) lastClosed() int { return max(c.lastClose, c.lastUsedClose) }
 
 // Begin starts tracking from the read taken when the drain began: its ESTABLISHED sockets
 // are the drain-start connections whose fate is the evidence.
@@ -238,10 +249,9 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 		}
 		c := t.client(s.Remote.Addr(), at)
 		c.heldAtStart++
-		c.pools = c.pools || s.Answered(PoolIdle)
 		// A request in flight as the drain begins is answered during it: the connection
 		// is not idle since the start.
-		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, used: s.InFlight(), busy: s.InFlight()}
+		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, used: s.InFlight(), busy: s.InFlight(), start: s}
 		t.drain[k] = d
 		t.drainList = append(t.drainList, d)
 	}
@@ -264,6 +274,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			t.other[k] = o
 			o.client = t.client(s.Remote.Addr(), at)
 			o.client.newConns++
+			o.client.lastNewConn = t.read
 			t.activity(o.client, dataTime(at, s))
 		} else if grew(&o.bytes, &o.haveBytes, s) {
 			if o.client == nil {
@@ -280,7 +291,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			}
 			o.sightings++
 			o.busy = s.InFlight()
-			o.client.pools = o.client.pools || s.Answered(PoolIdle)
+			o.client.pools = o.client.pools || (t.undrained && t.pooled(s))
 		case CloseWait, LastAck:
 			t.closedOther(o)
 		}
@@ -315,7 +326,7 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 		return
 	}
 	d.busy = s.State == Established && s.InFlight()
-	d.client.pools = d.client.pools || (s.State == Established && s.Answered(PoolIdle))
+	d.client.pools = d.client.pools || (t.undrained && t.pooled(s))
 	if grew(&d.bytes, &d.haveBytes, s) {
 		d.used = true
 		t.activity(d.client, dataTime(at, s))
@@ -421,11 +432,12 @@ func (t *Tracker) judge(at time.Time) {
 		switch {
 		case c.held > 0:
 			state = Holding
-		case c.openUsed == 0 && c.lastClose > 0 && c.lastActivity < c.lastClose:
+		case !t.undrained && c.openUsed == 0 && c.lastClose > 0 && c.lastActivity < c.lastClose:
 			state = Left
-		case t.undrained && c.pools && max(c.lastClose, c.lastUsedClose) > 0 && c.lastActivity <= max(c.lastClose, c.lastUsedClose):
+		case t.undrained && c.pools && c.lastClosed() > 0 && c.lastActivity <= c.lastClosed() && c.lastNewConn < c.lastClosed():
 			// A pooling client closed a connection and keeps no idle one: activity seen in
-			// the read of the close was on it, and a request still in flight ends on its own.
+			// the read of the close was on it (unless a connection opened then carried it),
+			// and a request still in flight ends on its own.
 			state = Left
 		case c.lastActivity > 0:
 			state = Sending

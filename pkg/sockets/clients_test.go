@@ -151,7 +151,7 @@ func TestClosingAtDrainStartIsNoClient(t *testing.T) {
 	for _, undrained := range []bool{false, true} {
 		tr := Begin(at(0), []Socket{sock("10.1.0.3", 40000, TimeWait, 0), sock("10.1.0.4", 40000, SynRecv, 41)})
 		if undrained {
-			tr.Undrained()
+			tr.Undrained(testPoolIdle)
 		}
 		tr.Observe(at(1), []Socket{sock("10.1.0.3", 40000, TimeWait, 0), withInfo(sock("10.1.0.4", 40000, Established, 41), 200, 0)})
 		tr.Observe(at(2), []Socket{withInfo(sock("10.1.0.4", 40000, Established, 41), 300, 0)})

@@ -108,6 +108,13 @@ func (s Socket) Answered(idle time.Duration) bool {
 		s.SinceLastDataSent <= s.SinceLastDataRecv && s.SinceLastDataSent >= idle
 }
 
+// Reused says, from tcp_info, that data arrived after the pod's side had sent some: the
+// client sent a request on a connection that had carried an answered one, as a pool does and
+// a client opening a connection per request never does. False without tcp_info.
+func (s Socket) Reused() bool {
+	return s.HasTCPInfo && s.BytesReceived > 0 && !s.NothingSent && s.SinceLastDataRecv < s.SinceLastDataSent
+}
+
 // InFlight says, from tcp_info, that data arrived after the pod's side last sent, or that it
 // has sent nothing yet: a request not answered (or a request body still coming). A first
 // request that follows the handshake within a jiffy has the connection's own time, which is

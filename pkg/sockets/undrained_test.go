@@ -13,7 +13,7 @@ func TestUndrainedPoolCloseIsADeparture(t *testing.T) {
 	for _, undrained := range []bool{false, true} {
 		tr := Begin(at(0), []Socket{withInfo(sock("10.1.0.1", 40000, Established, 11), 100, 0)})
 		if undrained {
-			tr.Undrained()
+			tr.Undrained(testPoolIdle)
 		}
 		tr.Observe(at(1), []Socket{withInfo(sock("10.1.0.1", 40000, Established, 11), 300, 0)}) // a request
 		wantState(t, clientOf(t, tr, "10.1.0.1"), map[bool]ClientState{false: Sending, true: Holding}[undrained])
@@ -28,14 +28,19 @@ func TestUndrainedPoolCloseIsADeparture(t *testing.T) {
 // one read or, with a long request, in two. Once one of its connections has been seen
 // answered and left open, it pools, and its next close, busy or idle, is a departure.
 func TestUndrainedOneRequestConnectionsAreNotDepartures(t *testing.T) {
-	tr := Begin(at(0), nil)
-	tr.Undrained()
+	// As the drain begins, one connection has just been answered and another carries its
+	// first request: both close right after, as a client without a pool does.
+	tr := Begin(at(0), []Socket{
+		withTimes(sock("10.1.0.2", 40990, Established, 19), 200, 40*time.Millisecond, 10*time.Millisecond),
+		unanswered(withTimes(sock("10.1.0.2", 40991, Established, 20), 200, 5*time.Millisecond, 6*time.Millisecond)),
+	})
+	tr.Undrained(testPoolIdle)
 	tr.Observe(at(1), []Socket{withTimes(sock("10.1.0.2", 41000, Established, 21), 200, 0, 0)})
 	wantState(t, clientOf(t, tr, "10.1.0.2"), Holding)
 	tr.Observe(at(2), nil) // closed after one sighting
 	wantState(t, clientOf(t, tr, "10.1.0.2"), Sending)
 
-	inFlight := withTimes(sock("10.1.0.2", 41001, Established, 22), 200, 100*time.Millisecond, 900*time.Millisecond)
+	inFlight := unanswered(withTimes(sock("10.1.0.2", 41001, Established, 22), 200, 100*time.Millisecond, 900*time.Millisecond))
 	tr.Observe(at(3), []Socket{inFlight})
 	tr.Observe(at(4), []Socket{inFlight}) // a request longer than the read interval
 	tr.Observe(at(5), nil)
@@ -62,6 +67,9 @@ func TestVanishedWhileRequestsArrivedIsNoDeparture(t *testing.T) {
 	}
 }
 
+// testPoolIdle is the tests' Undrained pool idle time.
+const testPoolIdle = 100 * time.Millisecond
+
 // withTimes adds tcp_info's bytes received and how long ago data was last received and sent.
 func withTimes(s Socket, bytesReceived uint64, sinceRecv, sinceSent time.Duration) Socket {
 	s = withInfo(s, bytesReceived, sinceRecv)
@@ -69,24 +77,34 @@ func withTimes(s Socket, bytesReceived uint64, sinceRecv, sinceSent time.Duratio
 	return s
 }
 
-// A connection seen once, answered and idle for PoolIdle, is a pool's: a client that opens a
-// connection per request closes it within a round trip of the response. Its close is a
-// departure; the close of one seen just after its response, or with a request in flight,
-// is not.
+// unanswered marks s as having sent nothing yet: its first request is in flight.
+func unanswered(s Socket) Socket {
+	s.NothingSent = true
+	return s
+}
+
+// A connection seen once, answered and idle for the pool idle time, or carrying a second request, is a
+// pool's: a client that opens a connection per request closes it within a round trip of the
+// response. Its close is a departure; the close of one seen just after its response, or
+// with its first request in flight, is not.
 func TestUndrainedAnsweredIdleConnectionIsPooled(t *testing.T) {
 	for _, c := range []struct {
 		name                 string
 		sinceRecv, sinceSent time.Duration
+		nothingSent          bool
 		want                 ClientState
 	}{
-		{"answered, idle 300ms", 310 * time.Millisecond, 300 * time.Millisecond, Left},
-		{"answered 5ms ago", 15 * time.Millisecond, 5 * time.Millisecond, Sending},
-		{"request in flight", 5 * time.Millisecond, 400 * time.Millisecond, Sending},
+		{"answered, idle 300ms", 310 * time.Millisecond, 300 * time.Millisecond, false, Left},
+		{"answered 5ms ago", 15 * time.Millisecond, 5 * time.Millisecond, false, Sending},
+		{"first request in flight", 5 * time.Millisecond, 400 * time.Millisecond, true, Sending},
+		{"second request in flight", 5 * time.Millisecond, 400 * time.Millisecond, false, Left},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr := Begin(at(0), nil)
-			tr.Undrained()
-			tr.Observe(at(1), []Socket{withTimes(sock("10.1.0.4", 43000, Established, 41), 200, c.sinceRecv, c.sinceSent)})
+			tr.Undrained(testPoolIdle)
+			s := withTimes(sock("10.1.0.4", 43000, Established, 41), 200, c.sinceRecv, c.sinceSent)
+			s.NothingSent = c.nothingSent
+			tr.Observe(at(1), []Socket{s})
 			tr.Observe(at(2), nil)
 			wantState(t, clientOf(t, tr, "10.1.0.4"), c.want)
 		})
@@ -104,12 +122,37 @@ func TestUndrainedBusyConnectionDoesNotHold(t *testing.T) {
 		long := withTimes(sock("10.1.0.5", 44001, Established, 52), 100, 500*time.Millisecond, 3*time.Second)
 		tr := Begin(at(0), []Socket{idle, long})
 		if undrained {
-			tr.Undrained()
+			tr.Undrained(testPoolIdle)
 		}
 		tr.Observe(at(1), []Socket{long})
 		wantState(t, clientOf(t, tr, "10.1.0.5"), map[bool]ClientState{false: NoEvidence, true: Left}[undrained])
 		answered := withTimes(sock("10.1.0.5", 44001, Established, 52), 100, 1500*time.Millisecond, 200*time.Millisecond)
 		tr.Observe(at(2), []Socket{answered})
 		wantState(t, clientOf(t, tr, "10.1.0.5"), map[bool]ClientState{false: NoEvidence, true: Holding}[undrained])
+	}
+}
+
+// A pooling client that closes a connection and, between the same two reads, opens another
+// and sends on it has not let go: the activity was on the new connection.
+func TestUndrainedCloseAndNewConnectionInOneReadIsSending(t *testing.T) {
+	idle := withTimes(sock("10.1.0.6", 45000, Established, 61), 100, 2*time.Second, 1900*time.Millisecond)
+	tr := Begin(at(0), []Socket{idle})
+	tr.Undrained(testPoolIdle)
+	tr.Observe(at(1), []Socket{unanswered(withTimes(sock("10.1.0.6", 45001, Established, 62), 200, 10*time.Millisecond, 20*time.Millisecond))})
+	wantState(t, clientOf(t, tr, "10.1.0.6"), Sending)
+}
+
+// Undrained, a connection idle as the drain began shows a pool only if it had been answered
+// for the pool idle time: one answered a moment before may belong to a client that opens a
+// connection per request and is about to close it.
+func TestUndrainedJustAnsweredAtTheStartIsNoPool(t *testing.T) {
+	for _, c := range []struct {
+		sinceSent time.Duration
+		want      ClientState
+	}{{10 * time.Millisecond, NoEvidence}, {2 * testPoolIdle, Left}} {
+		tr := Begin(at(0), []Socket{withTimes(sock("10.1.0.7", 46000, Established, 71), 200, c.sinceSent+30*time.Millisecond, c.sinceSent)})
+		tr.Undrained(testPoolIdle)
+		tr.Observe(at(1), nil)
+		wantState(t, clientOf(t, tr, "10.1.0.7"), c.want)
 	}
 }

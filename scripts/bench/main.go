@@ -5,15 +5,18 @@
 // seen) under the preStop strategies none, sleep:5s, sleep:15s, meshdrain and the oracle
 // (which stops the app the moment the last request that will ever reach the pod has been
 // answered), and prints one table: the floor (the last client's endpoint update), each
-// strategy's app-stop time and losses, and whether meshdrain met its targets. Then what one
-// poll costs, measured side by side in the same run: the bytes of a filtered poll; meshdrain's
+// strategy's app-stop time and losses, and whether meshdrain met its targets. Then the
+// fallback shapes: clients whose connections tell the pod nothing, replayed with meshdrain's
+// per-client evidence and without it. Then what one poll costs, measured side by side in the same run: the bytes of a filtered poll; meshdrain's
 // own CPU and allocations per poll; the emulated Envoy's CPU per filtered poll against the
 // unfiltered dump and against pilot-agent's own poll, at 110k stats; the binary's size and
 // prestop's peak RSS.
 //
 // It needs nothing but Go and the binaries it is given. The parts read one at a time:
 // main.go (flags, and the run in order), matrix.go (the shapes × strategies runs),
-// targets.go (issue 9's targets), costs.go (what a poll costs), emulator.go (the emulated
+// targets.go (issue 21's targets), evidence.go (the per-client evidence table), fallback.go
+// (the clients whose connections tell the pod nothing: meshdrain with its per-client evidence
+// against meshdrain without), costs.go (what a poll costs), emulator.go (the emulated
 // Envoy those costs are measured on), prestop.go (the prestop process's own CPU and memory)
 // and report.go (the tables and the JSON).
 package main
@@ -34,13 +37,16 @@ import (
 
 // options are the bench's flags; the defaults are `make bench`'s run.
 type options struct {
-	meshdrainBin string
-	simBin       string
-	seeds        string
-	traffic      string
-	timeScale    float64
-	jsonOut      string
-	costs        bool
+	meshdrainBin  string
+	simBin        string
+	seeds         string
+	traffic       string
+	timeScale     float64
+	jsonOut       string
+	costs         bool
+	fallback      bool
+	fallbackOnly  bool
+	fallbackSeeds int
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -51,6 +57,9 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Float64Var(&o.timeScale, "time-scale", 0.25, "simulator time scale")
 	fs.StringVar(&o.jsonOut, "json", "", "also write every run's result to this file")
 	fs.BoolVar(&o.costs, "costs", true, "measure the poll costs")
+	fs.BoolVar(&o.fallback, "fallback", true, "replay the fallback shapes (clients whose connections tell the pod nothing) after the matrix")
+	fs.BoolVar(&o.fallbackOnly, "fallback-only", false, "replay only the fallback shapes: no matrix, no poll costs")
+	fs.IntVar(&o.fallbackSeeds, "fallback-seeds", 2, "replay the fallback shapes with the first N of --seeds (about 75s a seed)")
 }
 
 func main() {
@@ -65,8 +74,8 @@ func main() {
 	}
 }
 
-// run is the bench in its order: the matrix, then the poll costs, then the report, so that
-// the costs are measured on a machine the matrix no longer loads.
+// run is the bench in its order: the matrix, then the fallback shapes, then the poll costs,
+// then the report, so that the costs are measured on a machine the runs no longer load.
 func run(ctx context.Context, opts options) error {
 	bin, err := absBinary(opts.meshdrainBin)
 	if err != nil {
@@ -76,17 +85,38 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
+	if opts.fallbackSeeds < 1 {
+		return fmt.Errorf("--fallback-seeds %d: want at least 1", opts.fallbackSeeds)
+	}
 	strats, err := parseStrategies(strategies)
 	if err != nil {
 		return err
 	}
 	m := matrix{meshdrainBin: bin, seeds: seeds, timeScale: opts.timeScale, strategies: strats}
+	if opts.fallbackOnly {
+		fb, err := m.runFallback(ctx, opts.fallbackSeeds)
+		if err != nil {
+			return err
+		}
+		printFallback(os.Stdout, fb)
+		if opts.jsonOut != "" {
+			return writeJSON(opts.jsonOut, nil, fb, nil)
+		}
+		return nil
+	}
 	started := time.Now()
 	rows, err := m.run(ctx, opts.traffic)
 	if err != nil {
 		return err
 	}
 	wall := time.Since(started)
+
+	var fb *fallbackReport
+	if opts.fallback {
+		if fb, err = m.runFallback(ctx, opts.fallbackSeeds); err != nil {
+			return err
+		}
+	}
 
 	var c *costReport
 	if opts.costs {
@@ -95,9 +125,9 @@ func run(ctx context.Context, opts options) error {
 			return fmt.Errorf("poll costs: %w", err)
 		}
 	}
-	printReport(os.Stdout, rows, seeds, opts.timeScale, wall, c)
+	printReport(os.Stdout, rows, seeds, opts.timeScale, wall, fb, c)
 	if opts.jsonOut != "" {
-		return writeJSON(opts.jsonOut, rows, c)
+		return writeJSON(opts.jsonOut, rows, fb, c)
 	}
 	return nil
 }

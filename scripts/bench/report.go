@@ -12,14 +12,18 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/sim/podsim"
 )
 
-// printReport writes the report docs/benchmarks.md pastes: the matrix table, what each shape
-// is, then the poll costs if they were measured.
-func printReport(w io.Writer, rows []row, seeds []uint64, timeScale float64, wall time.Duration, c *costReport) {
+// printReport writes the report docs/benchmarks.md pastes: the matrix table, the per-client
+// evidence table, what each shape is, then the fallback shapes and the poll costs if they
+// were run.
+func printReport(w io.Writer, rows []row, seeds []uint64, timeScale float64, wall time.Duration, fb *fallbackReport, c *costReport) {
 	printMatrix(w, rows, seeds, timeScale, wall)
 	printEvidence(w, rows)
 	fmt.Fprintln(w)
 	for _, r := range rows {
 		fmt.Fprintf(w, "- %s: %s\n", r.traffic.Name, r.traffic.About)
+	}
+	if fb != nil {
+		printFallback(w, fb)
 	}
 	if c != nil {
 		printCosts(w, c)
@@ -174,15 +178,19 @@ func (c *costReport) lines() [][2]string {
 // writeJSON writes every run's result and the costs, without the runs' timelines: a full
 // matrix holds over a hundred runs, and the timelines are for reading one run at a time
 // (meshdrain-sim simulate).
-func writeJSON(path string, rows []row, c *costReport) error {
+func writeJSON(path string, rows []row, fb *fallbackReport, c *costReport) error {
 	type out struct {
 		Traffic string                     `json:"traffic"`
 		Results map[string][]podsim.Result `json:"results"`
 	}
 	doc := struct {
-		Matrix []out       `json:"matrix"`
-		Costs  *costReport `json:"costs,omitempty"`
+		Matrix   []out          `json:"matrix"`
+		Fallback []fallbackJSON `json:"fallback,omitempty"`
+		Costs    *costReport    `json:"costs,omitempty"`
 	}{Costs: c}
+	if fb != nil {
+		doc.Fallback = fb.json()
+	}
 	for _, r := range rows {
 		for _, rs := range r.results {
 			for i := range rs {

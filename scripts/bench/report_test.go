@@ -17,9 +17,9 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run
 // reach every branch of a cell and a verdict, so that a change of format is a decision.
 func TestReportLayout(t *testing.T) {
 	var out bytes.Buffer
-	printReport(&out, sampleRows(t), []uint64{1, 2}, 0.25, 953*time.Second, sampleCosts())
+	printReport(&out, sampleRows(t), []uint64{1, 2}, 0.25, 953*time.Second, sampleFallback(), sampleCosts())
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
-	if err := writeJSON(jsonPath, sampleRows(t), sampleCosts()); err != nil {
+	if err := writeJSON(jsonPath, sampleRows(t), sampleFallback(), sampleCosts()); err != nil {
 		t.Fatal(err)
 	}
 	doc, err := os.ReadFile(jsonPath)
@@ -89,6 +89,33 @@ func sampleRows(t *testing.T) []row {
 			"meshdrain": {{Strategy: "meshdrain", AppStopS: 6.4, LastClientLagS: 5.3}},
 		}},
 	}
+}
+
+// sampleFallback has a row that is met and rows that miss each of the fallback's checks: a
+// window set by the evidence, a loss, a stop earlier than today's, evidence that could not be
+// read, and no final event.
+func sampleFallback() *fallbackReport {
+	event := func(evidence, term string, counts ...float64) *podsim.MeshdrainEvent {
+		raw := map[string]any{"client_evidence": evidence, "window_term": term}
+		if len(counts) == 3 {
+			raw["clients_left"], raw["clients_by_silence"], raw["clients_holding"] = counts[0], counts[1], counts[2]
+		}
+		return &podsim.MeshdrainEvent{Reason: "quiet", Raw: raw}
+	}
+	run := func(stop, floor float64, lost int, md *podsim.MeshdrainEvent) podsim.Result {
+		return podsim.Result{Strategy: "meshdrain", AppStopS: stop, LastClientLagS: floor, ClientFailures: lost, Meshdrain: md,
+			Timeline: []podsim.Event{{AtS: 0, Who: "kubelet", What: "pod deleted"}}}
+	}
+	return &fallbackReport{seeds: []uint64{1, 2}, allSeeds: []uint64{1, 2, 3}, timeScale: 0.25, wall: 171 * time.Second, rows: []fallbackRow{
+		{shape: "steady, per-request", runs: []fallbackRun{
+			{seed: 1, today: run(9.1, 8.0, 0, event("off", "rate")), a: run(9.3, 8.0, 0, event("socket-table", "rate", 0, 50, 0)), b: run(8.4, 8.0, 0, event("socket-table", "rate", 0, 50, 0))},
+			{seed: 2, today: run(6.2, 5.3, 0, event("off", "quiet")), a: run(6.2, 5.3, 0, event("socket-table", "rate", 0, 49, 1)), b: run(7.0, 5.3, 0, event("socket-table", "lag-bound", 0, 50, 0))},
+		}},
+		{shape: "steady, no-sidecar", runs: []fallbackRun{
+			{seed: 1, today: run(9.1, 8.0, 0, event("off", "rate")), a: run(7.6, 8.0, 3, event("socket-table", "clients-left", 50, 0, 0)), b: run(8.6, 8.0, 0, event("socket-table", "rate", 0, 0, 50))},
+			{seed: 2, today: run(6.2, 5.3, 1, event("off", "quiet")), a: run(6.0, 5.3, 0, event("unavailable: permission denied", "quiet")), b: run(30, 5.3, 0, nil)},
+		}},
+	}}
 }
 
 func sampleCosts() *costReport {

@@ -16,10 +16,30 @@ type ClientEvidence interface {
 	// Begin marks the connections open as the drain begins, on the inbound listener the
 	// snapshot's sidecar serves.
 	Begin(ctx context.Context, snap mesh.Snapshot) error
-	// Counts reads the connections again and says where each client stands; arrivals is
-	// the sidecar's arrival counter now (nil: unknown), which tells whether requests reached
-	// the pod between two reads.
-	Counts(ctx context.Context, arrivals *float64) (ClientCounts, error)
+	// Counts reads the connections again, when they can have changed, and says where each
+	// client stands; traffic is what this poll's stats say of the inbound side.
+	Counts(ctx context.Context, traffic Traffic) (ClientCounts, error)
+}
+
+// Traffic is what one poll's stats say of the inbound side, for the evidence: whether
+// requests reached the pod since its table was read (a connection gone meanwhile may have
+// carried one), and whether any connection was opened or closed (if none was and nothing
+// arrived, the table says what it said).
+type Traffic struct {
+	// Arrivals is the arrival counter (nil: unknown).
+	Arrivals *float64
+	// Opened and Open are the inbound listener's accepted and open connections (nil:
+	// unknown).
+	Opened, Open *float64
+}
+
+// TrafficOf is the traffic a snapshot and its reading show.
+func TrafficOf(snap mesh.Snapshot, r mesh.Reading) Traffic {
+	t := Traffic{Arrivals: r.Arrivals}
+	if l := snap.Listener; l != nil {
+		t.Opened, t.Open = l.ConnectionsTotal, l.ConnectionsActive
+	}
+	return t
 }
 
 // beginClients starts the evidence at the watch's start; a table that cannot be read is
@@ -38,11 +58,11 @@ func (c *coordinator) beginClients(ctx context.Context, snap mesh.Snapshot) {
 }
 
 // clientCounts is this poll's evidence, nil without any.
-func (c *coordinator) clientCounts(ctx context.Context, arrivals *float64) *ClientCounts {
+func (c *coordinator) clientCounts(ctx context.Context, traffic Traffic) *ClientCounts {
 	if c.clients == nil {
 		return nil
 	}
-	counts, err := c.clients.Counts(ctx, arrivals)
+	counts, err := c.clients.Counts(ctx, traffic)
 	if err != nil {
 		c.noClientEvidence(err)
 		return nil

@@ -26,7 +26,7 @@ func (s *scriptedClients) Begin(context.Context, mesh.Snapshot) error {
 	return s.beginErr
 }
 
-func (s *scriptedClients) Counts(context.Context, *float64) (ClientCounts, error) {
+func (s *scriptedClients) Counts(context.Context, Traffic) (ClientCounts, error) {
 	return s.counts(s.clock.Now().Sub(t0))
 }
 

@@ -527,7 +527,7 @@ func (c *coordinator) poll(ctx, parent context.Context, fetch func(context.Conte
 // observation is the rule's view of a poll, with the clients' evidence when there is some.
 func (c *coordinator) observation(ctx context.Context, snap mesh.Snapshot, r mesh.Reading) Observation {
 	return Observation{At: c.clock.Now().Sub(c.start), Signal: r.Signal, Arrivals: r.Arrivals, Active: r.Active, Uptime: snap.ServerUptime,
-		Clients: c.clientCounts(ctx, r.Arrivals)}
+		Clients: c.clientCounts(ctx, TrafficOf(snap, r))}
 }
 
 // account reports what the rule saw: arrivals after the drain call, the window in force,

@@ -142,6 +142,9 @@ type RuleConfig struct {
 // themselves (Left: they have applied it), or give no evidence (NoEvidence).
 type ClientCounts struct {
 	Holding, Sending, Left, NoEvidence int
+	// Stale: requests arrived since the table was last read, so the counts may not show
+	// who sent them (a client counted as left may have come back).
+	Stale bool
 	// Holders are the holding clients' addresses (a few, for the log).
 	Holders []string
 }
@@ -397,13 +400,18 @@ func PoissonQuiet(perSecond float64) time.Duration {
 	return time.Duration(-math.Log(Risk) / perSecond * float64(time.Second))
 }
 
-// holdsBeyondRequests says whether the holding clients are more than the requests in
-// flight: a connection that carries a request begun before the drain (a long request, a
-// stream) receives nothing either, and looks held. Only when more clients hold than requests
-// are open must one of them hold an idle connection; otherwise today's rule decides, streams
-// included (quiet-streams).
+// holdsBeyondRequests says whether the holding clients keep the app. Only where some client
+// has been seen to let go by closing its connections: that is what shows this service's
+// clients drop their pools when they drop the endpoint. The clients of a persistent-session
+// service, or without a sidecar, keep their idle connections whatever they know, and holding
+// for them would last to the lag bound for nothing: there, as where no client has learnt yet,
+// silence decides as without evidence. And only when the holding clients are more than the
+// requests in flight: a connection that carries a request begun before the drain (a long
+// request, a stream) receives nothing either and, where tcp_info is missing, looks held; only
+// when more clients hold than requests are open must one of them hold an idle connection;
+// otherwise today's rule decides, streams included (quiet-streams).
 func holdsBeyondRequests(o Observation) bool {
-	if o.Clients.Holding == 0 {
+	if o.Clients.Holding == 0 || o.Clients.Left == 0 {
 		return false
 	}
 	return o.Active == nil || float64(o.Clients.Holding) > *o.Active
@@ -434,7 +442,7 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 	if r.pastLagBound(r.prev.At) {
 		return settled, TermLagBound
 	}
-	if c := r.prev.Clients; c != nil && c.Left > 0 && c.Holding == 0 && c.Sending == 0 {
+	if c := r.prev.Clients; c != nil && c.Left > 0 && c.Holding == 0 && c.Sending == 0 && !c.Stale {
 		return settled, TermClientsLeft
 	}
 	if gaps := time.Duration(GapFactor * float64(r.longestGap)); gaps > window && r.cfg.ClientPeriod == 0 {

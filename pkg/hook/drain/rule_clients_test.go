@@ -36,9 +36,9 @@ func TestHoldingClientHoldsLeftClientReleases(t *testing.T) {
 	closeAt := 20 * time.Second
 	clients := func(at time.Duration) *ClientCounts {
 		if at < closeAt {
-			return &ClientCounts{Holding: 1, Sending: 0, Holders: []string{"10.0.0.7"}}
+			return &ClientCounts{Holding: 1, Left: 1, Holders: []string{"10.0.0.7"}}
 		}
-		return &ClientCounts{Left: 1}
+		return &ClientCounts{Left: 2}
 	}
 	at, d := clientsRule(t, clientRuleConfig(), 8*time.Second, clients)
 	if at != closeAt || d.Reason != ReasonQuiet || d.Term != TermClientsLeft || d.Window != time.Second {
@@ -66,7 +66,9 @@ func TestSendingClientKeepsTheRateTerm(t *testing.T) {
 func TestLagBound(t *testing.T) {
 	cfg := clientRuleConfig()
 	cfg.LagBound = 12 * time.Second
-	holdForever := func(time.Duration) *ClientCounts { return &ClientCounts{Holding: 1, Holders: []string{"10.0.0.9"}} }
+	holdForever := func(time.Duration) *ClientCounts {
+		return &ClientCounts{Holding: 1, Left: 1, Holders: []string{"10.0.0.9"}}
+	}
 	at, d := clientsRule(t, cfg, 8*time.Second, holdForever)
 	if at != 12*time.Second || d.Term != TermLagBound || d.Reason != ReasonQuiet {
 		t.Errorf("stopped at %v with %+v; want at the lag bound 12s, term lag-bound", at, d)
@@ -125,8 +127,30 @@ func TestHoldersExplainedByOpenRequestsDoNotHold(t *testing.T) {
 	}
 	// Two holders and one open request: one of them holds an idle connection.
 	d = r.Observe(Observation{At: 30 * time.Second, Signal: mesh.SignalHTTPRequests, Arrivals: f(0), Active: f(1),
-		Clients: &ClientCounts{Holding: 2}})
+		Clients: &ClientCounts{Holding: 2, Left: 1}})
 	if d.Reason != "" || d.HeldBy != 2 {
 		t.Errorf("two holders, one open request: %+v; want held", d)
+	}
+}
+
+// Counts read before the latest arrivals may not show who sent them: a client counted as
+// left may have come back. They do not shorten the window until a read after the arrivals.
+func TestStaleCountsDoNotShortenTheWindow(t *testing.T) {
+	stale := func(time.Duration) *ClientCounts { return &ClientCounts{Left: 3, Stale: true} }
+	at, d := clientsRule(t, clientRuleConfig(), 8*time.Second, stale)
+	if d.Term == TermClientsLeft || at < 17*time.Second {
+		t.Errorf("stopped at %v with term %s on stale counts", at, d.Term)
+	}
+}
+
+// Where no client has been seen to let go by closing its connections, holders do not hold:
+// the clients of a persistent-session service, or without a sidecar, keep their idle
+// connections whatever they know. Silence decides, as without evidence.
+func TestHoldersWithoutAnyDepartureDoNotHold(t *testing.T) {
+	holders := func(time.Duration) *ClientCounts { return &ClientCounts{Holding: 50, Holders: []string{"10.0.0.9"}} }
+	at, d := clientsRule(t, clientRuleConfig(), 8*time.Second, holders)
+	silence, ds := clientsRule(t, clientRuleConfig(), 8*time.Second, func(time.Duration) *ClientCounts { return nil })
+	if at != silence || d.Term != ds.Term || d.HeldBy != 0 {
+		t.Errorf("holders, none left: stopped at %v (%s, held by %d); without evidence at %v (%s)", at, d.Term, d.HeldBy, silence, ds.Term)
 	}
 }

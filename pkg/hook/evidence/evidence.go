@@ -40,8 +40,10 @@ type Table struct {
 	tracker  *sockets.Tracker
 	lastRead time.Time
 	last     drain.ClientCounts
-	// arrivalsAtRead is the arrival counter at the last read (nil: unknown).
-	arrivalsAtRead *float64
+	// atRead is the traffic at the last read.
+	atRead drain.Traffic
+	// prevArrivals is the arrival counter at the previous poll (nil: unknown).
+	prevArrivals *float64
 }
 
 // ReadPolls is how many polls apart the table is read. A read walks the node's whole
@@ -54,6 +56,12 @@ const ReadPolls = 5
 
 // ReadEvery is the read interval at the default poll.
 const ReadEvery = ReadPolls * drain.DefaultPoll
+
+// BusyReads is how many read intervals apart the table is read while requests arrive at
+// every poll. No stop is near then (the rule asks for silence first), what a read would add
+// is cumulative (bytes received, connections gone), and the poll that sees the traffic pause
+// reads again: reading less costs nothing in when the evidence is ready.
+const BusyReads = 5
 
 var _ drain.ClientEvidence = (*Table)(nil)
 
@@ -70,40 +78,75 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 		return err
 	}
 	t.lastRead = t.Now()
-	t.arrivalsAtRead = snap.Read().Arrivals
+	t.atRead = drain.TrafficOf(snap, snap.Read())
 	t.tracker = sockets.Begin(t.lastRead, socks)
 	if t.Undrained {
-		t.tracker.Undrained()
+		// A connection answered and still open a read interval later is a pool's: a client
+		// that opens one per request closes it within milliseconds, even loaded.
+		t.tracker.Undrained(t.every())
 	}
 	t.last = t.count()
 	return nil
 }
 
-// Counts reads the table again (at most every Every) and sums the clients by state.
-// arrivals is the sidecar's arrival counter now: whether it moved since the last read tells
-// the tracker whether a vanished connection may have carried a request.
-func (t *Table) Counts(_ context.Context, arrivals *float64) (drain.ClientCounts, error) {
-	now := t.Now()
-	every := t.Every
-	if every <= 0 {
-		every = ReadEvery
-	}
-	// A tenth of slack: the poll that is due reads even if its timer fired a little early.
-	if now.Sub(t.lastRead) < every-every/10 {
-		return t.last, nil
+// Counts reads the table again, at most every Every and only if something arrived, opened
+// or closed since the last read, and sums the clients by state. Between reads it returns the
+// last read's counts, marked Stale once requests have arrived since.
+func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts, error) {
+	at := t.Now()
+	arrived := moved(now.Arrivals, t.atRead.Arrivals)
+	flowing := now.Arrivals != nil && t.prevArrivals != nil && *now.Arrivals != *t.prevArrivals
+	t.prevArrivals = now.Arrivals
+	if !t.due(at, now, arrived, flowing) {
+		c := t.last
+		c.Stale = arrived
+		return c, nil
 	}
 	socks, err := t.Reader.Read(t.ports)
 	if err != nil {
 		return drain.ClientCounts{}, err
 	}
-	if arrivals == nil || t.arrivalsAtRead == nil || *arrivals != *t.arrivalsAtRead {
+	if arrived {
 		t.tracker.RequestsArrived()
 	}
-	t.arrivalsAtRead = arrivals
-	t.tracker.Observe(now, socks)
-	t.lastRead = now
+	t.atRead = now
+	t.tracker.Observe(at, socks)
+	t.lastRead = at
 	t.last = t.count()
 	return t.last, nil
+}
+
+// due says whether the table is to be read at at. Not before Every has passed (with a tenth
+// of slack: the poll that is due reads even if its timer fired a little early); not while
+// the sidecar's stats show no request arrived and no connection was opened or closed since
+// the last read: the table would say the same (a client's close is seen by its Envoy at once,
+// and a connection's fate is all the tracker follows); and only every BusyReads intervals
+// while requests arrive at every poll (flowing). A read walks the node's whole connection
+// hash, so clients holding idle connections cost nothing to watch.
+func (t *Table) due(at time.Time, now drain.Traffic, arrived, flowing bool) bool {
+	every := t.every()
+	since := at.Sub(t.lastRead)
+	switch {
+	case since < every-every/10:
+		return false
+	case flowing && since < BusyReads*every-every/10:
+		return false
+	}
+	return arrived || moved(now.Opened, t.atRead.Opened) || moved(now.Open, t.atRead.Open)
+}
+
+// every is the read interval: Every, or ReadEvery.
+func (t *Table) every() time.Duration {
+	if t.Every > 0 {
+		return t.Every
+	}
+	return ReadEvery
+}
+
+// moved says whether a counter or gauge differs from its value at the last read, or either
+// is unknown.
+func moved(now, then *float64) bool {
+	return now == nil || then == nil || *now != *then
 }
 
 // count sums the tracker's clients by state.

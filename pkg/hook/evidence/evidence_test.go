@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
@@ -60,14 +61,14 @@ func TestTableOnTheRealKernel(t *testing.T) {
 	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
 		t.Skipf("the socket table cannot be read here: %v", err)
 	}
-	counts, err := table.Counts(context.Background(), quietCounter)
+	counts, err := table.Counts(context.Background(), quiet)
 	if err != nil || counts.Holding != 3 {
 		t.Fatalf("at the start: %+v, %v; want 3 holding", counts, err)
 	}
 	clients[0].Close() // the client applies the removal: its sidecar closes the idle connection
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		counts, err = table.Counts(context.Background(), quietCounter)
+		counts, err = table.Counts(context.Background(), quiet)
 		if err == nil && counts.Left == 1 && counts.Holding == 2 {
 			break
 		}
@@ -107,12 +108,12 @@ func TestTableReadsAtMostEvery(t *testing.T) {
 	}
 	for i := 0; i < 4; i++ { // 4 polls of 200ms: one second not yet passed
 		now = now.Add(200 * time.Millisecond)
-		if c, _ := table.Counts(context.Background(), quietCounter); c.Holding != 1 || r.reads != 1 {
+		if c, _ := table.Counts(context.Background(), quiet); c.Holding != 1 || r.reads != 1 {
 			t.Fatalf("poll %d: %+v after %d reads; want the start's counts, no read", i, c, r.reads)
 		}
 	}
 	now = now.Add(200 * time.Millisecond)
-	if _, _ = table.Counts(context.Background(), quietCounter); r.reads != 2 {
+	if _, _ = table.Counts(context.Background(), quiet); r.reads != 2 {
 		t.Errorf("after a second: %d reads, want 2", r.reads)
 	}
 }
@@ -146,17 +147,91 @@ func TestNoDepartureWithoutTCPInfo(t *testing.T) {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Second)
-		if _, err := table.Counts(context.Background(), quietCounter); err != nil { // the counter's baseline
+		if _, err := table.Counts(context.Background(), quiet); err != nil { // the counter's baseline
 			t.Fatal(err)
 		}
 		*socks = nil // the client closed it, and no request reached the pod meanwhile
 		now = now.Add(time.Second)
-		c, _ := table.Counts(context.Background(), quietCounter)
+		c, _ := table.Counts(context.Background(), quiet)
 		if c.Left != tc.wantLeft || c.Left+c.Sending != 1 {
 			t.Errorf("%T: %+v, want %d left", tc.reader, c, tc.wantLeft)
 		}
 	}
 }
 
-// quietCounter is an arrival counter that never moves: no request reached the pod.
-var quietCounter = func() *float64 { v := 0.0; return &v }()
+// quiet is the traffic of a poll where no request reached the pod; the listener's
+// connection counts are unknown.
+var quiet = drain.Traffic{Arrivals: num(0)}
+
+func num(v float64) *float64 { return &v }
+
+// The table is read only when the sidecar's stats say something arrived, opened or closed
+// since the last read: idle clients cost no read. Between reads, counts after new arrivals
+// are marked stale.
+func TestTableReadsOnlyWhenTheStatsMoved(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	r := &fakeReader{socks: []sockets.Socket{{
+		Local:  netip.MustParseAddrPort("10.0.0.1:15006"),
+		Remote: netip.MustParseAddrPort("10.0.0.7:40000"),
+		State:  sockets.Established,
+		Inode:  1,
+	}}}
+	table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Second}
+	snap := mesh.Snapshot{
+		Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(0), HTTPRequestsActive: num(0)}},
+		Listener:  &mesh.Listener{Address: "0.0.0.0_15006", ConnectionsTotal: num(1), ConnectionsActive: num(1)},
+	}
+	if err := table.Begin(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+	idle := drain.Traffic{Arrivals: num(0), Opened: num(1), Open: num(1)}
+	poll := func(tr drain.Traffic) drain.ClientCounts {
+		now = now.Add(200 * time.Millisecond)
+		c, err := table.Counts(context.Background(), tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for range 50 {
+		if c := poll(idle); r.reads != 1 || c.Holding != 1 || c.Stale {
+			t.Fatalf("nothing moved: %d reads, counts %+v; want the start's read only", r.reads, c)
+		}
+	}
+	if poll(drain.Traffic{Arrivals: num(0), Opened: num(1), Open: num(0)}); r.reads != 2 {
+		t.Errorf("a connection closed: %d reads, want 2", r.reads)
+	}
+	if poll(drain.Traffic{Arrivals: num(0), Opened: num(2), Open: num(1)}); r.reads != 2 {
+		t.Errorf("within a second of the last read: %d reads, want 2", r.reads)
+	}
+	arrived := drain.Traffic{Arrivals: num(5), Opened: num(2), Open: num(1)}
+	if c := poll(arrived); r.reads != 2 || !c.Stale {
+		t.Errorf("requests arrived within a second of the last read: %d reads, counts %+v; want no read, stale counts", r.reads, c)
+	}
+	for range 3 {
+		poll(arrived)
+	}
+	if c := poll(arrived); r.reads != 3 || c.Stale {
+		t.Errorf("a second after the last read, requests arrived: %d reads, counts %+v; want 3 reads, fresh counts", r.reads, c)
+	}
+	// Requests arriving at every poll: a read every BusyReads seconds, and at once when
+	// the traffic pauses.
+	n := 5.0
+	for i := range 23 { // the last read was a poll before the first of these
+		n++
+		if c := poll(drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(1)}); r.reads != 3 || !c.Stale {
+			t.Fatalf("poll %d of flowing traffic: %d reads, counts %+v; want no read, stale counts", i, r.reads, c)
+		}
+	}
+	n++
+	if poll(drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(1)}); r.reads != 4 {
+		t.Errorf("%v of flowing traffic: %d reads, want 4", BusyReads*time.Second, r.reads)
+	}
+	for range 5 {
+		n++
+		poll(drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(1)})
+	}
+	if c := poll(drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(1)}); r.reads != 5 || c.Stale {
+		t.Errorf("the traffic paused a second after the last read: %d reads, counts %+v; want 5 reads, fresh counts", r.reads, c)
+	}
+}

@@ -294,6 +294,12 @@ func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 	defer f.wg.Done()
 	p := &f.plans[i]
 	tr := f.newPool(i)
+	if len(p.arrivals) > 0 && f.sc.clientPolicy().reuse {
+		// A client of a running service has sent to the pod within its idle timeout (an
+		// hour for Envoy): when the warm-up begins, its pool holds a connection that has
+		// carried requests. One request without work stands for them.
+		attempt(ctx, tr, f.podAddr, 0)
+	}
 	removal := time.AfterFunc(time.Until(start.Add(f.sc.scale(f.sc.Warmup+p.lag))), tr.removeHost)
 	context.AfterFunc(ctx, func() {
 		removal.Stop()

@@ -106,6 +106,9 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 	if spec.DeferDrain {
 		args = append(args, "--drain-at", "end")
 	}
+	if spec.MeshdrainClientEvidence != "" {
+		args = append(args, "--client-evidence", spec.MeshdrainClientEvidence)
+	}
 	return args
 }
 

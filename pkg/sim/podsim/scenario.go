@@ -318,6 +318,10 @@ type SidecarSpec struct {
 	MeshdrainQuiet, MeshdrainMinWait, MeshdrainClientPeriod time.Duration
 	// MeshdrainLagBound is the plan's --eds-lag-bound (its last client's lag); zero: none.
 	MeshdrainLagBound time.Duration
+	// MeshdrainClientEvidence is meshdrain's --client-evidence (auto or off); empty leaves
+	// meshdrain's default. Off replays the rule from before per-client evidence, silence
+	// alone deciding, so that a run with the evidence can be set against it.
+	MeshdrainClientEvidence string
 	// DeferDrain is a native Istio sidecar whose injected preStop (the drain at the
 	// deletion) is overridden with a no-op: nothing drains until meshdrain calls
 	// /drain_listeners as it decides (--drain-at end). docs/decision-rule.md, regime (b).

@@ -175,6 +175,24 @@ func TestMeshdrainArgsAreScaled(t *testing.T) {
 	}
 }
 
+// Without a client-evidence setting meshdrain runs with its own default, as every existing
+// run does; with one, the flag reaches meshdrain.
+func TestMeshdrainArgsClientEvidence(t *testing.T) {
+	sc := UserScenario()
+	spec, err := RecommendedSidecar(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(meshdrainArgs(sc, spec, "http://x", 0), " "); strings.Contains(args, "--client-evidence") {
+		t.Errorf("args %q pass --client-evidence though the spec sets none", args)
+	}
+	spec.MeshdrainClientEvidence = "off"
+	args := strings.Join(meshdrainArgs(sc, spec, "http://x", 0), " ")
+	if !strings.Contains(args, "--client-evidence off") || strings.Count(args, "--client-evidence") != 1 {
+		t.Errorf("args %q: want --client-evidence off once", args)
+	}
+}
+
 func TestParseFinalEvent(t *testing.T) {
 	stderr := `{"level":"info","msg":"draining"}
 not json
