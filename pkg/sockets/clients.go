@@ -157,6 +157,7 @@ type drainConn struct {
 	haveBytes bool
 	used      bool // data arrived since the drain began
 	busy      bool // a request was in flight at the last read (tcp_info)
+	answered  bool // the last read showed it answered (see otherConn)
 	fate      connFate
 	start     Socket // as the drain began
 	seen      int    // last read that showed it
@@ -176,6 +177,9 @@ type otherConn struct {
 	closed    bool
 	// pooled: seen in two reads, or answered and idle in one (Undrained).
 	busy bool // a request was in flight at the last read (tcp_info)
+	// answered: the last read showed it answered (tcp_info), so more bytes after it are a
+	// second request.
+	answered bool
 }
 
 type connID struct{ inode, cookie uint64 }
@@ -251,7 +255,7 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 		c.heldAtStart++
 		// A request in flight as the drain begins is answered during it: the connection
 		// is not idle since the start.
-		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, used: s.InFlight(), busy: s.InFlight(), start: s}
+		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, used: s.InFlight(), busy: s.InFlight(), answered: answered(s), start: s}
 		t.drain[k] = d
 		t.drainList = append(t.drainList, d)
 	}
@@ -281,7 +285,10 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 				o.client = t.client(s.Remote.Addr(), at)
 			}
 			t.activity(o.client, dataTime(at, s))
+			// A request after an answered one: the connection is reused, as a pool's.
+			o.client.pools = o.client.pools || (t.undrained && o.answered)
 		}
+		o.answered = answered(s)
 		o.id.update(s)
 		o.seen = t.read
 		switch s.State {
@@ -330,7 +337,9 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 	if grew(&d.bytes, &d.haveBytes, s) {
 		d.used = true
 		t.activity(d.client, dataTime(at, s))
+		d.client.pools = d.client.pools || (t.undrained && d.answered)
 	}
+	d.answered = answered(s)
 	switch s.State {
 	case CloseWait, LastAck:
 		t.closed(d, closedByClient)
@@ -363,6 +372,12 @@ func (t *Tracker) closedOther(o *otherConn) {
 	if t.undrained && o.client != nil {
 		o.client.lastUsedClose = t.read
 	}
+}
+
+// answered says whether s is an established connection whose requests so far were answered,
+// whatever its idle time: more bytes at a later read are another request on it.
+func answered(s Socket) bool {
+	return s.State == Established && s.HasTCPInfo && s.BytesReceived > 0 && !s.NothingSent && !s.InFlight()
 }
 
 // grew records s's bytes received and reports whether they grew since the last read that

@@ -156,3 +156,15 @@ func TestUndrainedJustAnsweredAtTheStartIsNoPool(t *testing.T) {
 		wantState(t, clientOf(t, tr, "10.1.0.7"), c.want)
 	}
 }
+
+// A connection seen answered, however briefly, that then carries more is reused: a client
+// that opens a connection per request never sends a second one on it. Its client pools, and
+// its later close is a departure.
+func TestUndrainedSecondRequestShowsAPool(t *testing.T) {
+	tr := Begin(at(0), nil)
+	tr.Undrained(testPoolIdle)
+	tr.Observe(at(1), []Socket{withTimes(sock("10.1.0.8", 47000, Established, 81), 200, 12*time.Millisecond, 10*time.Millisecond)})
+	tr.Observe(at(2), []Socket{withTimes(sock("10.1.0.8", 47000, Established, 81), 400, 15*time.Millisecond, 12*time.Millisecond)})
+	tr.Observe(at(3), nil)
+	wantState(t, clientOf(t, tr, "10.1.0.8"), Left)
+}

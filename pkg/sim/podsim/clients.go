@@ -155,6 +155,9 @@ type fleet struct {
 	// other is the connection pool to the other replicas, where retries go.
 	other *httpwire.Client
 
+	// pools are the clients' pools that warm opened before the run, by client.
+	pools []*clientPool
+
 	mu       sync.Mutex
 	outcomes map[string]int
 	failedAt []time.Time
@@ -178,6 +181,7 @@ func newFleet(sc Scenario, plans []clientPlan, podAddr, otherAddr string) *fleet
 		outcomes:     map[string]int{},
 		planned:      plannedRequests(plans),
 		lastAnswered: make(chan struct{}),
+		pools:        make([]*clientPool, len(plans)),
 	}
 	if f.planned == 0 {
 		close(f.lastAnswered)
@@ -234,6 +238,34 @@ func newClientTransport(sc Scenario) *httpwire.Client {
 		// server; retries are the policy's business (fleet.request).
 		NoStaleRetry: true,
 	}
+}
+
+// warmConcurrency bounds the warm-up requests in flight, so that they do not storm the pod.
+const warmConcurrency = 32
+
+// warm opens, before the run, a connection from every pooling client that will send: a
+// client of a running service has sent to the pod within its pool's idle timeout (an hour
+// for Envoy), so when the warm-up begins its pool holds a connection that has carried
+// requests. One request without work stands for them; it is not counted.
+func (f *fleet) warm(ctx context.Context) {
+	if !f.sc.clientPolicy().reuse {
+		return
+	}
+	sem := make(chan struct{}, warmConcurrency)
+	var wg sync.WaitGroup
+	for i := range f.plans {
+		if len(f.plans[i].arrivals) == 0 {
+			continue
+		}
+		f.pools[i] = f.newPool(i)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(tr *clientPool) {
+			defer func() { <-sem; wg.Done() }()
+			attempt(ctx, tr, f.podAddr, 0)
+		}(f.pools[i])
+	}
+	wg.Wait()
 }
 
 // start launches every client at start; it returns at once. wait blocks until all requests
@@ -293,12 +325,9 @@ func (f *fleet) wait() { f.wg.Wait() }
 func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 	defer f.wg.Done()
 	p := &f.plans[i]
-	tr := f.newPool(i)
-	if len(p.arrivals) > 0 && f.sc.clientPolicy().reuse {
-		// A client of a running service has sent to the pod within its idle timeout (an
-		// hour for Envoy): when the warm-up begins, its pool holds a connection that has
-		// carried requests. One request without work stands for them.
-		attempt(ctx, tr, f.podAddr, 0)
+	tr := f.pools[i]
+	if tr == nil {
+		tr = f.newPool(i)
 	}
 	removal := time.AfterFunc(time.Until(start.Add(f.sc.scale(f.sc.Warmup+p.lag))), tr.removeHost)
 	context.AfterFunc(ctx, func() {

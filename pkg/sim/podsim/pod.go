@@ -106,6 +106,7 @@ func (p *podRun) start(ctx context.Context, startSidecar startSidecarFunc, traff
 	clients := newFleet(p.sc, p.plans, side.InboundAddr(p.sc.Port), other.Addr())
 	runCtx, stopClients := context.WithCancel(ctx)
 	p.clients, p.stopClients = clients, stopClients
+	clients.warm(runCtx)
 	begin := time.Now()
 	clients.start(runCtx, begin)
 	clientsDone := make(chan struct{})
