@@ -20,8 +20,8 @@ const benchClients = 2000
 // machine's own kernel. One iteration is one poll; the table is read when Table.due says so:
 //   - holding: the clients keep their idle connections and nothing arrives (the stats do not
 //     move): no read after the drain's start;
-//   - leaving: a connection closes at every poll: a read every ReadPolls polls;
-//   - requests: requests arrive at every poll: a read every ReadPolls polls.
+//   - leaving: a connection closes at every poll: a read every BusyReads read intervals;
+//   - requests: requests arrive at every poll: likewise.
 func BenchmarkTablePoll(b *testing.B) {
 	port := socketstest.Connections(b, benchClients)
 	for _, c := range []struct {

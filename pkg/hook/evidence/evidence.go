@@ -42,8 +42,8 @@ type Table struct {
 	last     drain.ClientCounts
 	// atRead is the traffic at the last read.
 	atRead drain.Traffic
-	// prevArrivals is the arrival counter at the previous poll (nil: unknown).
-	prevArrivals *float64
+	// prevPoll is the traffic at the previous poll.
+	prevPoll drain.Traffic
 }
 
 // ReadPolls is how many polls apart the table is read. A read walks the node's whole
@@ -57,10 +57,12 @@ const ReadPolls = 5
 // ReadEvery is the read interval at the default poll.
 const ReadEvery = ReadPolls * drain.DefaultPoll
 
-// BusyReads is how many read intervals apart the table is read while requests arrive at
-// every poll. No stop is near then (the rule asks for silence first), what a read would add
-// is cumulative (bytes received, connections gone), and the poll that sees the traffic pause
-// reads again: reading less costs nothing in when the evidence is ready.
+// BusyReads is how many read intervals apart the table is read while the stats move at every
+// poll (requests arrive, connections open or close). What a read would add is cumulative
+// (bytes received, connections gone), counts read before the latest arrivals shorten no
+// window (Stale), holders not yet seen to close only hold longer, and the first poll at which
+// the stats stand still reads again: reading less costs nothing in when the evidence is
+// ready.
 const BusyReads = 5
 
 var _ drain.ClientEvidence = (*Table)(nil)
@@ -95,9 +97,9 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts, error) {
 	at := t.Now()
 	arrived := moved(now.Arrivals, t.atRead.Arrivals)
-	flowing := now.Arrivals != nil && t.prevArrivals != nil && *now.Arrivals != *t.prevArrivals
-	t.prevArrivals = now.Arrivals
-	if !t.due(at, now, arrived, flowing) {
+	busy := changed(now, t.prevPoll)
+	t.prevPoll = now
+	if !t.due(at, now, arrived, busy) {
 		c := t.last
 		c.Stale = arrived
 		return c, nil
@@ -121,18 +123,28 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 // the sidecar's stats show no request arrived and no connection was opened or closed since
 // the last read: the table would say the same (a client's close is seen by its Envoy at once,
 // and a connection's fate is all the tracker follows); and only every BusyReads intervals
-// while requests arrive at every poll (flowing). A read walks the node's whole connection
-// hash, so clients holding idle connections cost nothing to watch.
-func (t *Table) due(at time.Time, now drain.Traffic, arrived, flowing bool) bool {
+// while the stats move at every poll (busy). A read walks the node's whole connection hash,
+// so clients holding idle connections cost nothing to watch.
+func (t *Table) due(at time.Time, now drain.Traffic, arrived, busy bool) bool {
 	every := t.every()
 	since := at.Sub(t.lastRead)
 	switch {
 	case since < every-every/10:
 		return false
-	case flowing && since < BusyReads*every-every/10:
+	case busy && since < BusyReads*every-every/10:
 		return false
 	}
 	return arrived || moved(now.Opened, t.atRead.Opened) || moved(now.Open, t.atRead.Open)
+}
+
+// changed says whether the stats, all known in both polls, moved from then to now.
+func changed(now, then drain.Traffic) bool {
+	for _, v := range [][2]*float64{{now.Arrivals, then.Arrivals}, {now.Opened, then.Opened}, {now.Open, then.Open}} {
+		if v[0] != nil && v[1] != nil && *v[0] != *v[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // every is the read interval: Every, or ReadEvery.

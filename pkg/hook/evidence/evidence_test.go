@@ -234,4 +234,22 @@ func TestTableReadsOnlyWhenTheStatsMoved(t *testing.T) {
 	if c := poll(drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(1)}); r.reads != 5 || c.Stale {
 		t.Errorf("the traffic paused a second after the last read: %d reads, counts %+v; want 5 reads, fresh counts", r.reads, c)
 	}
+	// Connections closing at every poll (clients leaving) are read as rarely; the first
+	// poll at which nothing closes reads at once.
+	open := 1000.0
+	leaving := func() drain.Traffic { open--; return drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(open)} }
+	for i := range 24 {
+		if poll(leaving()); r.reads != 5 {
+			t.Fatalf("poll %d of clients leaving: %d reads, want 5", i, r.reads)
+		}
+	}
+	if poll(leaving()); r.reads != 6 {
+		t.Errorf("%v of clients leaving: %d reads, want 6", BusyReads*time.Second, r.reads)
+	}
+	for range 4 {
+		poll(leaving())
+	}
+	if poll(drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(open)}); r.reads != 7 {
+		t.Errorf("the closes stopped a second after the last read: %d reads, want 7", r.reads)
+	}
 }
