@@ -175,8 +175,7 @@ type otherConn struct {
 	// seen (counted once).
 	sightings int
 	closed    bool
-	// pooled: seen in two reads, or answered and idle in one (Undrained).
-	busy bool // a request was in flight at the last read (tcp_info)
+	busy      bool // a request was in flight at the last read (tcp_info)
 	// answered: the last read showed it answered (tcp_info), so more bytes after it are a
 	// second request.
 	answered bool
