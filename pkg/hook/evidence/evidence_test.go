@@ -92,16 +92,21 @@ type fakeReader struct {
 
 func (f *fakeReader) Read([]uint16) ([]sockets.Socket, error) { f.reads++; return f.socks, nil }
 
-// The table is read at most every Every; polls in between get the last counts, the ones of
-// the drain's start first.
-func TestTableReadsAtMostEvery(t *testing.T) {
-	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
-	r := &fakeReader{socks: []sockets.Socket{{
+// oneHolder is a reader whose table holds one client's idle connection.
+func oneHolder() *fakeReader {
+	return &fakeReader{socks: []sockets.Socket{{
 		Local:  netip.MustParseAddrPort("10.0.0.1:15006"),
 		Remote: netip.MustParseAddrPort("10.0.0.7:40000"),
 		State:  sockets.Established,
 		Inode:  1,
 	}}}
+}
+
+// The table is read at most every Every; polls in between get the last counts, the ones of
+// the drain's start first.
+func TestTableReadsAtMostEvery(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	r := oneHolder()
 	table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }}
 	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
 		t.Fatal(err)
@@ -170,12 +175,7 @@ func num(v float64) *float64 { return &v }
 // are marked stale.
 func TestTableReadsOnlyWhenTheStatsMoved(t *testing.T) {
 	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
-	r := &fakeReader{socks: []sockets.Socket{{
-		Local:  netip.MustParseAddrPort("10.0.0.1:15006"),
-		Remote: netip.MustParseAddrPort("10.0.0.7:40000"),
-		State:  sockets.Established,
-		Inode:  1,
-	}}}
+	r := oneHolder()
 	table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Second}
 	snap := mesh.Snapshot{
 		Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(0), HTTPRequestsActive: num(0)}},
