@@ -67,6 +67,9 @@ type Endpoint struct {
 	HTTPRequestsTotal     *float64 `json:"-"` // http.<prefix>.downstream_rq_total
 	HTTPRequestsActive    *float64 `json:"-"` // http.<prefix>.downstream_rq_active
 	HTTPConnectionsActive *float64 `json:"-"` // http.<prefix>.downstream_cx_active
+	// HTTPDrainCloses is http.<prefix>.downstream_cx_drain_close: connections the sidecar told
+	// to close (Connection: close, GOAWAY) because it drains.
+	HTTPDrainCloses       *float64 `json:"-"`
 	ClusterRequestsTotal  *float64 `json:"-"` // cluster.<name>.upstream_rq_total
 	ClusterRequestsActive *float64 `json:"-"` // cluster.<name>.upstream_rq_active
 	ClusterConnsActive    *float64 `json:"-"` // cluster.<name>.upstream_cx_active

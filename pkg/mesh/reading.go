@@ -135,3 +135,13 @@ func AddTo(field **float64, v float64) {
 	}
 	**field += v
 }
+
+// DrainCloses is the inbound connections the sidecar has told to close because it drains
+// (http.<prefix>.downstream_cx_drain_close, summed), nil when no endpoint exposes it.
+func (s Snapshot) DrainCloses() *float64 {
+	var sum *float64
+	for _, e := range s.Endpoints {
+		AddPtr(&sum, e.HTTPDrainCloses)
+	}
+	return sum
+}

@@ -31,11 +31,14 @@ type Traffic struct {
 	// Opened and Open are the inbound listener's accepted and open connections (nil:
 	// unknown).
 	Opened, Open *float64
+	// DrainCloses is the connections the sidecar told to close because it drains (nil:
+	// none counted, or not exposed).
+	DrainCloses *float64
 }
 
 // TrafficOf is the traffic a snapshot and its reading show.
 func TrafficOf(snap mesh.Snapshot, r mesh.Reading) Traffic {
-	t := Traffic{Arrivals: r.Arrivals}
+	t := Traffic{Arrivals: r.Arrivals, DrainCloses: snap.DrainCloses()}
 	if l := snap.Listener; l != nil {
 		t.Opened, t.Open = l.ConnectionsTotal, l.ConnectionsActive
 	}
@@ -76,7 +79,7 @@ func (c *coordinator) noClientEvidence(err error) {
 	c.clients = nil
 	c.result.Clients = nil
 	c.result.ClientEvidence = "unavailable: " + err.Error()
-	c.log.Warn("the pod's socket table cannot be read: clients are judged by silence alone, as without per-client evidence",
+	c.log.Warn("per-client evidence given up: clients are judged by silence alone, as without it",
 		zap.String("error", err.Error()))
 }
 

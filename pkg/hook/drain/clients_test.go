@@ -52,7 +52,8 @@ func TestDrainWaitsForTheHoldingClient(t *testing.T) {
 	}
 }
 
-// A socket table that cannot be read is said once, and silence decides as before.
+// Evidence given up (a socket table that cannot be read) is said once, and silence decides
+// as before.
 func TestUnreadableSocketTableKeepsTodaysRule(t *testing.T) {
 	for _, ev := range []*scriptedClients{
 		{beginErr: errors.New("netlink: operation not permitted; /proc/net/tcp: permission denied")},
@@ -69,7 +70,7 @@ func TestUnreadableSocketTableKeepsTodaysRule(t *testing.T) {
 		if res.Reason != want.Reason || res.Elapsed != want.Elapsed || !strings.HasPrefix(res.ClientEvidence, "unavailable: ") {
 			t.Errorf("ended %s at %v (evidence %q); without evidence it ends %s at %v", res.Reason, res.Elapsed, res.ClientEvidence, want.Reason, want.Elapsed)
 		}
-		if n := len(logs.FilterMessageSnippet("socket table cannot be read").All()); n != 1 {
+		if n := len(logs.FilterMessageSnippet("per-client evidence given up").All()); n != 1 {
 			t.Errorf("said %d times, want once", n)
 		}
 	}

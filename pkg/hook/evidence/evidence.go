@@ -40,8 +40,10 @@ type Table struct {
 	tracker  *sockets.Tracker
 	lastRead time.Time
 	last     drain.ClientCounts
-	// atRead is the traffic at the last read.
-	atRead drain.Traffic
+	// atRead is the traffic at the last read; drainClosesAtBegin the sidecar's drain closes
+	// when the drain began.
+	atRead             drain.Traffic
+	drainClosesAtBegin float64
 	// prevPoll is the traffic at the previous poll.
 	prevPoll drain.Traffic
 }
@@ -81,6 +83,7 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 	}
 	t.lastRead = t.Now()
 	t.atRead = drain.TrafficOf(snap, snap.Read())
+	t.drainClosesAtBegin = valueOr0(t.atRead.DrainCloses)
 	t.tracker = sockets.Begin(t.lastRead, socks)
 	if t.Undrained {
 		// A connection answered and still open a read interval later is a pool's: a client
@@ -95,6 +98,11 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 // or closed since the last read, and sums the clients by state. Between reads it returns the
 // last read's counts, marked Stale once requests have arrived since.
 func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts, error) {
+	if closes := valueOr0(now.DrainCloses); t.Undrained && closes > t.drainClosesAtBegin {
+		// Its clients close right after a response that said Connection: close: a close
+		// is no longer a departure. The coordinator drops the evidence and says why.
+		return drain.ClientCounts{}, fmt.Errorf("the sidecar drains although meshdrain defers its drain (--drain-at end): it told %.0f connections to close (http.<prefix>.downstream_cx_drain_close), so a client's close may follow that and not its endpoint update; check that the sidecar's own drain at the deletion is turned off (docs/decision-rule.md)", closes-t.drainClosesAtBegin)
+	}
 	at := t.Now()
 	arrived := moved(now.Arrivals, t.atRead.Arrivals)
 	busy := changed(now, t.prevPoll)
@@ -153,6 +161,15 @@ func (t *Table) every() time.Duration {
 		return t.Every
 	}
 	return ReadEvery
+}
+
+// valueOr0 is v, 0 when unknown: a counter Envoy has not used yet is absent from a usedonly
+// poll.
+func valueOr0(v *float64) float64 {
+	if v == nil {
+		return 0
+	}
+	return *v
 }
 
 // moved says whether a counter or gauge differs from its value at the last read, or either

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,5 +252,31 @@ func TestTableReadsOnlyWhenTheStatsMoved(t *testing.T) {
 	}
 	if poll(drain.Traffic{Arrivals: num(n), Opened: num(2), Open: num(open)}); r.reads != 7 {
 		t.Errorf("the closes stopped a second after the last read: %d reads, want 7", r.reads)
+	}
+}
+
+// With the drain deferred (--drain-at end), the sidecar must not drain: if it tells
+// connections to close, a client's close may follow that and not its endpoint update, and
+// the evidence gives up (the coordinator then judges by silence). Not deferred, the sidecar's
+// drain closes are expected and change nothing.
+func TestUndrainedEvidenceGivesUpWhenTheSidecarDrains(t *testing.T) {
+	for _, undrained := range []bool{false, true} {
+		now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+		table := &Table{Reader: oneHolder(), Ports: []int{15006}, Now: func() time.Time { return now }, Undrained: undrained}
+		if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+		if _, err := table.Counts(context.Background(), drain.Traffic{Arrivals: num(0)}); err != nil {
+			t.Fatalf("undrained %v, no drain close: %v", undrained, err)
+		}
+		now = now.Add(time.Second)
+		_, err := table.Counts(context.Background(), drain.Traffic{Arrivals: num(0), DrainCloses: num(3)})
+		if undrained && (err == nil || !strings.Contains(err.Error(), "--drain-at end")) {
+			t.Errorf("deferred drain, the sidecar closed 3 connections: error %v, want one naming --drain-at end", err)
+		}
+		if !undrained && err != nil {
+			t.Errorf("the sidecar's own drain: %v", err)
+		}
 	}
 }

@@ -79,7 +79,7 @@ func StatsFilter(sel mesh.Selector) string {
 
 // The stats each family contributes (Normalise reads no other).
 const (
-	httpStats    = `\.downstream_(?:rq_(?:total|active)|cx_active)`
+	httpStats    = `\.downstream_(?:rq_(?:total|active)|cx_(?:active|drain_close))`
 	clusterStats = `\.upstream_(?:rq_(?:total|active)|cx_active)`
 	// An IPv4 address or a bracketed IPv6 one, whose colons Envoy may have made underscores.
 	bindAddress = `(?:[0-9.]*|\[[0-9a-fA-F_:]*\])`
@@ -216,7 +216,7 @@ var (
 	// Istio < 1.23 leaves that prefix in the metric name: envoy_http_inbound_0_0_0_0_8080_downstream_rq_total{}.
 	// Its 5xx counter keeps the prefix too, with the class extracted (response_code_class="5xx"):
 	// envoy_http_inbound_0_0_0_0_8080_downstream_rq{response_code_class="5xx"}.
-	legacyHTTPName = regexp.MustCompile(`^envoy_http_inbound_(.+)_([0-9]+)_(downstream_rq_total|downstream_rq_active|downstream_cx_active|downstream_rq|downstream_rq_5xx)$`)
+	legacyHTTPName = regexp.MustCompile(`^envoy_http_inbound_(.+)_([0-9]+)_(downstream_rq_total|downstream_rq_active|downstream_cx_active|downstream_cx_drain_close|downstream_rq|downstream_rq_5xx)$`)
 	// 0.0.0.0_15006, 10.1.2.3_15006, and IPv6 [::]_15006 ([__]_15006 once Envoy has
 	// replaced the colons of stat names).
 	virtualInboundAddress = regexp.MustCompile(`^[0-9a-fA-F._:\[\]]+_` + virtualInboundPort + `$`)
@@ -334,6 +334,8 @@ func (n *normaliser) family(name string, fam *dto.MetricFamily) {
 		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPRequestsActive })
 	case "envoy_http_downstream_cx_active", "envoy_http__downstream_cx_active":
 		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPConnectionsActive })
+	case "envoy_http_downstream_cx_drain_close", "envoy_http__downstream_cx_drain_close":
+		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPDrainCloses })
 	case "envoy_cluster_upstream_rq_total":
 		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsTotal })
 	case "envoy_cluster_upstream_rq_active":
@@ -443,6 +445,8 @@ func (n *normaliser) legacyHTTP(fam *dto.MetricFamily, match []string) {
 		field, keep = &e.HTTPServerErrorsTotal, serverErrorClass
 	case "downstream_rq_5xx":
 		field = &e.HTTPServerErrorsTotal
+	case "downstream_cx_drain_close":
+		field = &e.HTTPDrainCloses
 	default:
 		field = &e.HTTPConnectionsActive
 	}

@@ -319,3 +319,25 @@ func loadFamilies(t *testing.T, fixture string) map[string]*dto.MetricFamily {
 	}
 	return families
 }
+
+// downstream_cx_drain_close counts the connections the sidecar told to close because it
+// drains: read in every naming, per inbound port, so that a drain meshdrain did not start can
+// be seen (evidence.Table with --drain-at end).
+func TestDrainClosesInEveryNaming(t *testing.T) {
+	for _, c := range []struct{ name, text string }{
+		{"istio >= 1.23", "# TYPE envoy_http_downstream_cx_drain_close counter\nenvoy_http_downstream_cx_drain_close{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} 4\n"},
+		{"istio < 1.23", "# TYPE envoy_http_inbound_0_0_0_0_8080_downstream_cx_drain_close counter\nenvoy_http_inbound_0_0_0_0_8080_downstream_cx_drain_close{} 4\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			text := "# TYPE envoy_http_downstream_rq_total counter\nenvoy_http_downstream_rq_total{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} 10\n" +
+				"# TYPE envoy_http_downstream_rq_active gauge\nenvoy_http_downstream_rq_active{http_conn_manager_prefix=\"inbound_0.0.0.0_8080\"} 0\n" + c.text
+			snap, err := Parse(strings.NewReader(text), mesh.Selector{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := snap.DrainCloses(); !eqPtr(got, f(4)) {
+				t.Errorf("drain closes %s, want 4 (%+v)", show(got), snap.Endpoints)
+			}
+		})
+	}
+}

@@ -103,7 +103,7 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 	if spec.Mesh != mesh.Linkerd && listenerPort > 0 {
 		args = append(args, "--inbound-listener-port", strconv.Itoa(listenerPort))
 	}
-	if spec.DeferDrain {
+	if spec.DeferDrain || spec.MeshdrainDrainAtEnd {
 		args = append(args, "--drain-at", "end")
 	}
 	if spec.MeshdrainClientEvidence != "" {

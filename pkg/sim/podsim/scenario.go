@@ -326,6 +326,10 @@ type SidecarSpec struct {
 	// deletion) is overridden with a no-op: nothing drains until meshdrain calls
 	// /drain_listeners as it decides (--drain-at end). docs/decision-rule.md, regime (b).
 	DeferDrain bool
+	// MeshdrainDrainAtEnd gives meshdrain --drain-at end without deferring the sidecar's own
+	// drain: a pod that asked for regime (b) and whose override is missing (a re-injected
+	// preStop), which meshdrain must notice.
+	MeshdrainDrainAtEnd bool
 	// Note explains where the numbers come from, for the output.
 	Note string
 }
