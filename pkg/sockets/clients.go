@@ -375,9 +375,7 @@ func (t *Tracker) closedOther(o *otherConn) {
 
 // answered says whether s is an established connection whose requests so far were answered,
 // whatever its idle time: more bytes at a later read are another request on it.
-func answered(s Socket) bool {
-	return s.State == Established && s.HasTCPInfo && s.BytesReceived > 0 && !s.NothingSent && !s.InFlight()
-}
+func answered(s Socket) bool { return s.State == Established && s.Answered(0) }
 
 // grew records s's bytes received and reports whether they grew since the last read that
 // had them.

@@ -412,16 +412,22 @@ func (n *normaliser) httpSeries(fam *dto.MetricFamily, field func(*mesh.Endpoint
 
 // httpSeriesWhere is httpSeries for the series keep accepts (all when nil).
 func (n *normaliser) httpSeriesWhere(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) {
+	n.series(fam, httpPrefixLabels, n.httpEndpoint, field, keep)
+}
+
+// series adds each series keep accepts (all when nil) to field of the endpoint its first
+// label of labels names (none: skipped), as endpoint finds it.
+func (n *normaliser) series(fam *dto.MetricFamily, labels []string, endpoint func(string) *mesh.Endpoint, field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) {
 	for _, m := range fam.GetMetric() {
 		if keep != nil && !keep(m) {
 			continue
 		}
-		prefix, labelName := firstLabel(m, httpPrefixLabels)
-		if prefix == "" {
+		name, labelName := firstLabel(m, labels)
+		if name == "" {
 			continue
 		}
 		n.noteLabel(labelName)
-		if e := n.httpEndpoint(prefix); e != nil {
+		if e := endpoint(name); e != nil {
 			n.add(field(e), mesh.Value(m))
 		}
 	}
@@ -491,19 +497,7 @@ func (n *normaliser) clusterSeries(fam *dto.MetricFamily, field func(*mesh.Endpo
 
 // clusterSeriesWhere is clusterSeries for the series keep accepts (all when nil).
 func (n *normaliser) clusterSeriesWhere(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) {
-	for _, m := range fam.GetMetric() {
-		if keep != nil && !keep(m) {
-			continue
-		}
-		cluster, labelName := firstLabel(m, clusterLabels)
-		if cluster == "" {
-			continue
-		}
-		n.noteLabel(labelName)
-		if e := n.clusterEndpoint(cluster); e != nil {
-			n.add(field(e), mesh.Value(m))
-		}
-	}
+	n.series(fam, clusterLabels, n.clusterEndpoint, field, keep)
 }
 
 func (n *normaliser) listenerSeries(fam *dto.MetricFamily, field func(*mesh.Listener) **float64) {
