@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 )
 
 // These tests read this machine's real socket table: listeners on loopback, clients bound to
@@ -51,7 +53,7 @@ func listen(t testing.TB, network, address string) *server {
 // server at to, and returns both ends; the test closes them.
 func (s *server) dial(t testing.TB, from, to string) (client, accepted net.Conn) {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+	d := loopback.Dialer(net.ParseIP(from), 2*time.Second)
 	client, err := d.Dial("tcp", net.JoinHostPort(to, fmt.Sprint(s.port)))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
 
@@ -48,7 +49,7 @@ func TestTableOnTheRealKernel(t *testing.T) {
 	}()
 	var clients []net.Conn
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		d := loopback.Dialer(net.ParseIP(ip), 0)
 		c, err := d.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)

@@ -14,12 +14,13 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
 
 // keepAliveClient is a client pod (its own loopback address) with a keep-alive pool.
 func keepAliveClient(ip string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	d := loopback.Dialer(net.ParseIP(ip), 0)
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: d.DialContext}}
 }
 

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 )
 
 // ClientConns is how each client holds its connections to the pod, which decides what the
@@ -114,7 +116,7 @@ var errPoolClosed = errors.New("client connection pool closed")
 // their request.
 type clientPool struct {
 	addr   string
-	dialer net.Dialer
+	dialer *net.Dialer
 	policy poolPolicy
 
 	mu       sync.Mutex
@@ -142,7 +144,7 @@ type pooledConn struct {
 func newClientPool(addr string, source net.IP, policy poolPolicy, connect time.Duration) *clientPool {
 	return &clientPool{
 		addr:   addr,
-		dialer: net.Dialer{Timeout: connect, LocalAddr: &net.TCPAddr{IP: source}},
+		dialer: loopback.Dialer(source, connect),
 		policy: policy,
 		open:   map[*pooledConn]struct{}{},
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 )
 
 var (
@@ -60,7 +62,7 @@ func open(n int) (uint16, error) {
 		}
 	}()
 	for i := range n {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(i%100+1))}}
+		d := loopback.Dialer(net.IPv4(127, 0, 1, byte(i%100+1)), 0)
 		c, err := d.Dial("tcp4", ln.Addr().String())
 		if err != nil {
 			return 0, fmt.Errorf("connection %d: %w", i, err)
