@@ -40,6 +40,19 @@ func bestSleep(rs []podsim.Result) float64 {
 	return math.Max(1, math.Ceil(last+1e-9))
 }
 
+// planSleepCell is the plan's sleep, flagged where it would lose requests in some seed (it
+// ends before the last request sent to the pod).
+func planSleepCell(r row, rs []podsim.Result) string {
+	if r.planSleep <= 0 {
+		return "-"
+	}
+	cell := fmt.Sprintf("%.0fs", r.planSleep)
+	if len(rs) > 0 && bestSleep(rs) > r.planSleep {
+		cell += " (loses requests)"
+	}
+	return cell
+}
+
 // evidenceOf is the share of clients that left with deterministic evidence in one run, and
 // the counts behind it, from meshdrain's final event.
 func evidenceOf(r podsim.Result) (left, silence, holding int, ok bool) {
@@ -56,9 +69,11 @@ func printEvidence(w io.Writer, rows []row) {
 	fmt.Fprintf(w, "\nPer-client evidence: regime (a) the sidecar drains at the deletion (Istio's default, classic here); regime (b) its drain is\n")
 	fmt.Fprintf(w, "deferred until meshdrain decides (native sidecar, preStop overridden, prestop --drain-at end). Best sleep: the shortest\n")
 	fmt.Fprintf(w, "whole-second preStop sleep that loses nothing over the seeds, replayed from the recorded traffic. Ratio: meshdrain's\n")
-	fmt.Fprintf(w, "app-stop time / the best sleep (≤ 1.0: meshdrain is no slower). Left: clients that left with deterministic evidence / all.\n\n")
-	fmt.Fprintf(w, "| traffic | floor | best sleep | (a) stop − floor | (a) lost | (a) ratio | (a) left | (b) stop − floor | (b) lost | (b) ratio | (b) left | targets |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "app-stop time / the best sleep (≤ 1.0: meshdrain is no slower). Plan's sleep: the sleep that what plan is told gives, its\n")
+	fmt.Fprintf(w, "lag bound in whole seconds (flagged where it ends before the last request of some seed); vs plan: app-stop time / it.\n")
+	fmt.Fprintf(w, "Left: clients that left with deterministic evidence / all.\n\n")
+	fmt.Fprintf(w, "| traffic | floor | best sleep | plan's sleep | (a) stop − floor | (a) lost | (a) ratio | (a) vs plan | (a) left | (b) stop − floor | (b) lost | (b) ratio | (b) vs plan | (b) left | targets |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(evidenceRow(r), " | "))
 	}
@@ -69,16 +84,21 @@ func evidenceRow(r row) []string {
 	sleep := bestSleep(a)
 	cells := []string{r.traffic.Name,
 		span(collect(a, func(r podsim.Result) float64 { return r.LastClientLagS }), "%.1f") + "s",
-		fmt.Sprintf("%.0fs", sleep)}
+		fmt.Sprintf("%.0fs", sleep), planSleepCell(r, a)}
 	for _, rs := range [][]podsim.Result{a, b} {
 		if len(rs) == 0 {
-			cells = append(cells, "-", "-", "-", "-")
+			cells = append(cells, "-", "-", "-", "-", "-")
 			continue
+		}
+		vsPlan := "-"
+		if r.planSleep > 0 {
+			vsPlan = span(collect(rs, func(m podsim.Result) float64 { return m.AppStopS / r.planSleep }), "%.2f")
 		}
 		cells = append(cells,
 			span(collect(rs, func(r podsim.Result) float64 { return r.AppStopS - r.LastClientLagS }), "%.1f")+"s",
 			span(collect(rs, func(r podsim.Result) float64 { return float64(r.ClientFailures) }), "%.0f"),
 			span(collect(rs, func(r podsim.Result) float64 { return r.AppStopS / sleep }), "%.2f"),
+			vsPlan,
 			leftShare(rs))
 	}
 	return append(cells, evidenceVerdict(r))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -17,6 +18,9 @@ var strategies = []string{"none", "sleep:5s", "sleep:15s", "meshdrain", "oracle"
 type row struct {
 	traffic podsim.Traffic
 	results map[string][]podsim.Result // by strategy, one per seed
+	// planSleep is the preStop sleep that what plan is told gives: its lag bound (the last
+	// client's EDS lag, with room), in whole seconds of pod time.
+	planSleep float64
 }
 
 // matrix is what every run of the matrix shares: the preStop binary, the seeds, the time
@@ -57,6 +61,11 @@ func (m matrix) runShape(ctx context.Context, tr podsim.Traffic) (row, error) {
 			r.results[res.Strategy] = append(r.results[res.Strategy], res)
 		}
 	}
+	spec, err := podsim.RecommendedSidecar(tr.Apply(podsim.UserScenario()))
+	if err != nil {
+		return row{}, fmt.Errorf("%s: %w", tr.Name, err)
+	}
+	r.planSleep = math.Ceil(spec.MeshdrainLagBound.Seconds())
 	return r, nil
 }
 

@@ -180,8 +180,9 @@ func (c *costReport) lines() [][2]string {
 // (meshdrain-sim simulate).
 func writeJSON(path string, rows []row, fb *fallbackReport, c *costReport) error {
 	type out struct {
-		Traffic string                     `json:"traffic"`
-		Results map[string][]podsim.Result `json:"results"`
+		Traffic    string                     `json:"traffic"`
+		PlanSleepS float64                    `json:"plan_sleep_s,omitempty"`
+		Results    map[string][]podsim.Result `json:"results"`
 	}
 	doc := struct {
 		Matrix   []out          `json:"matrix"`
@@ -197,7 +198,7 @@ func writeJSON(path string, rows []row, fb *fallbackReport, c *costReport) error
 				rs[i].Timeline = nil
 			}
 		}
-		doc.Matrix = append(doc.Matrix, out{r.traffic.Name, r.results})
+		doc.Matrix = append(doc.Matrix, out{r.traffic.Name, r.planSleep, r.results})
 	}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

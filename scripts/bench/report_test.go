@@ -67,15 +67,15 @@ func sampleRows(t *testing.T) []row {
 		}
 		return r
 	}
-	return []row{
-		{traffic: traffic("steady"), results: map[string][]podsim.Result{
+	rows := []row{
+		{traffic: traffic("steady"), planSleep: 36, results: map[string][]podsim.Result{
 			"none":      {result("none", 0, 5.3, 0.1, map[string]int{"503 UF": 1496}, nil), result("none", 0, 8, 0.2, map[string]int{"503 UF": 1603}, nil)},
 			"sleep:5s":  {result("sleep:5s", 5, 5.3, 0.1, map[string]int{"503 UF upstream": 3}, nil), result("sleep:5s", 5, 8, 0.2, map[string]int{"503 (not retried)": 95}, nil)},
 			"sleep:15s": {result("sleep:15s", 15, 5.3, 0.1, nil, nil), result("sleep:15s", 15, 8, 0.2, nil, nil)},
 			"meshdrain": {result("meshdrain", 6.3, 5.3, 0.1, nil, drained("quiet", "quiet")), result("meshdrain", 9.0, 8, 0.2, nil, drained("quiet", "rate"))},
 			"oracle":    {result("oracle", 5.3, 5.3, 0.1, nil, nil), result("oracle", 8, 8, 0.2, nil, nil)},
 		}},
-		{traffic: traffic("sparse"), results: map[string][]podsim.Result{
+		{traffic: traffic("sparse"), planSleep: 6, results: map[string][]podsim.Result{
 			"none":      {result("none", 0, 8, 1.1, map[string]int{"503 UC reset": 2, "504 UT": 1, "refused": 4}, nil)},
 			"meshdrain": {result("meshdrain", 17.4, 8, 1.1, map[string]int{"stream cut": 1}, drained("sidecar-gone", "quiet"))},
 			"sleep:15s": {result("sleep:15s", 15, 8, 1.1, nil, nil)},
@@ -89,6 +89,9 @@ func sampleRows(t *testing.T) []row {
 			"meshdrain": {{Strategy: "meshdrain", AppStopS: 6.4, LastClientLagS: 5.3}},
 		}},
 	}
+	// A plan's sleep that ends before the last request.
+	rows[1].results["meshdrain"][0].LastRequestS = 7.9
+	return rows
 }
 
 // sampleFallback has a row that is met and rows that miss each of the fallback's checks: a
