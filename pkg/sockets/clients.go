@@ -181,6 +181,24 @@ type otherConn struct {
 	answered bool
 }
 
+// sidecarsOwn says whether s comes from the pod itself to one of the pod's own addresses,
+// from a loopback address or Istio's ::6, which no client pod has. It is the sidecar's
+// connection to the app when the watched ports are the app's (Istio's TPROXY interception):
+// Istio binds its inbound upstream connections to 127.0.0.6, or ::6 where the pod has no
+// IPv4 (istio/istio pilot/pkg/networking/core cluster_builder.go, the inbound clusters'
+// upstream_bind_config; "6 is the magical number for inbound"), so that its iptables rules
+// let them through. Kept, such a connection would look like a client's idle pooled
+// connection and hold the app. A socket whose own end is on loopback (a pod whose listener is
+// 127.0.0.1, as the simulator's is) keeps its loopback clients.
+func (s Socket) sidecarsOwn() bool {
+	from := s.Remote.Addr()
+	return (from.IsLoopback() || from == istioInboundBindIPv6) && !s.Local.Addr().IsLoopback()
+}
+
+// istioInboundBindIPv6 is ::6, Istio's source address for inbound connections to the app
+// where the pod has no IPv4.
+var istioInboundBindIPv6 = netip.AddrFrom16([16]byte{15: 6})
+
 type connID struct{ inode, cookie uint64 }
 
 func idOf(s Socket) connID { return connID{s.Inode, s.Cookie} }
@@ -239,6 +257,9 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 		clients: make(map[netip.Addr]*clientEvidence),
 	}
 	for _, s := range drainStart {
+		if s.sidecarsOwn() {
+			continue
+		}
 		k := connKey{s.Local, s.Remote}
 		if s.State != Established {
 			o := &otherConn{id: idOf(s), bytes: s.BytesReceived, haveBytes: s.HasTCPInfo}
@@ -266,6 +287,9 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 func (t *Tracker) Observe(at time.Time, socks []Socket) {
 	t.read++
 	for _, s := range socks {
+		if s.sidecarsOwn() {
+			continue
+		}
 		k := connKey{s.Local, s.Remote}
 		if d, ok := t.drain[k]; ok && d.id.same(s) {
 			t.observeDrainConn(at, d, s)

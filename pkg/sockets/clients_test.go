@@ -281,3 +281,31 @@ func TestManyClients(t *testing.T) {
 		}
 	}
 }
+
+// Under TPROXY the watched ports are the app's, and the app's own connections from its
+// sidecar (source 127.0.0.6, to the pod's IP) are on them too: they are no client's, and an
+// idle one holds nothing. A pod whose listener is on loopback (the simulator's) keeps its
+// loopback clients.
+func TestSidecarsOwnConnectionsAreNoClient(t *testing.T) {
+	toApp := func(from string, state State, inode uint64) Socket {
+		return Socket{Local: ap("10.0.0.9:8080"), Remote: ap(from), State: state, Inode: inode}
+	}
+	tr := Begin(at(0), []Socket{
+		toApp("127.0.0.6:41000", Established, 1),
+		toApp("[::6]:41001", Established, 2),
+		toApp("10.1.0.1:40000", Established, 3),
+	})
+	tr.Observe(at(1), []Socket{
+		toApp("127.0.0.6:41000", Established, 1),
+		toApp("127.0.0.6:41002", Established, 4),
+		toApp("10.1.0.1:40000", Established, 3),
+	})
+	clients := tr.Clients()
+	if len(clients) != 1 || clients[0].Addr != netip.MustParseAddr("10.1.0.1") {
+		t.Fatalf("clients %+v, want 10.1.0.1 alone", clients)
+	}
+
+	onLoopback := Socket{Local: ap("127.0.0.1:15006"), Remote: ap("127.0.3.7:40000"), State: Established, Inode: 5}
+	tr = Begin(at(0), []Socket{onLoopback})
+	wantState(t, clientOf(t, tr, "127.0.3.7"), Holding)
+}
