@@ -182,13 +182,16 @@ type otherConn struct {
 }
 
 // sidecarsOwn says whether s comes from the pod itself to one of the pod's own addresses,
-// from a loopback address or Istio's ::6, which no client pod has. It is the sidecar's
-// connection to the app when the watched ports are the app's (Istio's TPROXY interception):
+// from a loopback address or Istio's ::6, which no client pod has: the sidecar's connection
+// to the app, or a health probe pilot-agent forwards, when the watched ports include an app's.
 // Istio binds its inbound upstream connections to 127.0.0.6, or ::6 where the pod has no
 // IPv4 (istio/istio pilot/pkg/networking/core cluster_builder.go, the inbound clusters'
 // upstream_bind_config; "6 is the magical number for inbound"), so that its iptables rules
 // let them through. Kept, such a connection would look like a client's idle pooled
-// connection and hold the app. A socket whose own end is on loopback (a pod whose listener is
+// connection and hold the app. (Under TPROXY interception Istio preserves the client's
+// address instead, with Envoy's original_src listener filter: the sidecar's connections to
+// the app then carry the client's address, and nothing here tells them from the client's
+// own; docs/decision-rule.md.) A socket whose own end is on loopback (a pod whose listener is
 // 127.0.0.1, as the simulator's is) keeps its loopback clients.
 func (s Socket) sidecarsOwn() bool {
 	from := s.Remote.Addr()

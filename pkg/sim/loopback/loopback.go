@@ -18,7 +18,9 @@ const ipBindAddressNoPort = 24
 // may hand out a port that a listener holds on another loopback address: a client socket
 // 127.0.3.45:P would then sit in the socket table beside the pod's listener 127.0.0.1:P and
 // be read as one of the pod's inbound connections, which no real pod shows (its sidecar's
-// listener holds the port on every address). connect skips every port a listener holds.
+// listener holds the port on every address). connect skips every port that a socket holds by
+// bind, listeners included; a listener opened later with port 0 could still take a client's
+// port, which is why the simulated pod opens its listener before any client dials.
 func Dialer(source net.IP, timeout time.Duration) *net.Dialer {
 	return &net.Dialer{
 		Timeout:   timeout,
