@@ -188,11 +188,11 @@ type otherConn struct {
 // IPv4 (istio/istio pilot/pkg/networking/core cluster_builder.go, the inbound clusters'
 // upstream_bind_config; "6 is the magical number for inbound"), so that its iptables rules
 // let them through. Kept, such a connection would look like a client's idle pooled
-// connection and hold the app. (Under TPROXY interception Istio preserves the client's
-// address instead, with Envoy's original_src listener filter: the sidecar's connections to
-// the app then carry the client's address, and nothing here tells them from the client's
-// own; docs/decision-rule.md.) A socket whose own end is on loopback (a pod whose listener is
-// 127.0.0.1, as the simulator's is) keeps its loopback clients.
+// connection and hold the app. (Under TPROXY interception Istio keeps the client's address
+// instead, with Envoy's original_src listener filter: those connections then carry the
+// client's address, and only their owner tells them apart: Owned.) A socket whose own end is
+// on loopback (a pod whose listener is 127.0.0.1, as the simulator's is) keeps its loopback
+// clients.
 func (s Socket) sidecarsOwn() bool {
 	from := s.Remote.Addr()
 	return (from.IsLoopback() || from == istioInboundBindIPv6) && !s.Local.Addr().IsLoopback()

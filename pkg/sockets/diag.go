@@ -50,8 +50,14 @@ const (
 	notListening = (1<<(NewSynRecv+1) - 1) &^ (1 << Listen) &^ 1
 )
 
-// Read dumps the IPv4 and IPv6 sockets whose local port is one of ports.
-func (DiagReader) Read(ports []uint16) ([]Socket, error) {
+// Read dumps the IPv4 and IPv6 sockets whose local port is one of ports, listeners left out.
+func (DiagReader) Read(ports []uint16) ([]Socket, error) { return dump(ports, notListening) }
+
+// Listeners dumps the listening sockets on ports.
+func (DiagReader) Listeners(ports []uint16) ([]Socket, error) { return dump(ports, 1<<Listen) }
+
+// dump asks for the sockets on ports in the given states (a bit per state).
+func dump(ports []uint16, states uint32) ([]Socket, error) {
 	if len(ports) == 0 {
 		return nil, nil
 	}
@@ -66,16 +72,23 @@ func (DiagReader) Read(ports []uint16) ([]Socket, error) {
 		return nil, fmt.Errorf("setting a receive timeout on the NETLINK_SOCK_DIAG socket: %w", err)
 	}
 	const seq = 1
-	if err := syscall.Sendto(fd, diagRequest(ports, seq), 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
+	if err := syscall.Sendto(fd, diagRequest(ports, states, seq), 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("sending a sock_diag dump request: %w", err)
 	}
 	buf := dumpBuffers.Get().(*[]byte)
 	defer dumpBuffers.Put(buf)
-	socks, err := receiveDump(fd, *buf, seq, make([]Socket, 0, lastDumpSize.Load()))
+	listeners := states == 1<<Listen
+	size := lastDumpSize.Load()
+	if listeners {
+		size = int64(len(ports))
+	}
+	socks, err := receiveDump(fd, *buf, seq, make([]Socket, 0, size))
 	if err != nil {
 		return nil, fmt.Errorf("reading the sock_diag dump: %w", err)
 	}
-	lastDumpSize.Store(int64(len(socks)))
+	if !listeners {
+		lastDumpSize.Store(int64(len(socks)))
+	}
 	return socks, nil
 }
 
@@ -90,8 +103,9 @@ var (
 
 // diagRequest packs a dump request: nlmsghdr, then inet_diag_req {family, src_len, dst_len,
 // ext uint8; sockid [48]byte; states, dbs uint32} asking for tcp_info of every address
-// family, then a bytecode filter that accepts a socket whose local port is one of ports.
-func diagRequest(ports []uint16, seq uint32) []byte {
+// family in the given states, then a bytecode filter that accepts a socket whose local port
+// is one of ports.
+func diagRequest(ports []uint16, states, seq uint32) []byte {
 	filter := portFilter(ports)
 	attrLen := 4 + len(filter)
 	total := syscall.NLMSG_HDRLEN + inetDiagReqLen + attrLen
@@ -104,7 +118,7 @@ func diagRequest(ports []uint16, seq uint32) []byte {
 	r := b[syscall.NLMSG_HDRLEN:]
 	r[0] = syscall.AF_UNSPEC
 	r[3] = 1 << (inetDiagInfo - 1) // idiag_ext
-	ne.PutUint32(r[52:], notListening)
+	ne.PutUint32(r[52:], states)
 	a := r[inetDiagReqLen:]
 	ne.PutUint16(a[0:], uint16(attrLen))
 	ne.PutUint16(a[2:], inetDiagReqBC)
@@ -179,9 +193,7 @@ func receiveDump(fd int, buf []byte, seq uint32, socks []Socket) ([]Socket, erro
 					if err != nil {
 						return socks, err
 					}
-					if s.State != Listen {
-						socks = append(socks, s)
-					}
+					socks = append(socks, s)
 				}
 			}
 			aligned := (msgLen + syscall.NLMSG_ALIGNTO - 1) &^ (syscall.NLMSG_ALIGNTO - 1)
@@ -215,6 +227,7 @@ func parseDiagMsg(b []byte) (Socket, error) {
 	s.Remote = netip.AddrPortFrom(addr(b[24:40]), be.Uint16(b[6:]))
 	s.Cookie = uint64(ne.Uint32(b[44:])) | uint64(ne.Uint32(b[48:]))<<32
 	s.RxQueue = ne.Uint32(b[56:])
+	s.UID = ne.Uint32(b[64:])
 	s.Inode = uint64(ne.Uint32(b[68:]))
 
 	for attrs := b[inetDiagMsgLen:]; len(attrs) >= 4; {

@@ -3,8 +3,12 @@ package sockets
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -397,3 +401,140 @@ func TestDiagTellsInFlightFromAnswered(t *testing.T) {
 
 // kernelPoolIdle is how long TestDiagTellsInFlightFromAnswered leaves a connection answered.
 const kernelPoolIdle = 50 * time.Millisecond
+
+// Both readers report each socket's owner, and list the listener itself only when asked.
+func TestReadersReportOwnersAndListeners(t *testing.T) {
+	uid := uint32(syscall.Getuid())
+	for name, r := range readers(t) {
+		t.Run(name, func(t *testing.T) {
+			srv := listen(t, "tcp4", "127.0.0.1:0")
+			srv.dialKeep(t, "127.0.0.2", "127.0.0.1")
+			socks := settle(t, r, srv, []uint16{srv.port}, func(socks []Socket) bool { return len(socks) == 1 })
+			if socks[0].State != Established || socks[0].UID != uid {
+				t.Errorf("accepted socket %+v, want ESTABLISHED owned by uid %d", socks[0], uid)
+			}
+			listeners, err := r.(ListenerReader).Listeners([]uint16{srv.port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ap(srv.ln.Addr().String())
+			var found bool
+			for _, l := range listeners {
+				if l.State != Listen {
+					t.Errorf("Listeners returned a %v socket", l.State)
+				}
+				if l.Local == want {
+					found = true
+					if l.UID != uid {
+						t.Errorf("listener owned by uid %d, want %d", l.UID, uid)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("listener %v not among %+v", want, listeners)
+			}
+		})
+	}
+}
+
+// listenAsNobody is run in a child test process owned by uid 65534: it listens, accepts one
+// connection, says the port, and holds both until its stdin closes.
+func TestMain(m *testing.M) {
+	if os.Getenv("SOCKETS_TEST_LISTEN_AS_NOBODY") == "1" {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+		go func() {
+			for {
+				if _, err := ln.Accept(); err != nil {
+					return
+				}
+			}
+		}()
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The owner the readers report is the owning process's user, not the reader's: a listener
+// and its accepted connection opened by a child running as nobody (65534) show 65534. Needs
+// root, to start that child.
+func TestReadersReportAnotherUsersOwnership(t *testing.T) {
+	if syscall.Getuid() != 0 {
+		t.Skip("starting a child as another user needs root")
+	}
+	// The test binary's own directory is private to root: nobody runs a copy.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sockets.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SOCKETS_TEST_LISTEN_AS_NOBODY=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start a child as nobody here: %v", err)
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	var port uint16
+	if _, err := fmt.Fscan(stdout, &port); err != nil {
+		t.Fatalf("the child said no port: %v", err)
+	}
+	c, err := loopback.Dialer(net.IPv4(127, 0, 0, 2), 2*time.Second).Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	client := ap(c.LocalAddr().String())
+	for name, r := range readers(t) {
+		t.Run(name, func(t *testing.T) {
+			listeners, err := r.(ListenerReader).Listeners([]uint16{port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(listeners) != 1 || listeners[0].UID != 65534 {
+				t.Errorf("listeners %+v, want one owned by 65534", listeners)
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				socks, err := r.Read([]uint16{port})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range socks {
+					if s.Remote == client {
+						if s.UID != 65534 {
+							t.Errorf("accepted connection %+v, want owned by 65534", s)
+						}
+						return
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the connection from %v is not in %+v", client, socks)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}

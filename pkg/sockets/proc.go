@@ -24,8 +24,14 @@ type ProcReader struct {
 	Root string
 }
 
-// Read returns the watched sockets of /proc/net/tcp and, when IPv6 is enabled, /proc/net/tcp6.
-func (p ProcReader) Read(ports []uint16) ([]Socket, error) {
+// Read returns the watched sockets of /proc/net/tcp and, when IPv6 is enabled, /proc/net/tcp6,
+// listeners left out.
+func (p ProcReader) Read(ports []uint16) ([]Socket, error) { return p.read(ports, false) }
+
+// Listeners returns the listening sockets on ports.
+func (p ProcReader) Listeners(ports []uint16) ([]Socket, error) { return p.read(ports, true) }
+
+func (p ProcReader) read(ports []uint16, listeners bool) ([]Socket, error) {
 	root := p.Root
 	if root == "" {
 		root = "/proc"
@@ -40,7 +46,7 @@ func (p ProcReader) Read(ports []uint16) ([]Socket, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading TCP sockets: %w", err)
 		}
-		socks, err = parseProcNetTCP(f, ports, socks)
+		socks, err = parseProcNetTCP(f, ports, listeners, socks)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("reading TCP sockets from %s: %w", path, err)
@@ -60,7 +66,7 @@ func (p ProcReader) Read(ports []uint16) ([]Socket, error) {
 // Addresses are the in-memory words of the network-order address printed with %08X, so each
 // 32-bit word reads in the host's byte order (0100007F is 127.0.0.1 on little-endian hosts);
 // ports are printed in host order. TIME_WAIT lines have inode 0.
-func parseProcNetTCP(r io.Reader, ports []uint16, socks []Socket) ([]Socket, error) {
+func parseProcNetTCP(r io.Reader, ports []uint16, listeners bool, socks []Socket) ([]Socket, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	header, err := br.ReadSlice('\n')
 	if err != nil && !(errors.Is(err, io.EOF) && len(header) > 0) {
@@ -76,7 +82,7 @@ func parseProcNetTCP(r io.Reader, ports []uint16, socks []Socket) ([]Socket, err
 			if n := splitFields(line, field[:]); n < len(field) {
 				return socks, fmt.Errorf("line %d: %d fields, want at least %d", lineNo, n, len(field))
 			}
-			s, ok, perr := parseProcLine(field[:], ports)
+			s, ok, perr := parseProcLine(field[:], ports, listeners)
 			if perr != nil {
 				return socks, fmt.Errorf("line %d: %w", lineNo, perr)
 			}
@@ -94,8 +100,8 @@ func parseProcNetTCP(r io.Reader, ports []uint16, socks []Socket) ([]Socket, err
 }
 
 // parseProcLine turns the first ten fields of a line into a Socket; ok is false for a socket
-// that is not watched or is a listener.
-func parseProcLine(field [][]byte, ports []uint16) (s Socket, ok bool, err error) {
+// that is not watched, or is a listener when listeners is false and not one when it is true.
+func parseProcLine(field [][]byte, ports []uint16, listeners bool) (s Socket, ok bool, err error) {
 	local, remote := field[1], field[2]
 	i := bytes.IndexByte(local, ':')
 	if i < 0 {
@@ -113,7 +119,7 @@ func parseProcLine(field [][]byte, ports []uint16) (s Socket, ok bool, err error
 		return s, false, fmt.Errorf("state %q: %w", field[3], perr)
 	}
 	s.State = State(st)
-	if s.State == Listen {
+	if (s.State == Listen) != listeners {
 		return s, false, nil
 	}
 	if s.Local, err = parseProcAddrPort(local); err != nil {
@@ -132,6 +138,11 @@ func parseProcLine(field [][]byte, ports []uint16) (s Socket, ok bool, err error
 		return s, false, fmt.Errorf("rx_queue %q: %w", queues[j+1:], perr)
 	}
 	s.RxQueue = uint32(rx)
+	uid, perr := strconv.ParseUint(string(field[7]), 10, 32)
+	if perr != nil {
+		return s, false, fmt.Errorf("uid %q: %w", field[7], perr)
+	}
+	s.UID = uint32(uid)
 	if s.Inode, perr = strconv.ParseUint(string(field[9]), 10, 64); perr != nil {
 		return s, false, fmt.Errorf("inode %q: %w", field[9], perr)
 	}

@@ -90,7 +90,7 @@ func TestParseProcNetTCPRejectsMalformed(t *testing.T) {
 		"port too wide": header + "   0: 0100007F:146A0 0200007F:A363 01 00000000:00000000 00:00000000 00000000 0 0 1 1\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got, err := parseProcNetTCP(strings.NewReader(content), []uint16{18080}, nil); err == nil {
+			if got, err := parseProcNetTCP(strings.NewReader(content), []uint16{18080}, false, nil); err == nil {
 				t.Errorf("no error; got %v", got)
 			}
 		})
@@ -100,7 +100,7 @@ func TestParseProcNetTCPRejectsMalformed(t *testing.T) {
 // An unwatched line is skipped on its local port alone, so the rest of it is not checked.
 func TestParseProcNetTCPSkipsUnwatchedPorts(t *testing.T) {
 	const content = "  sl  local_address\n   0: 0100007F:0050 nonsense 01 x x x x x x\n"
-	got, err := parseProcNetTCP(strings.NewReader(content), []uint16{18080}, nil)
+	got, err := parseProcNetTCP(strings.NewReader(content), []uint16{18080}, false, nil)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("got %v, %v; want nothing", got, err)
 	}
@@ -112,5 +112,29 @@ func writeFile(t *testing.T, path, content string) {
 	}
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The uid column is the socket's owner: the proxy's 1337 here, as in an Istio pod. The
+// lines are the fixture's, with the uid changed.
+func TestProcLinesCarryTheOwner(t *testing.T) {
+	littleEndian(t)
+	content := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:46A0 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1337        0 96139 2 0000000093851f19 100 0 0 10 0
+   1: 0100007F:46A0 0200007F:A363 01 00000000:00000000 00:00000000 00000000  1337        0 96146 1 0000000093851f19 20 4 30 10 -1
+`
+	socks, err := parseProcNetTCP(strings.NewReader(content), []uint16{18080}, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(socks) != 1 || socks[0].State != Established || socks[0].UID != 1337 {
+		t.Errorf("connections %+v, want one ESTABLISHED owned by 1337", socks)
+	}
+	listeners, err := parseProcNetTCP(strings.NewReader(content), []uint16{18080}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listeners) != 1 || listeners[0].State != Listen || listeners[0].UID != 1337 || listeners[0].Local != ap("127.0.0.1:18080") {
+		t.Errorf("listeners %+v, want 127.0.0.1:18080 owned by 1337", listeners)
 	}
 }

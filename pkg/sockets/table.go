@@ -77,6 +77,10 @@ type Socket struct {
 	// application's close and is carried into the TIME_WAIT socket, so it names one
 	// connection across reads better than the inode does.
 	Cookie uint64
+	// UID owns the socket: the user of the process that opened it, or of the listener that
+	// accepted it. The kernel reports 0 for TIME_WAIT and SYN_RECV sockets, which belong to
+	// no process (OwnerKnown).
+	UID uint32
 	// RxQueue is the number of received bytes the application has not read yet, plus one
 	// once the peer's FIN is in (the kernel counts sequence numbers: CLOSE_WAIT shows 1).
 	RxQueue uint32
@@ -108,6 +112,12 @@ func (s Socket) Answered(idle time.Duration) bool {
 		s.SinceLastDataSent <= s.SinceLastDataRecv && s.SinceLastDataSent >= idle
 }
 
+// OwnerKnown says whether UID names the socket's owner: TIME_WAIT and request sockets belong
+// to no process, and both readers report 0 for them.
+func (s Socket) OwnerKnown() bool {
+	return s.State != TimeWait && s.State != SynRecv && s.State != NewSynRecv
+}
+
 // Reused says, from tcp_info, that data arrived after the pod's side had sent some: the
 // client sent a request on a connection that had carried an answered one, as a pool does and
 // a client opening a connection per request never does. False without tcp_info.
@@ -130,6 +140,11 @@ func (s Socket) InFlight() bool {
 // Implementations are safe for concurrent use.
 type Reader interface {
 	Read(ports []uint16) ([]Socket, error)
+}
+
+// ListenerReader reads the listening sockets on ports, whose UID says who accepts there.
+type ListenerReader interface {
+	Listeners(ports []uint16) ([]Socket, error)
 }
 
 // ErrUnavailable is wrapped by the error of a Reader that cannot read the socket table at all
@@ -179,6 +194,26 @@ func (a *AutoReader) Read(ports []uint16) ([]Socket, error) {
 		return nil, a.unusable
 	}
 	return nil, err
+}
+
+// Listeners reads the listening sockets with inet_diag, or with /proc once inet_diag has
+// failed (for Read too).
+func (a *AutoReader) Listeners(ports []uint16) ([]Socket, error) {
+	a.mu.Lock()
+	usingProcs := a.usingProcs
+	a.mu.Unlock()
+	if !usingProcs {
+		if d, ok := a.Diag.(ListenerReader); ok {
+			if socks, err := d.Listeners(ports); err == nil {
+				return socks, nil
+			}
+		}
+	}
+	p, ok := a.Proc.(ListenerReader)
+	if !ok {
+		return nil, errors.New("this reader cannot read listening sockets")
+	}
+	return p.Listeners(ports)
 }
 
 // FellBack returns why inet_diag was given up for /proc, or nil while inet_diag is in use.

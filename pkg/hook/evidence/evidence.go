@@ -6,6 +6,7 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -37,6 +38,7 @@ type Table struct {
 	Undrained bool
 
 	ports    []uint16
+	owned    *sockets.Owned // nil: every socket on the ports is the sidecar's
 	tracker  *sockets.Tracker
 	lastRead time.Time
 	last     drain.ClientCounts
@@ -77,7 +79,10 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 		return err
 	}
 	t.ports = ports
-	socks, err := t.Reader.Read(t.ports)
+	if t.owned, err = sidecarsSockets(t.Reader, snap.Listener, ports); err != nil {
+		return err
+	}
+	socks, err := t.read()
 	if err != nil {
 		return err
 	}
@@ -112,7 +117,7 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 		c.Stale = arrived
 		return c, nil
 	}
-	socks, err := t.Reader.Read(t.ports)
+	socks, err := t.read()
 	if err != nil {
 		return drain.ClientCounts{}, err
 	}
@@ -124,6 +129,54 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 	t.lastRead = at
 	t.last = t.count()
 	return t.last, nil
+}
+
+// read reads the table: the sidecar's sockets on the watched ports.
+func (t *Table) read() ([]sockets.Socket, error) {
+	return readOwned(t.Reader, t.ports, t.owned)
+}
+
+func readOwned(r sockets.Reader, ports []uint16, owned *sockets.Owned) ([]sockets.Socket, error) {
+	socks, err := r.Read(ports)
+	if err != nil || owned == nil {
+		return socks, err
+	}
+	return owned.Keep(socks), nil
+}
+
+// sidecarsSockets says which of the sockets on ports are the sidecar's: those owned by the
+// user that owns the inbound listener the stats name (Istio's 15006, owned by the proxy's
+// uid). Under REDIRECT every socket accepted there is; under TPROXY the clients' connections
+// are on the app's ports, given with --inbound-listener-port, beside the app's own
+// connections from its sidecar, with the same client addresses (Envoy's original_src), and
+// the owner is what tells them apart. Where the stats name no listener, or one that does not
+// listen in this network namespace (the simulator names Istio's 15006 and listens elsewhere),
+// the ports given are taken for the listener's own and every socket counts. Where its owner
+// cannot be read, every socket counts if the ports are the listener's; otherwise the evidence
+// cannot be had.
+func sidecarsSockets(r sockets.Reader, listener *mesh.Listener, ports []uint16) (*sockets.Owned, error) {
+	port, err := listenerPort(mesh.Snapshot{Listener: listener})
+	if err != nil {
+		return nil, nil
+	}
+	var why error
+	if lr, ok := r.(sockets.ListenerReader); ok {
+		socks, err := lr.Listeners([]uint16{uint16(port)})
+		switch {
+		case err != nil:
+			why = err
+		case len(socks) == 0:
+			return nil, nil
+		default:
+			return &sockets.Owned{UID: socks[0].UID}, nil
+		}
+	} else {
+		why = errors.New("the socket table reader cannot read listening sockets")
+	}
+	if len(ports) == 1 && int(ports[0]) == port {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("the watched ports %v are not the inbound listener's (%d), and its owner, which tells the sidecar's connections from the app's own there, cannot be read: %w", ports, port, why)
 }
 
 // due says whether the table is to be read at at. Not before Every has passed (with a tenth
@@ -255,6 +308,7 @@ type Watch struct {
 	Ports []int
 
 	ports    []uint16
+	owned    *sockets.Owned
 	tracker  *sockets.Tracker
 	arrivals *float64
 }
@@ -268,9 +322,13 @@ func (w *Watch) Clients(now time.Time, listener *mesh.Listener, arrivals *float6
 		if err != nil {
 			return nil, err
 		}
-		w.ports = ports
+		owned, err := sidecarsSockets(w.Reader, listener, ports)
+		if err != nil {
+			return nil, err
+		}
+		w.ports, w.owned = ports, owned
 	}
-	socks, err := w.Reader.Read(w.ports)
+	socks, err := readOwned(w.Reader, w.ports, w.owned)
 	if err != nil {
 		return nil, err
 	}

@@ -281,3 +281,80 @@ func TestUndrainedEvidenceGivesUpWhenTheSidecarDrains(t *testing.T) {
 		}
 	}
 }
+
+// listeningReader is a fakeReader that also lists the inbound listener, owned by uid.
+type listeningReader struct {
+	fakeReader
+	owner uint32
+	err   error
+}
+
+func (l *listeningReader) Listeners(ports []uint16) ([]sockets.Socket, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	return []sockets.Socket{{Local: netip.AddrPortFrom(netip.IPv4Unspecified(), ports[0]), State: sockets.Listen, UID: l.owner}}, nil
+}
+
+// Under TPROXY the clients' connections are on the app's port, owned by the proxy (the owner
+// of 15006), beside the app's own connections from its sidecar, which keep the client's
+// address (original_src) and are owned by the app. The client's close of its idle connection
+// is a departure even though the sidecar's idle connection to the app, with the same address,
+// stays open; were the app's connections read as the client's, it would be holding.
+func TestTPROXYAppPortsCountOnlyTheSidecarsConnections(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	conn := func(port uint16, uid uint32, inode uint64) sockets.Socket {
+		return sockets.Socket{
+			Local: netip.MustParseAddrPort("10.0.0.1:8080"), Remote: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.7"), port),
+			State: sockets.Established, UID: uid, Inode: inode,
+			HasTCPInfo: true, BytesReceived: 100, SinceLastDataRecv: 3 * time.Second, SinceLastDataSent: 3 * time.Second,
+		}
+	}
+	clients := conn(40000, 1337, 1)
+	appsOwn := conn(40001, 1000, 2)
+	snap := mesh.Snapshot{Listener: &mesh.Listener{Address: "0.0.0.0_15006"}}
+	for _, tc := range []struct {
+		name  string
+		owner uint32
+	}{
+		{"the sidecar's sockets", 1337},
+		{"the app's taken for the sidecar's", 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: tc.owner}
+			table := &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }, Every: time.Nanosecond}
+			if err := table.Begin(context.Background(), snap); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(time.Second)
+			if _, err := table.Counts(context.Background(), quiet); err != nil {
+				t.Fatal(err)
+			}
+			r.socks = []sockets.Socket{appsOwn} // the client lets go; its sidecar's pool to the app stays
+			now = now.Add(time.Second)
+			c, err := table.Counts(context.Background(), quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.owner == 1337 && (c.Left != 1 || c.Holding != 0) {
+				t.Errorf("counts %+v, want the client left", c)
+			}
+			if tc.owner == 1000 && c.Left != 0 {
+				t.Errorf("counts %+v: with the app's socket taken for the sidecar's, the client cannot have left", c)
+			}
+		})
+	}
+
+	// The listener's owner cannot be read: on the app's ports the two cannot be told apart.
+	r := &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, err: errors.New("netlink: operation not permitted")}
+	table := &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
+	err := table.Begin(context.Background(), snap)
+	if err == nil || !strings.Contains(err.Error(), "owner") {
+		t.Errorf("Begin: %v, want an error saying the owner is unknown", err)
+	}
+	// On the listener's own port every socket is the sidecar's: no owner needed.
+	table = &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }}
+	if err := table.Begin(context.Background(), snap); err != nil {
+		t.Errorf("Begin on the listener's own port: %v", err)
+	}
+}
