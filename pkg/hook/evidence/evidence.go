@@ -168,7 +168,7 @@ func sidecarsSockets(r sockets.Reader, listener *mesh.Listener, ports []uint16) 
 		case len(socks) == 0:
 			return nil, nil
 		default:
-			return &sockets.Owned{UID: socks[0].UID}, nil
+			return ownedBy(lr, socks[0].UID, ports, port)
 		}
 	} else {
 		why = errors.New("the socket table reader cannot read listening sockets")
@@ -177,6 +177,30 @@ func sidecarsSockets(r sockets.Reader, listener *mesh.Listener, ports []uint16) 
 		return nil, nil
 	}
 	return nil, fmt.Errorf("the watched ports %v are not the inbound listener's (%d), and its owner, which tells the sidecar's connections from the app's own there, cannot be read: %w", ports, port, why)
+}
+
+// ownedBy keeps the sockets on ports owned by uid, the inbound listener's owner, unless an app
+// listening on one of the ports that are not the listener's runs as that same user too: the
+// sockets it accepts from its sidecar would then pass for the sidecar's.
+func ownedBy(lr sockets.ListenerReader, uid uint32, ports []uint16, listenerPort int) (*sockets.Owned, error) {
+	others := make([]uint16, 0, len(ports))
+	for _, p := range ports {
+		if int(p) != listenerPort {
+			others = append(others, p)
+		}
+	}
+	if len(others) > 0 {
+		apps, err := lr.Listeners(others)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range apps {
+			if a.UID == uid {
+				return nil, fmt.Errorf("the app listening on %v runs as the sidecar's user (uid %d, the owner of the inbound listener on port %d): the connections it accepts from its sidecar cannot be told from the clients' to the sidecar", a.Local, uid, listenerPort)
+			}
+		}
+	}
+	return &sockets.Owned{UID: uid}, nil
 }
 
 // due says whether the table is to be read at at. Not before Every has passed (with a tenth

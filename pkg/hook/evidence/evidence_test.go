@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -282,18 +283,27 @@ func TestUndrainedEvidenceGivesUpWhenTheSidecarDrains(t *testing.T) {
 	}
 }
 
-// listeningReader is a fakeReader that also lists the inbound listener, owned by uid.
+// listeningReader is a fakeReader that also lists listeners: the inbound one (15006) owned by
+// owner, the app's owned by app (1000 unless set).
 type listeningReader struct {
 	fakeReader
-	owner uint32
-	err   error
+	owner, app uint32
+	err        error
 }
 
 func (l *listeningReader) Listeners(ports []uint16) ([]sockets.Socket, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
-	return []sockets.Socket{{Local: netip.AddrPortFrom(netip.IPv4Unspecified(), ports[0]), State: sockets.Listen, UID: l.owner}}, nil
+	var out []sockets.Socket
+	for _, p := range ports {
+		uid := l.owner
+		if p != 15006 {
+			uid = cmp.Or(l.app, 1000)
+		}
+		out = append(out, sockets.Socket{Local: netip.AddrPortFrom(netip.IPv4Unspecified(), p), State: sockets.Listen, UID: uid})
+	}
+	return out, nil
 }
 
 // Under TPROXY the clients' connections are on the app's port, owned by the proxy (the owner
@@ -313,46 +323,36 @@ func TestTPROXYAppPortsCountOnlyTheSidecarsConnections(t *testing.T) {
 	clients := conn(40000, 1337, 1)
 	appsOwn := conn(40001, 1000, 2)
 	snap := mesh.Snapshot{Listener: &mesh.Listener{Address: "0.0.0.0_15006"}}
-	for _, tc := range []struct {
-		name  string
-		owner uint32
-	}{
-		{"the sidecar's sockets", 1337},
-		{"the app's taken for the sidecar's", 1000},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: tc.owner}
-			table := &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }, Every: time.Nanosecond}
-			if err := table.Begin(context.Background(), snap); err != nil {
-				t.Fatal(err)
-			}
-			now = now.Add(time.Second)
-			if _, err := table.Counts(context.Background(), quiet); err != nil {
-				t.Fatal(err)
-			}
-			r.socks = []sockets.Socket{appsOwn} // the client lets go; its sidecar's pool to the app stays
-			now = now.Add(time.Second)
-			c, err := table.Counts(context.Background(), quiet)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.owner == 1337 && (c.Left != 1 || c.Holding != 0) {
-				t.Errorf("counts %+v, want the client left", c)
-			}
-			if tc.owner == 1000 && c.Left != 0 {
-				t.Errorf("counts %+v: with the app's socket taken for the sidecar's, the client cannot have left", c)
-			}
-		})
+	r := &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: 1337}
+	table := &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }, Every: time.Nanosecond}
+	if err := table.Begin(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	if _, err := table.Counts(context.Background(), quiet); err != nil {
+		t.Fatal(err)
+	}
+	r.socks = []sockets.Socket{appsOwn} // the client lets go; its sidecar's pool to the app stays
+	now = now.Add(time.Second)
+	if c, err := table.Counts(context.Background(), quiet); err != nil || c.Left != 1 || c.Holding != 0 {
+		t.Errorf("counts %+v (%v), want the client left", c, err)
 	}
 
 	// The listener's owner cannot be read: on the app's ports the two cannot be told apart.
-	r := &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, err: errors.New("netlink: operation not permitted")}
-	table := &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
+	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, err: errors.New("netlink: operation not permitted")}
+	table = &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
 	err := table.Begin(context.Background(), snap)
 	if err == nil || !strings.Contains(err.Error(), "owner") {
 		t.Errorf("Begin: %v, want an error saying the owner is unknown", err)
 	}
+	// The app runs as the sidecar's user: its own connections would pass for the clients'.
+	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: 1337, app: 1337}
+	table = &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
+	if err := table.Begin(context.Background(), snap); err == nil || !strings.Contains(err.Error(), "runs as the sidecar's user") {
+		t.Errorf("Begin with the app as the sidecar's user: %v, want an error saying so", err)
+	}
 	// On the listener's own port every socket is the sidecar's: no owner needed.
+	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, err: errors.New("netlink: operation not permitted")}
 	table = &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }}
 	if err := table.Begin(context.Background(), snap); err != nil {
 		t.Errorf("Begin on the listener's own port: %v", err)
