@@ -3,9 +3,9 @@ package sockets
 // Owned keeps, of each read, the sockets owned by one user: the sidecar's. Under Istio's
 // TPROXY interception the clients' connections are accepted on the app's ports, where the
 // app's own connections from its sidecar sit too, with the same client addresses (Envoy's
-// original_src listener filter keeps them); only the owner tells them apart. A TIME_WAIT or
-// request socket has no owner (the kernel reports 0): it is dropped when it is a connection
-// already seen owned by another user, and kept otherwise.
+// original_src listener filter keeps them); only the owner tells them apart. A socket without
+// an owner (Socket.OwnerKnown: TIME_WAIT, closed by its process) is dropped when it is a
+// connection already seen owned by another user, and kept otherwise.
 type Owned struct {
 	UID uint32
 

@@ -78,8 +78,8 @@ type Socket struct {
 	// connection across reads better than the inode does.
 	Cookie uint64
 	// UID owns the socket: the user of the process that opened it, or of the listener that
-	// accepted it. The kernel reports 0 for TIME_WAIT and SYN_RECV sockets, which belong to
-	// no process (OwnerKnown).
+	// accepted it. The kernel reports 0 for sockets that belong to no process any more
+	// (OwnerKnown).
 	UID uint32
 	// RxQueue is the number of received bytes the application has not read yet, plus one
 	// once the peer's FIN is in (the kernel counts sequence numbers: CLOSE_WAIT shows 1).
@@ -112,10 +112,12 @@ func (s Socket) Answered(idle time.Duration) bool {
 		s.SinceLastDataSent <= s.SinceLastDataRecv && s.SinceLastDataSent >= idle
 }
 
-// OwnerKnown says whether UID names the socket's owner: TIME_WAIT and request sockets belong
-// to no process, and both readers report 0 for them.
+// OwnerKnown says whether UID names the socket's owner. TIME_WAIT and request sockets belong to
+// no process, nor does a connection its process has closed (inode 0): once the peer has
+// acknowledged the close, the kernel keeps a FIN_WAIT2 one as a TIME_WAIT-type socket that both
+// readers report owned by 0.
 func (s Socket) OwnerKnown() bool {
-	return s.State != TimeWait && s.State != SynRecv && s.State != NewSynRecv
+	return s.State != TimeWait && s.State != SynRecv && s.State != NewSynRecv && s.Inode != 0
 }
 
 // Reused says, from tcp_info, that data arrived after the pod's side had sent some: the
@@ -202,18 +204,25 @@ func (a *AutoReader) Listeners(ports []uint16) ([]Socket, error) {
 	a.mu.Lock()
 	usingProcs := a.usingProcs
 	a.mu.Unlock()
+	var diagErr error
 	if !usingProcs {
 		if d, ok := a.Diag.(ListenerReader); ok {
-			if socks, err := d.Listeners(ports); err == nil {
+			socks, err := d.Listeners(ports)
+			if err == nil {
 				return socks, nil
 			}
+			diagErr = err
 		}
 	}
 	p, ok := a.Proc.(ListenerReader)
 	if !ok {
 		return nil, errors.New("this reader cannot read listening sockets")
 	}
-	return p.Listeners(ports)
+	socks, err := p.Listeners(ports)
+	if err != nil && diagErr != nil {
+		return nil, fmt.Errorf("inet_diag: %v; /proc: %w", diagErr, err)
+	}
+	return socks, err
 }
 
 // FellBack returns why inet_diag was given up for /proc, or nil while inet_diag is in use.

@@ -168,6 +168,11 @@ func sidecarsSockets(r sockets.Reader, listener *mesh.Listener, ports []uint16) 
 		case len(socks) == 0:
 			return nil, nil
 		default:
+			for _, s := range socks[1:] {
+				if s.UID != socks[0].UID {
+					return nil, fmt.Errorf("the listeners on port %d belong to different users (%d and %d): which is the sidecar's is unknown", port, socks[0].UID, s.UID)
+				}
+			}
 			return ownedBy(lr, socks[0].UID, ports, port)
 		}
 	} else {

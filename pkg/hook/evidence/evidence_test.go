@@ -284,11 +284,12 @@ func TestUndrainedEvidenceGivesUpWhenTheSidecarDrains(t *testing.T) {
 }
 
 // listeningReader is a fakeReader that also lists listeners: the inbound one (15006) owned by
-// owner, the app's owned by app (1000 unless set).
+// owner (and a second one there owned by second, when set), the app's owned by app (1000
+// unless set).
 type listeningReader struct {
 	fakeReader
-	owner, app uint32
-	err        error
+	owner, app, second uint32
+	err                error
 }
 
 func (l *listeningReader) Listeners(ports []uint16) ([]sockets.Socket, error) {
@@ -302,6 +303,9 @@ func (l *listeningReader) Listeners(ports []uint16) ([]sockets.Socket, error) {
 			uid = cmp.Or(l.app, 1000)
 		}
 		out = append(out, sockets.Socket{Local: netip.AddrPortFrom(netip.IPv4Unspecified(), p), State: sockets.Listen, UID: uid})
+		if p == 15006 && l.second != 0 {
+			out = append(out, sockets.Socket{Local: netip.AddrPortFrom(netip.IPv6Unspecified(), p), State: sockets.Listen, UID: l.second})
+		}
 	}
 	return out, nil
 }
@@ -350,6 +354,12 @@ func TestTPROXYAppPortsCountOnlyTheSidecarsConnections(t *testing.T) {
 	table = &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
 	if err := table.Begin(context.Background(), snap); err == nil || !strings.Contains(err.Error(), "runs as the sidecar's user") {
 		t.Errorf("Begin with the app as the sidecar's user: %v, want an error saying so", err)
+	}
+	// Two listeners on 15006 with different owners: which is the sidecar's is unknown.
+	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: 1337, second: 2000}
+	table = &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
+	if err := table.Begin(context.Background(), snap); err == nil || !strings.Contains(err.Error(), "different users") {
+		t.Errorf("Begin with two owners of 15006: %v, want an error saying so", err)
 	}
 	// On the listener's own port every socket is the sidecar's: no owner needed.
 	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, err: errors.New("netlink: operation not permitted")}
