@@ -1,6 +1,7 @@
 package sockets
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -437,8 +438,9 @@ func TestReadersReportOwnersAndListeners(t *testing.T) {
 	}
 }
 
-// listenAsNobody is run in a child test process owned by uid 65534: it listens, accepts one
-// connection, says the port, and holds both until its stdin closes.
+// With SOCKETS_TEST_LISTEN_AS_NOBODY=1 the test binary is a child owned by uid 65534: it
+// listens, says the port, accepts connections, closes them on a line on stdin, and exits when
+// stdin closes.
 func TestMain(m *testing.M) {
 	if os.Getenv("SOCKETS_TEST_LISTEN_AS_NOBODY") == "1" {
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -447,14 +449,22 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+		accepted := make(chan net.Conn, 16)
 		go func() {
 			for {
-				if _, err := ln.Accept(); err != nil {
+				c, err := ln.Accept()
+				if err != nil {
 					return
 				}
+				accepted <- c
 			}
 		}()
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		lines := bufio.NewScanner(os.Stdin)
+		for lines.Scan() {
+			for len(accepted) > 0 {
+				(<-accepted).Close()
+			}
+		}
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -507,6 +517,47 @@ func TestReadersReportAnotherUsersOwnership(t *testing.T) {
 	}
 	defer c.Close()
 	client := ap(c.LocalAddr().String())
+	// Once the owner closes the connection and the client acknowledges, the kernel keeps a
+	// FIN_WAIT2 socket that both readers report owned by 0 with no inode: Owned keeps it as
+	// the connection it was. Checked after the readers' ownership below.
+	defer func() {
+		if t.Failed() {
+			return
+		}
+		owned := &Owned{UID: 65534}
+		r := DiagReader{}
+		socks, err := r.Read([]uint16{port})
+		if err != nil {
+			t.Skipf("inet_diag: %v", err)
+		}
+		owned.Keep(socks)
+		if _, err := io.WriteString(stdin, "close\n"); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			socks, err := r.Read([]uint16{port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range socks {
+				if s.Remote != client || s.State != FinWait2 {
+					continue
+				}
+				if s.OwnerKnown() {
+					t.Errorf("closed by its owner: %+v, owner known; want unknown (uid 0, no inode)", s)
+				}
+				if kept := owned.Keep(socks); !slices.ContainsFunc(kept, func(k Socket) bool { return k.Remote == client }) {
+					t.Errorf("Owned dropped the owner's closed connection %+v", s)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no FIN_WAIT2 from %v in %+v", client, socks)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	for name, r := range readers(t) {
 		t.Run(name, func(t *testing.T) {
 			listeners, err := r.(ListenerReader).Listeners([]uint16{port})
