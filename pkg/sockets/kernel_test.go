@@ -534,28 +534,12 @@ func TestReadersReportAnotherUsersOwnership(t *testing.T) {
 		if _, err := io.WriteString(stdin, "close\n"); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			socks, err := r.Read([]uint16{port})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range socks {
-				if s.Remote != client || s.State != FinWait2 {
-					continue
-				}
-				if s.OwnerKnown() {
-					t.Errorf("closed by its owner: %+v, owner known; want unknown (uid 0, no inode)", s)
-				}
-				if kept := owned.Keep(socks); !slices.ContainsFunc(kept, func(k Socket) bool { return k.Remote == client }) {
-					t.Errorf("Owned dropped the owner's closed connection %+v", s)
-				}
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no FIN_WAIT2 from %v in %+v", client, socks)
-			}
-			time.Sleep(5 * time.Millisecond)
+		s, socks := await(t, r, port, func(s Socket) bool { return s.Remote == client && s.State == FinWait2 })
+		if s.OwnerKnown() {
+			t.Errorf("closed by its owner: %+v, owner known; want unknown (uid 0, no inode)", s)
+		}
+		if kept := owned.Keep(socks); !slices.ContainsFunc(kept, func(k Socket) bool { return k.Remote == client }) {
+			t.Errorf("Owned dropped the owner's closed connection %+v", s)
 		}
 	}()
 	for name, r := range readers(t) {
@@ -567,25 +551,31 @@ func TestReadersReportAnotherUsersOwnership(t *testing.T) {
 			if len(listeners) != 1 || listeners[0].UID != 65534 {
 				t.Errorf("listeners %+v, want one owned by 65534", listeners)
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for {
-				socks, err := r.Read([]uint16{port})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, s := range socks {
-					if s.Remote == client {
-						if s.UID != 65534 {
-							t.Errorf("accepted connection %+v, want owned by 65534", s)
-						}
-						return
-					}
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the connection from %v is not in %+v", client, socks)
-				}
-				time.Sleep(5 * time.Millisecond)
+			if s, _ := await(t, r, port, func(s Socket) bool { return s.Remote == client }); s.UID != 65534 {
+				t.Errorf("accepted connection %+v, want owned by 65534", s)
 			}
 		})
+	}
+}
+
+// await reads r until a socket on port matches, and returns it with its read; it fails the
+// test after two seconds.
+func await(t *testing.T, r Reader, port uint16, match func(Socket) bool) (Socket, []Socket) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		socks, err := r.Read([]uint16{port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range socks {
+			if match(s) {
+				return s, socks
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no such socket on port %d in %+v", port, socks)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
