@@ -26,15 +26,16 @@ func (o *Owned) Keep(socks []Socket) []Socket {
 	o.read++
 	kept := socks[:0]
 	for _, s := range socks {
+		if s.OwnerKnown() && s.UID == o.UID {
+			kept = append(kept, s)
+			continue
+		}
 		k := connKey{s.Local, s.Remote}
-		f, known := o.foreign[k]
-		switch {
-		case s.OwnerKnown() && s.UID != o.UID:
+		if s.OwnerKnown() {
 			o.foreign[k] = foreignConn{idOf(s), o.read}
 			continue
-		case s.OwnerKnown():
-			delete(o.foreign, k)
-		case known && f.id.same(s):
+		}
+		if f, known := o.foreign[k]; known && f.id.same(s) {
 			f.seen = o.read
 			o.foreign[k] = f
 			continue

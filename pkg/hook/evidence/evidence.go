@@ -82,7 +82,7 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 	if t.owned, err = sidecarsSockets(t.Reader, snap.Listener, ports); err != nil {
 		return err
 	}
-	socks, err := t.read()
+	socks, err := readOwned(t.Reader, t.ports, t.owned)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 		c.Stale = arrived
 		return c, nil
 	}
-	socks, err := t.read()
+	socks, err := readOwned(t.Reader, t.ports, t.owned)
 	if err != nil {
 		return drain.ClientCounts{}, err
 	}
@@ -131,11 +131,7 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 	return t.last, nil
 }
 
-// read reads the table: the sidecar's sockets on the watched ports.
-func (t *Table) read() ([]sockets.Socket, error) {
-	return readOwned(t.Reader, t.ports, t.owned)
-}
-
+// readOwned reads the table: the sidecar's sockets on the watched ports.
 func readOwned(r sockets.Reader, ports []uint16, owned *sockets.Owned) ([]sockets.Socket, error) {
 	socks, err := r.Read(ports)
 	if err != nil || owned == nil {
@@ -153,56 +149,48 @@ func readOwned(r sockets.Reader, ports []uint16, owned *sockets.Owned) ([]socket
 // listen in this network namespace (the simulator names Istio's 15006 and listens elsewhere),
 // the ports given are taken for the listener's own and every socket counts. Where its owner
 // cannot be read, every socket counts if the ports are the listener's; otherwise the evidence
-// cannot be had.
+// cannot be had, nor where an app listens on a watched port as the sidecar's user (the
+// sockets it accepts from its sidecar would pass for the sidecar's).
 func sidecarsSockets(r sockets.Reader, listener *mesh.Listener, ports []uint16) (*sockets.Owned, error) {
 	port, err := listenerPort(mesh.Snapshot{Listener: listener})
 	if err != nil {
 		return nil, nil
 	}
-	var why error
-	if lr, ok := r.(sockets.ListenerReader); ok {
-		socks, err := lr.Listeners([]uint16{uint16(port)})
-		switch {
-		case err != nil:
-			why = err
-		case len(socks) == 0:
-			return nil, nil
-		default:
-			for _, s := range socks[1:] {
-				if s.UID != socks[0].UID {
-					return nil, fmt.Errorf("the listeners on port %d belong to different users (%d and %d): which is the sidecar's is unknown", port, socks[0].UID, s.UID)
-				}
-			}
-			return ownedBy(lr, socks[0].UID, ports, port)
-		}
+	onlyTheListeners := len(ports) == 1 && int(ports[0]) == port
+	lr, ok := r.(sockets.ListenerReader)
+	var listening []sockets.Socket
+	if ok {
+		// The inbound listener and, on the other watched ports, the app's, in one read.
+		listening, err = lr.Listeners(append([]uint16{uint16(port)}, ports...))
 	} else {
-		why = errors.New("the socket table reader cannot read listening sockets")
+		err = errors.New("the socket table reader cannot read listening sockets")
 	}
-	if len(ports) == 1 && int(ports[0]) == port {
+	if err != nil {
+		if onlyTheListeners {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("the watched ports %v are not the inbound listener's (%d), and its owner, which tells the sidecar's connections from the app's own there, cannot be read: %w", ports, port, err)
+	}
+	var sidecar, apps []sockets.Socket
+	for _, l := range listening {
+		if int(l.Local.Port()) == port {
+			sidecar = append(sidecar, l)
+		} else {
+			apps = append(apps, l)
+		}
+	}
+	if len(sidecar) == 0 {
 		return nil, nil
 	}
-	return nil, fmt.Errorf("the watched ports %v are not the inbound listener's (%d), and its owner, which tells the sidecar's connections from the app's own there, cannot be read: %w", ports, port, why)
-}
-
-// ownedBy keeps the sockets on ports owned by uid, the inbound listener's owner, unless an app
-// listening on one of the ports that are not the listener's runs as that same user too: the
-// sockets it accepts from its sidecar would then pass for the sidecar's.
-func ownedBy(lr sockets.ListenerReader, uid uint32, ports []uint16, listenerPort int) (*sockets.Owned, error) {
-	others := make([]uint16, 0, len(ports))
-	for _, p := range ports {
-		if int(p) != listenerPort {
-			others = append(others, p)
+	uid := sidecar[0].UID
+	for _, s := range sidecar[1:] {
+		if s.UID != uid {
+			return nil, fmt.Errorf("the listeners on port %d belong to different users (%d and %d): which is the sidecar's is unknown", port, uid, s.UID)
 		}
 	}
-	if len(others) > 0 {
-		apps, err := lr.Listeners(others)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range apps {
-			if a.UID == uid {
-				return nil, fmt.Errorf("the app listening on %v runs as the sidecar's user (uid %d, the owner of the inbound listener on port %d): the connections it accepts from its sidecar cannot be told from the clients' to the sidecar", a.Local, uid, listenerPort)
-			}
+	for _, a := range apps {
+		if a.UID == uid {
+			return nil, fmt.Errorf("the app listening on %v runs as the sidecar's user (uid %d, the owner of the inbound listener on port %d): the connections it accepts from its sidecar cannot be told from the clients' to the sidecar", a.Local, uid, port)
 		}
 	}
 	return &sockets.Owned{UID: uid}, nil
