@@ -44,8 +44,8 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 faults: ## Run prestop's fault matrix (the real binary against misbehaving admins, configs, signals) and print its table
-	@out=$$(mktemp); status=0; $(GO) test -count=1 -run 'TestFaultMatrix$$' -v ./cmd/meshdrain > $$out 2>&1 || status=$$?; \
-	grep -E '^\|' $$out; if [ $$status -ne 0 ]; then grep -E -- '--- FAIL|faults_test' $$out; fi; rm -f $$out; exit $$status
+	@out=$$(mktemp); status=0; MESHDRAIN_STRICT_TIMING=1 $(GO) test -count=1 -run 'TestFaultMatrix$$' -v ./cmd/meshdrain > $$out 2>&1 || status=$$?; \
+	grep -E '^\||^load average' $$out; if [ $$status -ne 0 ]; then grep -E -- '--- FAIL|faults_test' $$out; fi; rm -f $$out; exit $$status
 
 fuzz: ## Fuzz the stats parser, the admin response reader and prestop's flag/variable parsing, FUZZTIME (30s) each
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \

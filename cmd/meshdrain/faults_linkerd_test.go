@@ -56,12 +56,12 @@ func staticAdmin(t *testing.T, body string) string {
 
 func linkerdFaultCases() []faultCase {
 	return []faultCase{
-		{name: "linkerd-metrics-endless-fast-body", item: "1, 2", bound: fmDeadline, reason: "deadline", code: 3,
+		{name: "linkerd-metrics-endless-fast-body", item: "1, 2", bound: fmEndlessDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {
-				return faultSetup{args: linkerdFM(rawServer(t, func(conn net.Conn, _ *http.Request) {
+				return faultSetup{args: withDeadline(linkerdFM(rawServer(t, func(conn net.Conn, _ *http.Request) {
 					io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 					writeForever(conn, chunk(strings.Repeat(metricsLine, 64)), 0)
-				}))}
+				})), fmEndlessDeadline)}
 			},
 			check: contains("response body exceeds")},
 		{name: "linkerd-metrics-chunked-never-ends", item: "1", bound: fmDeadline, reason: "deadline", code: 3,
@@ -84,7 +84,7 @@ func linkerdFaultCases() []faultCase {
 				}))}
 			},
 			check: contains("the inbound part of /metrics exceeds")},
-		{name: "linkerd-metrics-valid-just-under-the-cap", item: "2", bound: fmDeadline, reason: "quiet", code: 0,
+		{name: "linkerd-metrics-valid-just-under-the-cap", item: "2", bound: fmCapDeadline, reason: "quiet", code: 0,
 			setup: func(t *testing.T) faultSetup {
 				// The most the client parses (1 MiB of inbound series, ~13,000 of them: a
 				// port with thousands of callers), behind 6 MiB of outbound series it drops.
@@ -98,7 +98,7 @@ func linkerdFaultCases() []faultCase {
 						b.WriteString(line)
 					}
 				}
-				return faultSetup{args: linkerdFM(staticAdmin(t, b.String()))}
+				return faultSetup{args: withDeadline(linkerdFM(staticAdmin(t, b.String())), fmCapDeadline)}
 			}},
 		{name: "linkerd-metrics-endless-line", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {
@@ -122,9 +122,8 @@ func linkerdFaultCases() []faultCase {
 		{name: "linkerd-emulator-live", item: "7 (control)", bound: fmDeadline, reason: "quiet", code: 0,
 			setup: func(t *testing.T) faultSetup {
 				proxy, e := linkerdEmulation(t, linkerdsim.Config{})
-				// --port: the emulator's first request may come after prestop's first poll,
-				// and the port then has no series yet (read as zero, not as no signal).
-				return e.setup(append(linkerdFM(proxy.AdminURL()), "--port", "8080"), 200*time.Millisecond, nil)
+				// --port: should the port have no series yet, it reads as zero, not as no signal.
+				return e.servedBefore(append(linkerdFM(proxy.AdminURL()), "--port", "8080"), nil)
 			},
 			check: func(t *testing.T, r faultRun) {
 				if f := r.final(); f["frozen_answers"] != 0.0 || f["drain_called"] != false || f["naming"] != "linkerd" {
