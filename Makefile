@@ -14,10 +14,10 @@ FUZZTIME ?= 30s
 # Each fuzz target as package:Name. Their seeds (testdata/fuzz) run with every `go test`.
 FUZZ_TARGETS := ./pkg/mesh/envoy:FuzzParse ./pkg/mesh/envoy:FuzzStatsFilter ./pkg/mesh/envoy:FuzzReadResponse ./pkg/cli:FuzzPrestopConfig
 
-.PHONY: help build test test-race lint demo clean image faults fuzz bench
+.PHONY: help build test test-race test-loaded lint demo clean image faults fuzz bench
 
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## Build the pod binary (bin/meshdrain: static, stripped) and the test world (bin/meshdrain-sim)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meshdrain
@@ -34,7 +34,11 @@ test: lint ## Run every test (unit, integration, end-to-end), the race detector 
 	$(MAKE) size
 
 test-race: ## Run the tests of the concurrent packages under the race detector
-	$(GO) test -race -count=1 ./pkg/...
+	$(GO) test -race -count=1 $$($(GO) list ./pkg/... | grep -v -e /pkg/sim/podsim -e /pkg/sim/simcli)
+	$(GO) test -race -count=1 -p 1 $(SIM_PKGS)
+
+test-loaded: ## Run make test beside a CPU load on every core (RUNS=3 for three runs): the gate must pass on a busy machine
+	@bash scripts/test-loaded.sh
 
 size: build ## Check that the binary is static and at most 12 MiB
 	@bash scripts/check-binary.sh $(BIN)

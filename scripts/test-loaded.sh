@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs `make test` RUNS times (default 1) beside a CPU load that keeps every core busy, the way
+# a shared CI runner or a laptop building something else is busy: the test gate must pass there.
+# The load is stress-ng where it is installed, else one shell busy loop per core, so that this
+# needs nothing but bash. Prints each run's result and time, and the load average.
+set -uo pipefail
+runs=${RUNS:-1}
+cores=$(nproc)
+pids=()
+stop_load() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap stop_load EXIT
+if command -v stress-ng >/dev/null; then
+  stress-ng --cpu "$cores" --quiet & pids+=($!)
+  echo "load: stress-ng --cpu $cores"
+else
+  for _ in $(seq "$cores"); do (while :; do :; done) & pids+=($!); done
+  echo "load: $cores shell busy loops (stress-ng is not installed)"
+fi
+failed=0
+for run in $(seq "$runs"); do
+  start=$(date +%s)
+  if make --no-print-directory test; then result=passed; else result=FAILED; failed=$((failed + 1)); fi
+  echo "make test under load, run $run of $runs: $result in $(( $(date +%s) - start )) s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+echo "$((runs - failed)) passed, $failed failed"
+[ "$failed" -eq 0 ]
