@@ -12,7 +12,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/sim/podsim"
 )
 
-// TestSimulateEndToEnd builds meshdrain, runs `meshdrain simulate` with it (so the preStop
+// TestSimulateEndToEnd builds meshdrain, runs `meshdrain-sim simulate` with it (so the preStop
 // under test is the real binary, exec'd by the simulator's kubelet) at a small time scale,
 // and checks the claims the README makes from the default table.
 func TestSimulateEndToEnd(t *testing.T) {

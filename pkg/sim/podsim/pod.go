@@ -72,7 +72,7 @@ func newPodRun(sc Scenario, plans []clientPlan, strat Strategy, spec SidecarSpec
 	grace := sc.grace(spec)
 	longest, last := trafficPauses(plans)
 	return &podRun{sc: sc, plans: plans, strat: strat, spec: spec, grace: grace, proxy: proxyName(spec),
-		res: Result{Strategy: strat.String(), Sidecar: spec.Name, GracePeriodS: grace.Seconds(),
+		res: Result{Strategy: strat.String(), Sidecar: spec.Name, DrainRegime: drainRegime(spec, strat), GracePeriodS: grace.Seconds(),
 			LastClientLagS: roundS(lastLag(plans).Seconds()), LastRequestS: roundS((last - sc.Warmup).Seconds()),
 			LongestGapS: roundS(longest.Seconds())}}
 }
@@ -178,6 +178,25 @@ func sidecarOnDeletion(spec SidecarSpec) string {
 	}
 }
 
+// drainRegime says who drains the pod's sidecar, and when (docs/decision-rule.md, "The two
+// drain regimes"): what the per-client evidence can see depends on it, so each row says it.
+func drainRegime(spec SidecarSpec, strat Strategy) string {
+	switch {
+	case spec.Mesh == mesh.Linkerd:
+		return "no drain regime: Linkerd has no drain call; the proxy stops accepting at its SIGTERM"
+	case spec.DeferDrain && strat.Kind == StrategyMeshdrain:
+		return "drain regime (b): the sidecar's drain is deferred until meshdrain's --drain-at end"
+	case spec.DeferDrain:
+		return "the sidecar's drain at the deletion is turned off and no meshdrain drains it: nothing drains before the app exits"
+	case spec.MeshdrainDrainAtEnd && strat.Kind == StrategyMeshdrain:
+		return "drain regime (a), though meshdrain runs --drain-at end: the sidecar still drains at the deletion"
+	case spec.Mode == SidecarNative:
+		return "drain regime (a): the sidecar drains at the deletion (the native sidecar's preStop)"
+	default:
+		return "drain regime (a): the sidecar drains at the deletion (pilot-agent, at its SIGTERM)"
+	}
+}
+
 // terminate is the kubelet from t0 until the app and the sidecar have both exited: each
 // container's end is answered as Kubernetes does, and the grace period's SIGKILL ends
 // whatever is left. A hook still running once both have exited is killed and waited for, so
@@ -250,6 +269,9 @@ func (p *podRun) sidecarHasExited(now time.Time) {
 	p.sideExited = true
 	p.res.SidecarExit = p.clock.at(now)
 	switch {
+	case p.killedWithTheGracePeriod() && !p.graceOver:
+		// pilot-agent's timer fired a hair before the kubelet's: the same kill.
+		p.killedTogether(now)
 	case p.spec.Mesh != mesh.Linkerd && p.spec.Mode == SidecarClassic && !p.graceOver:
 		p.res.Killed = true
 		p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("envoy by pilot-agent at %.1fs", p.clock.at(now)))
@@ -274,8 +296,29 @@ func (p *podRun) gracePeriodOver(now time.Time) {
 	}
 	if !p.sideExited {
 		p.side.Kill()
-		p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("%s by kubelet at %.1fs", p.proxy, p.clock.at(now)))
+		if p.killedWithTheGracePeriod() {
+			p.killedTogether(now)
+		} else {
+			p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("%s by kubelet at %.1fs", p.proxy, p.clock.at(now)))
+		}
 	}
+}
+
+// killedWithTheGracePeriod is a classic Istio sidecar whose terminationDrainDuration ends
+// with the grace period, as plan sets it: pilot-agent's kill of Envoy and the kubelet's
+// SIGKILL are due at the same moment. In a pod the kubelet's comes first by milliseconds
+// (pilot-agent starts its wait only once it has the SIGTERM and has asked Envoy to drain);
+// here whichever timer fires first. Either way the row says what plan's timeline says.
+func (p *podRun) killedWithTheGracePeriod() bool {
+	return p.spec.Mesh != mesh.Linkerd && p.spec.Mode == SidecarClassic && p.spec.TerminationDrainDuration == p.grace
+}
+
+// killedTogether records the sidecar's end at a grace period that terminationDrainDuration
+// ends with (killedWithTheGracePeriod).
+func (p *podRun) killedTogether(now time.Time) {
+	p.res.Killed = true
+	p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("%s by kubelet and pilot-agent at %.1fs", p.proxy, p.clock.at(now)))
+	p.log(now, "pilot-agent", "terminationDrainDuration %s over, with the grace period: SIGKILL to Envoy", fmtD(p.spec.TerminationDrainDuration))
 }
 
 // podGone records the end of the last container. An app that never got its SIGTERM (the

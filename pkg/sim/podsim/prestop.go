@@ -42,6 +42,10 @@ type MeshdrainEvent struct {
 	Raw map[string]any `json:"raw,omitempty"`
 }
 
+// errPreStopKilled is a hook the kubelet killed at the end of the grace period: it did not
+// complete, which the kubelet only logs, unlike a hook that failed (FailedPreStopHook).
+var errPreStopKilled = errors.New("killed")
+
 // preStop is a running preStop hook of the app container.
 type preStop struct {
 	done   chan struct{}
@@ -128,7 +132,7 @@ func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Stra
 			select {
 			case <-lastAnswered:
 			case <-ctx.Done():
-				p.err = errors.New("killed")
+				p.err = errPreStopKilled
 			}
 		}()
 	case StrategySleep:
@@ -139,7 +143,7 @@ func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Stra
 			select {
 			case <-t.C:
 			case <-ctx.Done():
-				p.err = errors.New("killed")
+				p.err = errPreStopKilled
 			}
 		}()
 	case StrategyMeshdrain:
@@ -163,7 +167,7 @@ func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Stra
 			err := cmd.Wait()
 			code := cmd.ProcessState.ExitCode()
 			if err != nil && ctx.Err() != nil {
-				p.err = errors.New("killed")
+				p.err = errPreStopKilled
 			} else if err != nil {
 				p.err = fmt.Errorf("meshdrain exited %d", code)
 			}

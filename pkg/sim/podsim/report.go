@@ -12,7 +12,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
-// Report is everything `meshdrain simulate` prints, in the shape of its JSON output.
+// Report is everything `meshdrain-sim simulate` prints, in the shape of its JSON output.
 type Report struct {
 	Scenario ScenarioSummary `json:"scenario"`
 	Sidecars []SidecarNote   `json:"sidecars"`

@@ -16,6 +16,9 @@ import (
 type Result struct {
 	Strategy string `json:"strategy"`
 	Sidecar  string `json:"sidecar"`
+	// DrainRegime says who drained the sidecar, and when: at the deletion (regime a), or
+	// deferred until meshdrain decides (regime b).
+	DrainRegime string `json:"drain_regime,omitempty"`
 	// Requests is how many requests the clients sent to this pod (first attempts); requests a
 	// client sends after learning that the pod is gone go to other replicas and are not here.
 	Requests int `json:"requests"`
@@ -46,7 +49,8 @@ type Result struct {
 	LastRequestS float64 `json:"last_request_s"`
 	LongestGapS  float64 `json:"longest_gap_s"`
 	// Killed says whether anything was SIGKILLed: Envoy by pilot-agent at the end of
-	// terminationDrainDuration, or any container by the kubelet at the grace period.
+	// terminationDrainDuration, or any container by the kubelet at the grace period (both at
+	// once where terminationDrainDuration is the grace period, as plan sets it).
 	Killed       bool     `json:"killed"`
 	KilledDetail []string `json:"killed_detail,omitempty"`
 	// GracePeriodS is the grace period the run used.

@@ -24,7 +24,7 @@ const (
 	svgWidth   = 960
 	svgLeft    = 128 // lane names
 	svgRight   = 24
-	svgTop     = 72
+	svgTop     = 88 // below the title, the summary and the drain regime
 	laneHeight = 30
 	barHeight  = 18
 	charWidth  = 6.6 // of the 12px sans-serif text, to keep labels inside the picture
@@ -41,6 +41,7 @@ const (
 	colourStop        = "#222222"
 	colourDeletion    = "#888888"
 	colourMixed       = "#555555"
+	colourPreStopFail = "#d62728"
 )
 
 // failureColour is the colour of a client failure kind, so that a cut request and a timeout
@@ -195,7 +196,21 @@ func kindNames(byKind map[string]int) string {
 // svgCanvas accumulates the elements of one picture.
 type svgCanvas struct {
 	b strings.Builder
+	// marks are the failure marks, which no label may run through: a label there would hide
+	// the moment the mark shows, and the mark the label's words.
+	marks []box
 }
+
+// box is a rectangle of the picture, in SVG pixels.
+type box struct{ x0, y0, x1, y1 float64 }
+
+func (b box) overlaps(o box) bool { return b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1 }
+
+// textBox is the room a 12px label with its baseline at y takes between x0 and x1.
+func textBox(x0, x1, y float64) box { return box{x0, y - 12, x1, y + 3} }
+
+// labelGap is the room kept between a label and what it labels or avoids.
+const labelGap = 4
 
 func (c *svgCanvas) raw(format string, args ...any) { fmt.Fprintf(&c.b, format, args...) }
 
@@ -214,19 +229,66 @@ func (c *svgCanvas) text(x, y float64, anchor, extra, s string) {
 	c.b.WriteString("</text>\n")
 }
 
-// label writes s after x, where a bar that starts at barFrom ends; where it would leave the
-// picture, before x: in white inside the bar if it fits there.
+// label writes s after x, where a bar that starts at barFrom ends; past the failure marks
+// that would run through it there; and where it would then leave the picture, before x (in
+// white inside the bar if it fits there), again clear of the marks.
 func (c *svgCanvas) label(x, y float64, s string, barFrom float64) {
+	c.placeLabel(x, y, s, barFrom, halo)
+}
+
+// note writes s at the start of a lane, clear of the failure marks, in grey.
+func (c *svgCanvas) note(y float64, s string) {
+	c.placeLabel(svgLeft, y, s, svgLeft, halo+` fill="#888888"`)
+}
+
+func (c *svgCanvas) placeLabel(x, y float64, s string, barFrom float64, style string) {
 	width := float64(len(s)) * charWidth
-	if x+4+width <= svgWidth-4 {
-		c.text(x+4, y, "start", halo, s)
+	// clear moves a label of this width whose left edge is at left past every mark it would
+	// cross, in the direction dir (+1 right, -1 left); it returns the label's left edge.
+	clear := func(left float64, dir float64) float64 {
+		for moved := true; moved; {
+			moved = false
+			for _, m := range c.marks {
+				if !m.overlaps(textBox(left-labelGap/2, left+width+labelGap/2, y)) {
+					continue
+				}
+				if dir > 0 {
+					left = m.x1 + labelGap
+				} else {
+					left = m.x0 - labelGap - width
+				}
+				moved = true
+			}
+		}
+		return left
+	}
+	if left := clear(x+labelGap, 1); left+width <= svgWidth-4 {
+		c.text(left, y, "start", style, s)
 		return
 	}
-	style := halo
-	if x-barFrom > width+8 {
-		style = ` fill="#ffffff"`
+	if left := clear(x-labelGap-width, -1); left >= svgLeft+2 {
+		if left >= barFrom+labelGap && left+width <= x {
+			style = ` fill="#ffffff"`
+		}
+		c.text(left+width, y, "end", style, s)
+		return
 	}
-	c.text(x-4, y, "end", style, s)
+	// No room beside x: the clear place nearest to it, next to a mark or at an edge of the
+	// plot, over the bar's end if it must.
+	best, found := 0.0, false
+	candidates := []float64{svgLeft + 2, svgWidth - 4 - width}
+	for _, m := range c.marks {
+		candidates = append(candidates, m.x1+labelGap, m.x0-labelGap-width)
+	}
+	for _, left := range candidates {
+		if left >= svgLeft+2 && left+width <= svgWidth-4 && clear(left, 1) == left && (!found || math.Abs(left-x) < math.Abs(best-x)) {
+			best, found = left, true
+		}
+	}
+	if !found { // a mark crosses it wherever it goes: at the right edge
+		best = svgWidth - 4 - width
+	}
+	c.text(best, y, "start", style, s)
 }
 
 // halo keeps a label readable where a marker line crosses it.
@@ -246,7 +308,9 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	plotBottom := float64(svgTop + len(lanes)*laneHeight)
 	axisY := plotBottom + 6
 	legendY := axisY + 52
-	height := legendY + 20
+	failedHook := preStopFailure(res)
+	keys := legend(res, failedHook)
+	height := legendY + 20 + float64(keys[len(keys)-1].row)*legendRowHeight
 
 	var c svgCanvas
 	c.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%.0f\" viewBox=\"0 0 %d %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
@@ -257,6 +321,9 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	c.rect(0, 0, svgWidth, height, "#ffffff", "")
 	c.text(8, 20, "start", ` font-size="15" font-weight="bold"`, fmt.Sprintf("%s, sidecar %s", res.Strategy, res.Sidecar))
 	c.text(8, 40, "start", "", svgSummary(res))
+	if res.DrainRegime != "" {
+		c.text(8, 58, "start", ` fill="#444444" class="drain-regime"`, res.DrainRegime)
+	}
 
 	// The window in which clients still send to the pod: an app or sidecar that stops inside
 	// it meets requests.
@@ -269,6 +336,33 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 		c.line(svgLeft, svgTop+float64(i+1)*laneHeight, svgWidth-svgRight, svgTop+float64(i+1)*laneHeight, "#e4e4e4", "")
 	}
 
+	// The marks are placed first, so that every label can keep clear of them: the deletion
+	// and the app's stop, lines across every lane; the client failures, the times between the
+	// first and the last, coloured by kind (the result records the span, not each failure's
+	// time), a line across every lane at each end and a bar on their lane; a failed preStop.
+	xStop := a.x(res.AppStopS)
+	c.marks = append(c.marks, box{x0 - 0.75, svgTop - 4, x0 + 0.75, plotBottom}, box{xStop - 0.75, svgTop - 4, xStop + 0.75, plotBottom})
+	appTop, _ := lane(1)
+	if failedHook != "" {
+		c.marks = append(c.marks, box{xStop - diamondRadius, appTop + barHeight/2 - diamondRadius, xStop + diamondRadius, appTop + barHeight/2 + diamondRadius})
+	}
+	failed := res.ClientFailures > 0 && res.FirstFailureS != nil && res.LastFailureS != nil
+	failColour := colourMixed
+	var xFirst, xLastFail float64
+	if failed {
+		if len(res.FailuresByKind) == 1 {
+			for kind := range res.FailuresByKind {
+				failColour = failureColour(kind)
+			}
+		}
+		xFirst, xLastFail = a.x(*res.FirstFailureS), a.x(*res.LastFailureS)
+		failTop, _ := lane(3)
+		c.marks = append(c.marks,
+			box{xFirst - 1, svgTop, xFirst + 1, plotBottom},
+			box{xLastFail - 1, svgTop, xLastFail + 1, plotBottom},
+			box{xFirst - 1.5, failTop, xLastFail + 1.5, failTop + barHeight})
+	}
+
 	// Clients: sending since before the deletion until the last one's endpoint update.
 	top, ty := lane(0)
 	c.rect(a.x(a.from), top, xLast-a.x(a.from), barHeight, colourClients, ` class="clients-send"`)
@@ -276,7 +370,6 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 
 	// The app: serving until its preStop returned, then finishing what it had until it exited.
 	top, ty = lane(1)
-	xStop := a.x(res.AppStopS)
 	c.rect(a.x(a.from), top, xStop-a.x(a.from), barHeight, colourAppServing, ` class="app-serving"`)
 	exit := max(res.AppExitS, res.AppStopS)
 	c.rect(xStop, top, a.x(exit)-xStop, barHeight, colourAppStopping, ` class="app-stopping"`)
@@ -285,6 +378,10 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 		appLabel = "SIGKILLed " + killedBy
 	}
 	c.label(a.x(exit), ty, appLabel, xStop)
+	// A hook that failed or did not complete: a mark where it ended, on the app's lane.
+	if failedHook != "" {
+		c.diamond(xStop, appTop+barHeight/2, colourPreStopFail, ` class="prestop-failed"`)
+	}
 
 	// The sidecar: alive until it exited or was killed.
 	top, ty = lane(2)
@@ -296,28 +393,20 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	}
 	c.label(xSide, ty, sideLabel, a.x(a.from))
 
-	// Client failures: the times between the first and the last, coloured by kind (the
-	// result records the span, not each failure's time).
-	top, ty = lane(3)
-	if res.ClientFailures > 0 && res.FirstFailureS != nil && res.LastFailureS != nil {
-		colour := colourMixed
-		if len(res.FailuresByKind) == 1 {
-			for kind := range res.FailuresByKind {
-				colour = failureColour(kind)
-			}
-		}
-		xFirst, xLastFail := a.x(*res.FirstFailureS), a.x(*res.LastFailureS)
+	_, ty = lane(3)
+	if failed {
 		for _, x := range []float64{xFirst, xLastFail} {
-			c.line(x, svgTop, x, plotBottom, colour, ` stroke-width="2" class="failure"`)
+			c.line(x, svgTop, x, plotBottom, failColour, ` stroke-width="2" class="failure"`)
 		}
-		c.rect(xFirst-1.5, top, xLastFail-xFirst+3, barHeight, colour, ` class="failures"`)
+		top, _ = lane(3)
+		c.rect(xFirst-1.5, top, xLastFail-xFirst+3, barHeight, failColour, ` class="failures"`)
 		span := fmt.Sprintf("%.2fs", *res.FirstFailureS)
 		if *res.LastFailureS > *res.FirstFailureS {
 			span = fmt.Sprintf("%.2f-%.2fs", *res.FirstFailureS, *res.LastFailureS)
 		}
 		c.label(xLastFail+1.5, ty, fmt.Sprintf("%d failed (%s) at %s", res.ClientFailures, kindNames(res.FailuresByKind), span), xFirst)
 	} else {
-		c.text(svgLeft+4, ty, "start", ` fill="#888888"`, "none")
+		c.note(ty, "none")
 	}
 
 	// The sidecar's 5xx: the app refused while the sidecar was alive and clients still sent.
@@ -328,9 +417,9 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 		c.rect(xStop, top, a.x(refusedUntil)-xStop, barHeight, colourSidecar5xx, ` class="sidecar-5xx"`)
 		c.label(a.x(refusedUntil), ty, fmt.Sprintf("%d 5xx (UF %d refused, UC %d reset): the app stopped while clients sent", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), xStop)
 	case res.Sidecar5xx > 0:
-		c.text(svgLeft+4, ty, "start", "", fmt.Sprintf("%d 5xx (UF %d, UC %d)", res.Sidecar5xx, res.SidecarUF, res.SidecarUC))
+		c.label(svgLeft, ty, fmt.Sprintf("%d 5xx (UF %d, UC %d)", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), svgLeft)
 	default:
-		c.text(svgLeft+4, ty, "start", ` fill="#888888"`, "none")
+		c.note(ty, "none")
 	}
 
 	// The deletion, and the moment the app was told to stop.
@@ -349,16 +438,49 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	c.text((svgLeft+svgWidth-svgRight)/2, axisY+32, "middle", ` fill="#444444"`, "pod seconds from the deletion")
 
 	// The legend.
-	x := 8.0
-	swatch := func(colour, name string) {
-		c.rect(x, legendY-10, 12, 12, colour, "")
-		c.text(x+16, legendY, "start", "", name)
-		x += 16 + float64(len(name))*charWidth + 14
+	for _, e := range keys {
+		y := legendY + float64(e.row)*legendRowHeight
+		switch e.key {
+		case keySwatch:
+			c.rect(e.x, y-10, 12, 12, e.colour, "")
+		case keyDiamond:
+			c.diamond(e.x+6, y-4, e.colour, "")
+		case keyDash:
+			c.line(e.x, y-4, e.x+12, y-4, e.colour, ` stroke-width="1.5" stroke-dasharray="5,3"`)
+		}
+		c.text(e.x+16, y, "start", "", e.name)
 	}
-	swatch(colourWindow, "clients still send")
-	swatch(colourAppServing, "app serving")
-	swatch(colourAppStopping, "app finishing")
-	swatch(colourSidecar, "sidecar alive")
+
+	c.raw("</svg>\n")
+	_, err := io.WriteString(w, c.b.String())
+	return err
+}
+
+// legendKey is one entry of the legend: what it shows, its name, and where it goes.
+type legendKey struct {
+	key    string // keySwatch, keyDiamond or keyDash
+	colour string
+	name   string
+	x      float64
+	row    int
+}
+
+const (
+	keySwatch       = "swatch"
+	keyDiamond      = "diamond"
+	keyDash         = "dash"
+	legendRowHeight = 18
+)
+
+// legend is the picture's key, with this row's failure kinds and marks, laid out in as many
+// rows as its width needs.
+func legend(res Result, failedHook string) []legendKey {
+	keys := []legendKey{
+		{key: keySwatch, colour: colourWindow, name: "clients still send"},
+		{key: keySwatch, colour: colourAppServing, name: "app serving"},
+		{key: keySwatch, colour: colourAppStopping, name: "app finishing"},
+		{key: keySwatch, colour: colourSidecar, name: "sidecar alive"},
+	}
 	kinds := make([]string, 0, len(res.FailuresByKind))
 	for kind := range res.FailuresByKind {
 		kinds = append(kinds, kind)
@@ -366,17 +488,51 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	sort.Strings(kinds)
 	for _, kind := range kinds {
 		short, _, _ := strings.Cut(kind, " (")
-		swatch(failureColour(kind), short)
+		keys = append(keys, legendKey{key: keySwatch, colour: failureColour(kind), name: short})
 	}
 	if res.Sidecar5xx > 0 {
-		swatch(colourSidecar5xx, "sidecar 5xx")
+		keys = append(keys, legendKey{key: keySwatch, colour: colourSidecar5xx, name: "sidecar 5xx"})
 	}
-	c.line(x, legendY-4, x+14, legendY-4, colourStop, ` stroke-width="1.5" stroke-dasharray="5,3"`)
-	c.text(x+18, legendY, "start", "", "app told to stop")
+	if failedHook != "" {
+		keys = append(keys, legendKey{key: keyDiamond, colour: colourPreStopFail, name: failedHook})
+	}
+	keys = append(keys, legendKey{key: keyDash, colour: colourStop, name: "app told to stop"})
+	x, row := 8.0, 0
+	for i := range keys {
+		width := 16 + float64(len(keys[i].name))*charWidth
+		if x > 8 && x+width > svgWidth-8 {
+			x, row = 8, row+1
+		}
+		keys[i].x, keys[i].row = x, row
+		x += width + 14
+	}
+	return keys
+}
 
-	c.raw("</svg>\n")
-	_, err := io.WriteString(w, c.b.String())
-	return err
+// diamondRadius is the half-width of a failed preStop's mark.
+const diamondRadius = 6
+
+// diamond draws a failed preStop's mark centred on x, y.
+func (c *svgCanvas) diamond(x, y float64, fill, extra string) {
+	const r = diamondRadius
+	c.raw("<path d=\"M%.1f %.1fL%.1f %.1fL%.1f %.1fL%.1f %.1fZ\" fill=\"%s\" stroke=\"#ffffff\" stroke-width=\"1.5\"%s/>\n",
+		x, y-r, x+r, y, x, y+r, x-r, y, fill, extra)
+}
+
+// preStopFailure is what the kubelet makes of a preStop hook that did not return cleanly, ""
+// for one that did: one that exited non-zero failed (a FailedPreStopHook event; the app gets
+// its SIGTERM all the same), one still running at the end of the grace period did not
+// complete (the kubelet logs it and kills the container).
+func preStopFailure(res Result) string {
+	switch {
+	case res.PreStopError == "":
+		return ""
+	case res.PreStopError == errPreStopKilled.Error():
+		return "preStop not completed"
+	case res.Meshdrain != nil && res.Meshdrain.ExitCode > 0:
+		return fmt.Sprintf("preStop failed (exit %d)", res.Meshdrain.ExitCode)
+	}
+	return "preStop failed"
 }
 
 // killed is "by kubelet at 52.0s" when the result's kill list names one of the containers.
@@ -393,6 +549,15 @@ func killed(res Result, containers ...string) string {
 
 // stopCause says who told the app to stop, and when: the label of the dashed line.
 func stopCause(res Result) string {
+	switch failure := preStopFailure(res); {
+	case failure == "":
+	case res.PreStopError == errPreStopKilled.Error():
+		return fmt.Sprintf("%s: app SIGKILLed at the grace period, %.2fs", failure, res.AppStopS)
+	case res.Meshdrain != nil && res.Meshdrain.ExitCode > 0:
+		return fmt.Sprintf("preStop failed (meshdrain exit %d, %s): SIGTERM to the app at %.2fs", res.Meshdrain.ExitCode, res.Meshdrain.Reason, res.AppStopS)
+	default:
+		return fmt.Sprintf("%s: SIGTERM to the app at %.2fs", failure, res.AppStopS)
+	}
 	by := "preStop " + res.Strategy + " returned"
 	if strat, err := ParseStrategy(res.Strategy); err == nil {
 		switch strat.Kind {

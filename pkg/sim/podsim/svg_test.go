@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,9 @@ import (
 
 func ptr(f float64) *float64 { return &f }
 
+// regimeA is what every row of the demo ran: classic sidecars, drained at the deletion.
+var regimeA = drainRegime(IstioDefaultSidecar(), Strategy{Kind: StrategyMeshdrain})
+
 // demoReport is the default demo's results as docs/simulator.md shows them: Envoy killed at
 // 5 s under Istio's defaults, a clean meshdrain at 8.45 s under the recommended sidecar.
 func demoReport() Report {
@@ -21,7 +25,7 @@ func demoReport() Report {
 		res := Result{Strategy: strategy, Sidecar: "istio-default", Requests: 3055, Sidecar5xx: sidecar5xx, SidecarUF: sidecar5xx,
 			ClientFailures: failures, AppStopS: stop, AppExitS: max(stop, sideExit) + 0.3, SidecarExit: sideExit,
 			PodGoneS: max(stop, sideExit) + 0.3, LastClientLagS: 7.58, GracePeriodS: 30,
-			Killed: true, KilledDetail: []string{"envoy by pilot-agent at 5.0s"}}
+			Killed: true, KilledDetail: []string{"envoy by pilot-agent at 5.0s"}, DrainRegime: regimeA}
 		if failures > 0 {
 			res.FailuresByKind = map[string]int{failCut: failures}
 			res.FirstFailureS, res.LastFailureS = ptr(5.01), ptr(5.02)
@@ -31,8 +35,12 @@ func demoReport() Report {
 	recommended := func(strategy string, sidecar5xx int, stop float64) Result {
 		return Result{Strategy: strategy, Sidecar: "recommended", Requests: 3055, Sidecar5xx: sidecar5xx, SidecarUF: sidecar5xx,
 			AppStopS: stop, AppExitS: stop + 0.02, SidecarExit: 52.02, PodGoneS: 52.02, LastClientLagS: 7.58, GracePeriodS: 52,
-			Killed: true, KilledDetail: []string{"istio-proxy by kubelet at 52.0s"}}
+			Killed: true, KilledDetail: []string{"istio-proxy by kubelet and pilot-agent at 52.0s"}, DrainRegime: regimeA}
 	}
+	// Envoy killed under it at 5 s while requests arrived: meshdrain says so and exits 5.
+	busy := istio("meshdrain", 14, 0, 5.18, 5.0)
+	busy.Meshdrain = &MeshdrainEvent{Reason: "sidecar-gone-busy", ElapsedPodS: 5.17, ExitCode: 5}
+	busy.PreStopError = "meshdrain exited 5"
 	md := recommended("meshdrain", 0, 8.45)
 	md.Meshdrain = &MeshdrainEvent{Reason: "quiet", ElapsedPodS: 8.43}
 	md.Timeline = []Event{{AtS: 0, Who: "kubelet", What: "pod deleted"}, {AtS: 8.45, Who: "meshdrain", What: "drain finished: reason=quiet"}}
@@ -44,7 +52,7 @@ func demoReport() Report {
 			istio("none", 1, 1400, 0, 5.0),
 			istio("sleep:5s", 12, 0, 5.0, 5.0),
 			istio("sleep:15s", 14, 0, 15.0, 5.0),
-			istio("meshdrain", 14, 0, 5.18, 5.0),
+			busy,
 			recommended("none", 1497, 0),
 			recommended("sleep:5s", 95, 5.01),
 			recommended("sleep:15s", 0, 15.01),
@@ -326,6 +334,20 @@ func TestWriteSVGs(t *testing.T) {
 		if want := "meshdrain returned (quiet): SIGTERM to the app at 8.45s"; i == 7 && !texts[want] {
 			t.Errorf("%s: no label %q", path, want)
 		}
+		// meshdrain saw Envoy killed under it and exited 5: the kubelet's FailedPreStopHook,
+		// marked where the hook ended and said in words; no other row's hook failed.
+		failedHook := byClass(elems, "prestop-failed")
+		if i == 3 {
+			want := "preStop failed (meshdrain exit 5, sidecar-gone-busy): SIGTERM to the app at 5.18s"
+			if len(failedHook) != 1 || !texts[want] || !texts["preStop failed (exit 5)"] {
+				t.Errorf("%s: preStop failed marks %v, want one, the label %q and a legend entry", path, failedHook, want)
+			}
+		} else if len(failedHook) != 0 {
+			t.Errorf("%s: a preStop failed mark for a hook that returned", path)
+		}
+		if regime := byClass(elems, "drain-regime"); len(regime) != 1 || regime[0].text != res.DrainRegime || !strings.HasPrefix(res.DrainRegime, "drain regime (a)") {
+			t.Errorf("%s: drain regime %v, want %q", path, regime, res.DrainRegime)
+		}
 
 		// Failures: marked, in the colour of their kind, where they happened; none where none.
 		failures := byClass(elems, "failure")
@@ -391,5 +413,115 @@ func TestWrapWords(t *testing.T) {
 	want := []string{"meshdrain lost 14,", "app stopped at 8.45s;", "best"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("wrapWords = %q, want %q", got, want)
+	}
+}
+
+// textBoxOf is the room a decoded label takes, estimated as the picture lays labels out
+// (charWidth a character), nil for a text in another font size (the title).
+func textBoxOf(t *testing.T, e svgElement) *box {
+	t.Helper()
+	if e.name != "text" || e.attrs["font-size"] != "" {
+		return nil
+	}
+	x, y := attrF(t, e, "x"), attrF(t, e, "y")
+	width := float64(len(e.text)) * charWidth
+	switch e.attrs["text-anchor"] {
+	case "end":
+		x -= width
+	case "middle":
+		x -= width / 2
+	}
+	b := textBox(x, x+width, y)
+	return &b
+}
+
+// marksOf are the boxes of a decoded picture's marks that no label may cross: the failure
+// lines and bar, a failed preStop's mark, the lines of the deletion and of the app's stop.
+func marksOf(t *testing.T, elems []svgElement) (failures, others []box) {
+	t.Helper()
+	vertical := func(e svgElement) box {
+		x, half := attrF(t, e, "x1"), attrF(t, e, "stroke-width")/2
+		return box{x - half, attrF(t, e, "y1"), x + half, attrF(t, e, "y2")}
+	}
+	for _, e := range byClass(elems, "failure") {
+		failures = append(failures, vertical(e))
+	}
+	for _, e := range byClass(elems, "failures") {
+		x, y := attrF(t, e, "x"), attrF(t, e, "y")
+		failures = append(failures, box{x, y, x + attrF(t, e, "width"), y + attrF(t, e, "height")})
+	}
+	for _, e := range append(byClass(elems, "deletion"), byClass(elems, "app-stop")...) {
+		others = append(others, vertical(e))
+	}
+	for _, e := range byClass(elems, "prestop-failed") {
+		var x0, y0, x1, y1, x2, y2, x3, y3 float64
+		if _, err := fmt.Sscanf(e.attrs["d"], "M%f %fL%f %fL%f %fL%f %fZ", &x0, &y0, &x1, &y1, &x2, &y2, &x3, &y3); err != nil {
+			t.Fatalf("prestop-failed mark %q: %v", e.attrs["d"], err)
+		}
+		others = append(others, box{x3, y0, x1, y2})
+	}
+	return failures, others
+}
+
+// TestSVGLabelsClearOfFailureMarks: no failure line or bar runs through a label, wherever the
+// failures fall: right after the sidecar's death (where its "SIGKILLed" label starts), across
+// the clients' and the app's labels, at the right edge; nor does the line of the deletion, of
+// the app's stop or a failed preStop's mark; and no two labels overlap.
+func TestSVGLabelsClearOfFailureMarks(t *testing.T) {
+	r := demoReport()
+	base := r.Results[1] // sleep:5s, istio-default: Envoy killed at 5 s
+	with := func(first, last float64, edit func(*Result)) Result {
+		res := base
+		res.FirstFailureS, res.LastFailureS = ptr(first), ptr(last)
+		if edit != nil {
+			edit(&res)
+		}
+		return res
+	}
+	r.Results = append(r.Results,
+		with(5.02, 5.6, nil), // the cut requests seen just after Envoy's kill
+		with(5.3, 9, nil),
+		with(7.7, 8.2, nil), // across the clients' label
+		with(5.4, 5.5, func(res *Result) { res.AppStopS, res.AppExitS = 5, 5.2 }), // across the app's
+		with(50, 52.5, func(res *Result) { res.LastClientLagS, res.SidecarExit, res.AppExitS = 51, 51.5, 52 }),
+		with(0.5, 4, func(res *Result) { res.Sidecar5xx, res.SidecarUF, res.AppStopS = 40, 40, 0 }),
+		with(29, 30, func(res *Result) { // a hook the grace period ended: the app killed with it
+			res.PreStopError, res.AppStopS, res.AppExitS, res.KilledDetail = errPreStopKilled.Error(), 30, 30, []string{"app by kubelet at 30.0s"}
+		}),
+	)
+	a := r.axis()
+	for i, res := range r.Results {
+		var b bytes.Buffer
+		if err := r.writeSVG(&b, res, a); err != nil {
+			t.Fatal(err)
+		}
+		elems := decodeSVG(t, b.Bytes())
+		failures, others := marksOf(t, elems)
+		if res.ClientFailures > 0 && len(failures) != 3 {
+			t.Fatalf("row %d: %d failure marks, want two lines and a bar", i, len(failures))
+		}
+		marks := append(failures, others...)
+		var labels []svgElement
+		for _, e := range elems {
+			if tb := textBoxOf(t, e); tb != nil {
+				if tb.x0 < 0 || tb.x1 > svgWidth {
+					t.Errorf("row %d: label %q (x %.1f-%.1f) leaves the picture", i, e.text, tb.x0, tb.x1)
+				}
+				for _, m := range marks {
+					if tb.overlaps(m) {
+						t.Errorf("row %d (%s): a mark at x %.1f-%.1f runs through %q (x %.1f-%.1f)",
+							i, svgSummary(res), m.x0, m.x1, e.text, tb.x0, tb.x1)
+					}
+				}
+				labels = append(labels, e)
+			}
+		}
+		for j, e := range labels {
+			for _, o := range labels[j+1:] {
+				if textBoxOf(t, e).overlaps(*textBoxOf(t, o)) {
+					t.Errorf("row %d: labels %q and %q overlap", i, e.text, o.text)
+				}
+			}
+		}
 	}
 }

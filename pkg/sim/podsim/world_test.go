@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -319,5 +320,80 @@ func TestRunStopsOnCancel(t *testing.T) {
 		Sidecars: []SidecarSpec{IstioDefaultSidecar()}, startSidecar: startFake})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
+
+// killOnly is a sidecar the kubelet can only kill: enough for its end-of-run bookkeeping.
+type killOnly struct{ sidecar }
+
+func (killOnly) Kill()              {}
+func (killOnly) ExitReason() string { return "killed" }
+
+// TestSidecarKilledWithTheGracePeriod: a classic sidecar whose terminationDrainDuration is
+// the grace period, as plan sets it, is killed by pilot-agent and the kubelet at one moment;
+// whichever of the two timers fires first by a millisecond, the row says both, as plan's
+// timeline does ("t0+52s pilot-agent kills Envoy; t0+52s kubelet SIGKILL"). Apart, each
+// kill is its own.
+func TestSidecarKilledWithTheGracePeriod(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	run := func(tdd time.Duration, kill func(p *podRun)) []string {
+		spec := ModeSidecar(SidecarClassic, tdd, 45*time.Second, 5*time.Second)
+		spec.GracePeriod = 52 * time.Second
+		p := newPodRun(UserScenario(), nil, Strategy{Kind: StrategyNone}, spec)
+		p.clock = podClock{t0: t0, scale: 1}
+		p.hook = &preStop{cancel: func() {}}
+		p.side = killOnly{}
+		p.appExited = true // the app exited by 51 s
+		kill(p)
+		return p.res.KilledDetail
+	}
+	pilotAgentFirst := func(p *podRun) { p.sidecarHasExited(at(52)) }
+	kubeletFirst := func(p *podRun) { p.gracePeriodOver(at(52)); p.sidecarHasExited(at(52.01)) }
+	for _, tc := range []struct {
+		name string
+		tdd  time.Duration
+		kill func(*podRun)
+		want string
+	}{
+		{"together, pilot-agent's timer first", 52 * time.Second, pilotAgentFirst, "istio-proxy by kubelet and pilot-agent at 52.0s"},
+		{"together, the kubelet's timer first", 52 * time.Second, kubeletFirst, "istio-proxy by kubelet and pilot-agent at 52.0s"},
+		{"pilot-agent before the grace period", 5 * time.Second, func(p *podRun) { p.sidecarHasExited(at(5)) }, "envoy by pilot-agent at 5.0s"},
+		{"the grace period before pilot-agent", 60 * time.Second, kubeletFirst, "istio-proxy by kubelet at 52.0s"},
+	} {
+		if got := run(tc.tdd, tc.kill); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s: killed %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestDrainRegime: each row says who drained its sidecar and when.
+func TestDrainRegime(t *testing.T) {
+	sc := UserScenario()
+	deferred, err := RecommendedDeferredSidecar(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	misdeferred, err := RecommendedSidecar(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	misdeferred.MeshdrainDrainAtEnd = true
+	md, sleep := Strategy{Kind: StrategyMeshdrain}, Strategy{Kind: StrategySleep, Sleep: 5 * time.Second}
+	for _, tc := range []struct {
+		spec  SidecarSpec
+		strat Strategy
+		want  string
+	}{
+		{IstioDefaultSidecar(), md, "drain regime (a): the sidecar drains at the deletion (pilot-agent"},
+		{ModeSidecar(SidecarNative, 0, 45*time.Second, 0), sleep, "drain regime (a): the sidecar drains at the deletion (the native sidecar's preStop)"},
+		{deferred, md, "drain regime (b): the sidecar's drain is deferred until meshdrain's --drain-at end"},
+		{deferred, sleep, "nothing drains before the app exits"},
+		{misdeferred, md, "drain regime (a), though meshdrain runs --drain-at end"},
+		{LinkerdDefaultSidecar(), md, "no drain regime: Linkerd has no drain call"},
+	} {
+		if got := drainRegime(tc.spec, tc.strat); !strings.Contains(got, tc.want) {
+			t.Errorf("%s with %s: %q, want %q", tc.spec.Name, tc.strat, got, tc.want)
+		}
 	}
 }

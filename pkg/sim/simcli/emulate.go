@@ -19,7 +19,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
 )
 
-// emulateOptions are the flags of meshdrain emulate, with Istio's defaults.
+// emulateOptions are the flags of meshdrain-sim emulate, with Istio's defaults.
 type emulateOptions struct {
 	cfg        envoysim.Config
 	mesh       mesh.Mesh
@@ -77,17 +77,17 @@ or SIGINT it stops accepting on every port at once and exits when its connection
 closed: a native sidecar at once (the app is taken to have exited), a classic one after
 --wait-before-exit. The Envoy flags (--profile, --agent, ...) do not apply to it.`,
 		Example: `  # a sidecar in front of an app on :8080, clients connect to 127.0.0.1:15006
-  meshdrain emulate --inbound '8080=127.0.0.1:15006>127.0.0.1:8080'
+  meshdrain-sim emulate --inbound '8080=127.0.0.1:15006>127.0.0.1:8080'
 
   # Istio < 1.23 names, default Istio stats inclusion, EXIT_ON_ZERO_ACTIVE_CONNECTIONS
-  meshdrain emulate --inbound 8080=127.0.0.1:8080 --profile istio-legacy \
+  meshdrain-sim emulate --inbound 8080=127.0.0.1:8080 --profile istio-legacy \
     --inclusion istio-default --agent exit-on-zero
 
   # a large mesh: 5000 outbound clusters (an unfiltered /stats of 100k+ lines)
-  meshdrain emulate --inbound 8080=127.0.0.1:8080 --extra-clusters 5000
+  meshdrain-sim emulate --inbound 8080=127.0.0.1:8080 --extra-clusters 5000
 
   # a Linkerd proxy in front of the same app, admin on 127.0.0.1:4191
-  meshdrain emulate --mesh linkerd --inbound '8080=127.0.0.1:14143>127.0.0.1:8080' --probe-path /healthz`,
+  meshdrain-sim emulate --mesh linkerd --inbound '8080=127.0.0.1:14143>127.0.0.1:8080' --probe-path /healthz`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.mesh == mesh.Linkerd {

@@ -4,7 +4,6 @@ import (
 	"encoding/xml"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -92,10 +91,7 @@ func TestSimulateHeadlineAndSVG(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the simulator for about 10 s with a freshly built meshdrain")
 	}
-	bin := filepath.Join(t.TempDir(), "meshdrain")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/meshdrain/meshdrain/cmd/meshdrain").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildMeshdrain(t, t.TempDir())
 	svgDir := filepath.Join(t.TempDir(), "pictures")
 	// Every client stops sending at 6 s: Envoy's kill at 5 s under Istio's defaults cuts
 	// requests whatever the preStop does; with the recommended sidecar meshdrain stops the app

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshdrain/meshdrain/pkg/cli/clitest"
+)
+
+// TestHelpExamples runs every example of meshdrain's --help that can run on this machine, as
+// written, and wants exit 0; every other one is named below with the reason (their flags are
+// still checked). A new example runs here, or is named.
+func TestHelpExamples(t *testing.T) {
+	const (
+		hook         = "the hook itself: it drains the pod's sidecar through its admin API (127.0.0.1:15000) and logs to the app container's stdout (/proc/1/fd/1)"
+		liveSidecar  = "reads a live sidecar's admin API (127.0.0.1:15000, the pod's)"
+		inPodSidecar = "runs in the pod, against its sidecar's admin API"
+	)
+	clitest.Runner{
+		Program: "meshdrain",
+		NewRoot: func() *cobra.Command {
+			return NewRootCommand(streams{in: strings.NewReader(""), out: io.Discard, err: io.Discard})
+		},
+		Main: Main,
+		NotOffline: map[string]string{
+			// meshdrain
+			"meshdrain prestop --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1": hook,
+			// prestop
+			`command: ["/meshdrain/meshdrain", "prestop", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"]`:                             hook,
+			"meshdrain prestop --dry-run --log-format console --port 8080":                                                                                liveSidecar + " until its clients stop",
+			"/meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1":         "the hook in a Linkerd pod: reads its proxy on 127.0.0.1:4191 and logs to the app container's stdout",
+			"meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener --signal TERM --pidfile /var/run/app.pid": "drains a live Envoy (127.0.0.1:19000) and signals the app whose pid is in the pod's /var/run/app.pid",
+			"meshdrain prestop --exec /app/bin/stop -- --graceful":                                                                                        "drains a live sidecar, then runs the app image's /app/bin/stop",
+			// plan
+			"kubectl patch deployment web --type strategic --patch-file patch.yaml": "kubectl, against a cluster",
+			// status
+			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain status":                                             inPodSidecar,
+			"kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --port 8080 --watch --interval 500ms":          inPodSidecar + ", until Ctrl-C",
+			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080":                                 inPodSidecar,
+			"kubectl port-forward deploy/web 15000:15000 &":                                                             "kubectl, against a cluster",
+			"meshdrain status --admin http://127.0.0.1:15000":                                                           "reads the pod's sidecar through the port-forward above",
+			"meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json": "reads a live Envoy's admin API (127.0.0.1:19000)",
+			// check
+			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080":                                  inPodSidecar,
+			"meshdrain check --grace-period 52s --app-drain 5s --termination-drain-duration 52s":                        liveSidecar,
+			"meshdrain check --mesh linkerd --port 8080 --grace-period 52s --app-drain 5s --proxy-wait-before-exit 51s": "reads a live Linkerd proxy's admin API (127.0.0.1:4191)",
+			"meshdrain check --min-signal completions -o json":                                                          liveSidecar,
+		},
+		Prepare: func(t *testing.T, _ clitest.Example, dir string, args []string) []string {
+			// What the examples name: the reader's Deployment, and the emptyDir the init
+			// container mounts at /meshdrain.
+			if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(readersDeployment), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(dir, "meshdrain"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return args
+		},
+	}.Run(t)
+}
+
+// readersDeployment is the deploy.yaml of plan's examples: a Deployment as a reader has it
+// before meshdrain, with a preStop sleep for plan to replace.
+const readersDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: web
+        image: web:1
+        ports:
+        - containerPort: 8080
+        lifecycle:
+          preStop:
+            exec:
+              command: ["sleep", "15"]
+`
