@@ -60,9 +60,10 @@ func TestPlanInputsNameTheirFlag(t *testing.T) {
 	}
 }
 
-// plan -f -o yaml replaces a preStop that only sleeps without a flag and says so on stderr,
-// and names a comment it drops with the value it described.
-func TestPlanSaysWhatItReplacedAndDropped(t *testing.T) {
+// plan -f -o yaml replaces a preStop that only sleeps without a flag and says so on stderr.
+// The grace period the team raised is kept with its comment; lowered (--lower-grace-period),
+// the comment stays on the changed line, and stderr names it.
+func TestPlanSaysWhatItReplacedAndKept(t *testing.T) {
 	manifest := `apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -83,8 +84,78 @@ spec:
               exec:
                 command: ["sh", "-c", "sleep 15"]
 `
-	code, out, errOut := runMainStdin(t, manifest, "plan", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "-o", "yaml")
-	if code != ExitOK || !strings.Contains(errOut, "sleep") || !strings.Contains(errOut, "INC-1234") || strings.Contains(out, "sleep 15") {
+	args := []string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "-o", "yaml"}
+	code, out, errOut := runMainStdin(t, manifest, args...)
+	if code != ExitOK || !strings.Contains(errOut, "only slept 15s") || strings.Contains(out, "sleep 15") ||
+		!strings.Contains(out, "terminationGracePeriodSeconds: 45  # tuned after incident INC-1234") || !strings.Contains(errOut, "terminationGracePeriodSeconds 45s kept") {
 		t.Errorf("exit %d\nstderr: %s\nstdout: %s", code, errOut, out)
+	}
+	code, out, errOut = runMainStdin(t, manifest, append(args, "--lower-grace-period")...)
+	if code != ExitOK || !strings.Contains(out, "terminationGracePeriodSeconds: 15  # tuned after incident INC-1234") ||
+		!strings.Contains(errOut, `kept the comment "# tuned after incident INC-1234" (line 12)`) || !strings.Contains(errOut, "terminationGracePeriodSeconds: 45s → 15") {
+		t.Errorf("--lower-grace-period: exit %d\nstderr: %s\nstdout: %s", code, errOut, out)
+	}
+}
+
+// One message per error: a negative --p99 is one error, said once, and several problems are
+// one line each, every line saying whose it is.
+func TestPlanPrintsOneMessagePerError(t *testing.T) {
+	code, out, errOut := runMain(t, "plan", "--p99", "-1s", "--eds-lag", "8s")
+	if code != ExitUsage || out != "" || errOut != "meshdrain: plan: --p99 must not be negative, got -1s\n" {
+		t.Errorf("--p99 -1s: exit %d, stdout %q, stderr %q: want one line", code, out, errOut)
+	}
+	if code, _, errOut := runMain(t, "plan", "--p99", "450ms", "--eds-lag", "-2s"); code != ExitUsage || errOut != "meshdrain: --eds-lag: \"-2s\": a lag must not be negative\n" {
+		t.Errorf("--eds-lag -2s: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = runMain(t, "plan", "--p99", "-1s", "--eds-lag", "8s", "--quiet", "-1s", "--min-wait", "-2s")
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	if code != ExitUsage || len(lines) != 3 {
+		t.Fatalf("three bad inputs: exit %d, stderr %q: want three lines", code, errOut)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "meshdrain: plan: --") {
+			t.Errorf("line %q does not say it is plan's and name its flag", l)
+		}
+	}
+	// prestop's refusal of the plan's preStop: one line per problem too.
+	code, _, errOut = runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s", "--quiet", "15ms", "--poll", "10ms")
+	if n := strings.Count(errOut, "\n"); n != 2 {
+		t.Errorf("--quiet 15ms --poll 10ms: %d lines, want 2: %q", n, errOut)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(errOut, "\n"), "\n") {
+		if code != ExitUsage || !strings.HasPrefix(l, "meshdrain: plan: prestop would refuse this plan's preStop: --") {
+			t.Errorf("exit %d, line %q", code, l)
+		}
+	}
+}
+
+// No silent coercion: a duration flag whose 0 would become its default is refused, naming
+// the flag and the default.
+func TestPlanRefusesAZeroThatWouldBecomeADefault(t *testing.T) {
+	for flag, want := range map[string]string{
+		"--app-drain":      "leave the flag out for 4 × p99 rounded up to a second (2s)",
+		"--quiet":          "prestop's default 1s",
+		"--poll":           "prestop's default 200ms",
+		"--min-wait":       "prestop's default 5s",
+		"--drain-duration": "Istio's default 45s",
+	} {
+		code, out, errOut := runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s", flag, "0s")
+		if code != ExitUsage || out != "" || !strings.HasPrefix(errOut, "meshdrain: "+flag+" 0s: ") || !strings.Contains(errOut, want) {
+			t.Errorf("%s 0s: exit %d, stderr %q: want 2 naming the flag and %q", flag, code, errOut, want)
+		}
+	}
+}
+
+// A grace period over ten minutes is warned about on stderr whatever the output format, naming
+// the input that drives it.
+func TestPlanWarnsOfALongGracePeriod(t *testing.T) {
+	for _, format := range [][]string{{"-o", "text"}, {"-o", "json"}, {"-o", "yaml", "--container", "web"}} {
+		code, _, errOut := runMain(t, append([]string{"plan", "--p99", "10m", "--eds-lag", "8s"}, format...)...)
+		if code != ExitOK || !strings.Contains(errOut, "meshdrain: plan: terminationGracePeriodSeconds 3162 is over 10 minutes, mostly from --p99 600s") {
+			t.Errorf("%v: exit %d, stderr %q", format, code, errOut)
+		}
+	}
+	if code, _, errOut := runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s"); code != ExitOK || errOut != "" {
+		t.Errorf("an ordinary plan: exit %d, stderr %q: want nothing", code, errOut)
 	}
 }

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -27,6 +30,12 @@ type planOptions struct {
 	workload string
 	asPatch  bool
 	patch    plan.PatchOptions
+	// lowerGracePeriod lets the plan lower the grace period in force (and the sidecar's
+	// bounds that follow it) to what suffices; without it they are kept where longer.
+	lowerGracePeriod bool
+	// fromPrestop are the inputs read from the workload's preStop (--quiet=3s, ...), to name
+	// when the plan they give is refused.
+	fromPrestop []string
 }
 
 // The output formats every command that prints data takes (pkg/operator/output).
@@ -110,6 +119,20 @@ asked for on the namespace does not show in the workload: pass --mesh linkerd). 
 that only sleeps (sleep N run by exec, directly or by sh -c, or the sleep action) is
 replaced, and plan says so; any other hook not meshdrain's needs --replace-prestop.
 
+A re-plan keeps what you set. In a preStop that already runs meshdrain, plan owns the flags
+that carry its numbers (--grace-period, --app-drain, --quiet, --poll, --min-wait,
+--client-period, --eds-lag-bound, --deadline, and --mesh in a Linkerd plan); every other flag
+(--drain-at, --port, --client-evidence, --strict-active, your own --log-file or --admin, ...)
+stays as written, after plan's, and must pass prestop's own checks or plan refuses to write
+it. --app-drain, --quiet, --poll, --min-wait and --client-period are read from that preStop
+unless given. A grace period in force (the manifest's, or --grace-period) longer than what
+suffices is kept, with the sidecar bounds that follow it (terminationDrainDuration,
+MINIMUM_DRAIN_DURATION, proxy-wait-before-exit-seconds), and plan says what would suffice;
+--lower-grace-period sets that instead. A comment on a line plan changes is kept or moved.
+Every change, each value kept and each comment moved is said on stderr, whatever -o is; a
+re-plan of plan's own output changes nothing. A duration flag given as 0 where 0 would mean
+its default is refused, and a grace period over 10 minutes is warned about.
+
 -o text (default) the timeline, settings, arithmetic and, with -f, the changes;
 -o json the same as one object; -o yaml with -f the changed manifests (only the planned lines change), with
 --patch a strategic-merge patch for kubectl patch --type strategic; without -f a patch for
@@ -127,8 +150,9 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
   # Linkerd, classic proxy: proxy-wait-before-exit-seconds covers the app's exit
   meshdrain plan --mesh linkerd --sidecar classic --p99 450ms --eds-lag 8s
 
-  # change your own Deployment, or get a patch for it
+  # change your own Deployment (again: what you set there is kept), or get a patch for it
   meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
+  meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --lower-grace-period > deploy.meshdrain.yaml
   meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --patch > patch.yaml
   kubectl patch deployment web --type strategic --patch-file patch.yaml`
 
@@ -153,6 +177,9 @@ func (opts *planOptions) complete(changed func(string) bool) error {
 	if opts.asPatch && (opts.file == "" || opts.output != outputYAML) {
 		return usageError("--patch goes with -f FILE -o yaml (without -f, -o yaml is already a patch)")
 	}
+	if err := opts.refuseZeros(changed); err != nil {
+		return err
+	}
 	for _, name := range []string{"workload", "replace-prestop"} {
 		if changed(name) && opts.file == "" {
 			return usageError("--%s needs -f FILE", name)
@@ -164,20 +191,52 @@ func (opts *planOptions) complete(changed func(string) bool) error {
 	return nil
 }
 
+// zeroFlag is a duration flag whose zero value would mean "the default", its value, and what
+// to do instead of giving 0.
+type zeroFlag struct {
+	flag    string
+	v       time.Duration
+	instead string
+}
+
+// zeroMeansDefault are plan's duration flags whose zero value would mean "the default": a 0
+// given by hand is refused, naming the default, rather than silently becoming it.
+func (opts *planOptions) zeroMeansDefault() []zeroFlag {
+	return []zeroFlag{
+		{"app-drain", opts.in.AppDrain, fmt.Sprintf("the app gets no time to finish the requests in flight at SIGTERM (each takes up to --p99 %s): give the time it needs, or leave the flag out for 4 × p99 rounded up to a second (%s)",
+			plan.FormatDuration(opts.in.P99), plan.FormatDuration(plan.DefaultAppDrain(opts.in.P99)))},
+		{"quiet", opts.in.Quiet, fmt.Sprintf("the quiet window must be positive, at least two polls; leave the flag out for prestop's default %s", plan.FormatDuration(plan.DefaultQuiet))},
+		{"poll", opts.in.Poll, fmt.Sprintf("the polling interval must be positive, at least %s; leave the flag out for prestop's default %s", plan.FormatDuration(drain.MinPoll), plan.FormatDuration(plan.DefaultPoll))},
+		{"min-wait", opts.in.MinWait, fmt.Sprintf("plan writes no preStop without a minimum wait (a client with nothing to send yet may still be on its way); leave the flag out for prestop's default %s, or give a shorter one", plan.FormatDuration(drain.DefaultMinWait))},
+		{"drain-duration", opts.in.DrainDuration, fmt.Sprintf("give the drainDuration in force, or leave the flag out for Istio's default %s (with -f: the pod's proxy.istio.io/config)", plan.FormatDuration(plan.DefaultDrainDuration))},
+	}
+}
+
+// refuseZeros refuses a duration flag given as 0 where 0 would silently become its default.
+func (opts *planOptions) refuseZeros(changed func(string) bool) error {
+	for _, z := range opts.zeroMeansDefault() {
+		if changed(z.flag) && z.v == 0 {
+			return usageError("--%s 0s: %s", z.flag, z.instead)
+		}
+	}
+	return nil
+}
+
 // addFlags registers plan's flags on f.
 func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&opts.in.P99, "p99", 0, "the app's 99th-percentile request latency (required)")
 	f.StringVar(&opts.edsLag, "eds-lag", "", "how late clients stop sending after the pod's deletion (required): the last client's lag, or one client's p50=D,p99=D with --clients")
 	f.IntVar(&opts.in.Clients, "clients", 0, "with --eds-lag p50=D,p99=D: the number of client proxies sending to the workload")
-	f.DurationVar(&opts.in.Quiet, "quiet", opts.in.Quiet, "meshdrain's quiet window: no new inbound request for this long = clients stopped")
-	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval")
-	f.DurationVar(&opts.in.MinWait, "min-wait", drain.DefaultMinWait, "meshdrain's --min-wait: the hook never returns earlier (written into the preStop when not the default)")
+	f.DurationVar(&opts.in.Quiet, "quiet", opts.in.Quiet, "meshdrain's quiet window: no new inbound request for this long = clients stopped (with -f: the preStop's --quiet)")
+	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval (with -f: the preStop's --poll)")
+	f.DurationVar(&opts.in.MinWait, "min-wait", drain.DefaultMinWait, "meshdrain's --min-wait: the hook never returns earlier (written into the preStop when not the default; with -f: the preStop's --min-wait)")
 	f.Float64Var(&opts.in.RPSPerClient, "rps-per-client", 0, "requests a second one client proxy sends, when known: a sparse client pauses longer, so --quiet becomes at least −ln(1e-4)/rate (9.2 of its mean gaps)")
-	f.DurationVar(&opts.in.ClientPeriod, "client-period", 0, "when clients send on a schedule: the time between two of one client's requests or bursts (--quiet becomes at least this + --poll)")
-	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s)")
+	f.DurationVar(&opts.in.ClientPeriod, "client-period", 0, "when clients send on a schedule: the time between two of one client's requests or bursts (--quiet becomes at least this + --poll; with -f: the preStop's --client-period)")
+	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s; with -f: the preStop's --app-drain; 0 is refused)")
 	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+" (with -f: from the pod's annotations unless given)")
 	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native Istio sidecars, which ignore terminationDrainDuration; Linkerd: native (default) or classic)")
-	secondsVar(f, &opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today, to compare with the plan (with -f: read from the manifest)")
+	secondsVar(f, &opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today (with -f: read from the manifest): kept where longer than what suffices, unless --lower-grace-period")
+	f.BoolVar(&opts.lowerGracePeriod, "lower-grace-period", false, "set the grace period, and the sidecar bounds that follow it (terminationDrainDuration, MINIMUM_DRAIN_DURATION, proxy-wait-before-exit-seconds), to what suffices even where the pod's own are longer: without it plan keeps them and says what would suffice")
 	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio only: proxyConfig drainDuration in force (how long Envoy keeps accepting once drained; with -f: read from proxy.istio.io/config)")
 	f.StringVarP(&opts.output, "output", "o", opts.output, "output format: text, json or yaml (see above)")
 	f.StringVarP(&opts.file, "filename", "f", "", "the workload's manifest (Deployment, StatefulSet or DaemonSet; - for stdin)")
@@ -185,15 +244,17 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&opts.patch.ReplacePreStop, "replace-prestop", false, "with -f: replace the app container's preStop hook when it does more than sleep (one that only sleeps is replaced without this flag)")
 	f.BoolVar(&opts.asPatch, "patch", false, "with -f -o yaml: print a strategic-merge patch instead of the changed manifests")
 	f.StringVar(&opts.patch.Container, "container", "", "the app container's name (with -f: default the only container; required for -o yaml without -f)")
-	f.StringVar(&opts.patch.Image, "image", opts.patch.Image, "the meshdrain image for the install init container")
+	f.StringVar(&opts.patch.Image, "image", opts.patch.Image, "the meshdrain image for the install init container (with -f: one the workload's meshdrain-install already runs is kept unless this is given)")
 	f.StringVar(&opts.patch.Dir, "dir", opts.patch.Dir, "where the shared emptyDir is mounted")
 
 }
 
 // runPlan reads the workload (with -f), derives the plan and prints it in the requested format.
+// What changes the manifest, or questions an input, is also said on stderr in every format.
 func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	opts.in.Sidecar = plan.Sidecar(opts.sidecar)
 	opts.in.Mesh = mesh.Mesh(opts.mesh)
+	opts.patch.ImageSet = changed("image")
 	var manifests *plan.Manifests
 	var workload *plan.Workload
 	if opts.file != "" {
@@ -214,13 +275,21 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		}
 	}
 	if workload != nil {
-		if err := fromWorkload(&opts.in, workload, changed); err != nil {
+		if err := fromWorkload(&opts, workload, changed); err != nil {
 			return err
 		}
 	}
+	if !opts.lowerGracePeriod && (changed("grace-period") || (workload != nil && workload.GracePeriodSet)) {
+		opts.in.KeepLonger.GracePeriod = opts.in.CurrentGracePeriod
+	}
 	p, err := plan.Recommend(opts.in)
 	if err != nil {
-		return usageError("plan: %w", err)
+		var from string
+		if len(opts.fromPrestop) > 0 {
+			from = fmt.Sprintf("plan: -f %s: read from %s/%s's preStop: %s; a flag given to plan takes the place of each",
+				opts.file, workload.Kind, workload.Name, strings.Join(opts.fromPrestop, " "))
+		}
+		return planError(err, from)
 	}
 	var edit *plan.Edit
 	if workload != nil || opts.output == outputYAML {
@@ -228,6 +297,12 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 			return usageError("plan: %v", err)
 		}
 	}
+	if workload != nil {
+		if err := checkWrittenPrestop(edit, workload, opts.file); err != nil {
+			return err
+		}
+	}
+	var notes []string // what was kept, replaced or dropped, for stderr
 	switch {
 	case opts.output == outputJSON:
 		err = plan.WriteJSON(s.out, p, opts.patch.Dir, edit)
@@ -235,12 +310,7 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		if err = edit.Apply(); err == nil {
 			err = manifests.Write(s.out)
 		}
-		// stdout holds only the manifests: what was replaced or dropped goes to stderr.
-		for _, note := range append([]string{edit.ReplacementNote()}, manifests.Notes()...) {
-			if note != "" && err == nil {
-				fmt.Fprintf(s.err, "meshdrain: plan: %s\n", note)
-			}
-		}
+		notes = manifests.Notes()
 	case opts.output == outputYAML:
 		err = edit.WritePatch(s.out)
 	default:
@@ -252,14 +322,121 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("plan: %w", err)}
 	}
+	for _, line := range stderrReport(p, edit, workload, notes) {
+		fmt.Fprintf(s.err, "meshdrain: plan: %s\n", line)
+	}
 	return nil
 }
 
+// stderrReport is what plan says on stderr, whatever the output format: with -f each change
+// to the workload (or that there is none), the preStop it replaces, the comments it kept or
+// moved; always the values it kept rather than lower, and a very long grace period. Stdout
+// holds only the requested format, so a pipe into a file or kubectl loses none of it.
+func stderrReport(p plan.Plan, edit *plan.Edit, workload *plan.Workload, notes []string) []string {
+	var report []string
+	id := ""
+	if workload != nil {
+		id = workload.Kind + "/" + workload.Name + ": "
+		for _, c := range edit.Changes {
+			report = append(report, id+c)
+		}
+		if len(edit.Changes) == 0 {
+			report = append(report, id+"no change: the workload already has this plan")
+		}
+		if note := edit.ReplacementNote(); note != "" {
+			report = append(report, note)
+		}
+	}
+	for _, a := range p.Attention {
+		report = append(report, id+a)
+	}
+	return append(report, notes...)
+}
+
+// planError is plan's usage error for the problems of its inputs: one line per problem, each
+// saying it is plan's (Execute prints each line as a message of its own), then where the
+// inputs came from when not from the flags alone (from, "" when they did).
+func planError(err error, from string) error {
+	prefix := "plan: "
+	var refusal *plan.PrestopRefusal
+	if errors.As(err, &refusal) {
+		prefix = "plan: prestop would refuse this plan's preStop: "
+		err = errors.Join(refusal.Problems...)
+	}
+	var lines []string
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			lines = append(lines, prefix+e.Error())
+		}
+	} else {
+		lines = append(lines, prefix+err.Error())
+	}
+	if from != "" {
+		lines = append(lines, from)
+	}
+	return usageError("%s", strings.Join(lines, "\n"))
+}
+
+// checkWrittenPrestop checks the preStop the edit writes as prestop will check it at start,
+// away from the pod: what plan writes, prestop accepts. plan's own flags pass by
+// construction (plan.Recommend checks their timing with prestop's rules); what can still fail
+// are the flags it keeps from the workload, which are then named, not written.
+func checkWrittenPrestop(edit *plan.Edit, workload *plan.Workload, file string) error {
+	problems := prestopOffline(edit.PrestopCommand()[2:]) // after the binary and "prestop"
+	if len(problems) == 0 {
+		return nil
+	}
+	kept := edit.KeptPrestopArgs()
+	lines := make([]string, 0, len(problems))
+	for _, p := range problems {
+		lines = append(lines, fmt.Sprintf("plan: -f %s: %s/%s: prestop would refuse the preStop with the flags plan keeps from it (%s): %v",
+			file, workload.Kind, workload.Name, strings.Join(kept, " "), p))
+	}
+	lines = append(lines, "plan: fix or remove those flags in the manifest, then plan again")
+	return usageError("%s", strings.Join(lines, "\n"))
+}
+
+// prestopOffline checks prestop's arguments as the hook does at start, without what only the
+// pod has: the process --signal names, its --pidfile, the program --exec runs, the log file.
+// A flag that turns the hook into something that returns at once is refused too.
+func prestopOffline(args []string) []error {
+	from := defaultPrestopOptions()
+	from.offline = true
+	setup := loadPrestopFrom(context.Background(), from, args, nil)
+	problems := setup.problems
+	for _, name := range []string{"help", "validate"} { // flagsNotFromEnv, in a fixed order
+		if hasFlag(args, name) {
+			problems = append(problems, usageError("--%s in a preStop makes the hook print or check and return at once, holding nothing: remove it", name))
+		}
+	}
+	return problems
+}
+
+// hasFlag: args give --name (before any "--").
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") || (name == "help" && a == "-h") {
+			return true
+		}
+	}
+	return false
+}
+
 // fromWorkload takes what the manifest says about the pod into the plan's input, where the
-// flags did not say it.
-func fromWorkload(in *plan.Input, workload *plan.Workload, changed func(string) bool) error {
+// flags did not say it: the grace period, the sidecar, its drain settings, and what a
+// meshdrain preStop already says of the app and its clients (so a re-plan does not set them
+// back to defaults).
+func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(string) bool) error {
+	in := &opts.in
 	if !changed("grace-period") {
 		in.CurrentGracePeriod = workload.GracePeriod
+	}
+	if err := fromPrestop(opts, workload, changed); err != nil {
+		return err
 	}
 	if in.Mesh == mesh.Linkerd {
 		if sc, _ := workload.LinkerdSidecar(); sc != "" && !changed("sidecar") {
@@ -270,6 +447,9 @@ func fromWorkload(in *plan.Input, workload *plan.Workload, changed func(string) 
 			return usageError("%v", err)
 		}
 		in.CurrentWaitBeforeExit = wait
+		if !opts.lowerGracePeriod {
+			in.KeepLonger.WaitBeforeExit = wait
+		}
 		return nil
 	}
 	if sc, _ := workload.Sidecar(); sc != "" && !changed("sidecar") {
@@ -282,6 +462,42 @@ func fromWorkload(in *plan.Input, workload *plan.Workload, changed func(string) 
 		}
 		if d > 0 {
 			in.DrainDuration = d
+		}
+	}
+	if !opts.lowerGracePeriod {
+		tdd, err := workload.TerminationDrainDuration()
+		if err != nil {
+			return usageError("%v", err)
+		}
+		mdd, err := workload.MinimumDrainDuration()
+		if err != nil {
+			return usageError("%v", err)
+		}
+		in.KeepLonger.TerminationDrainDuration, in.KeepLonger.MinimumDrainDuration = tdd, mdd
+	}
+	return nil
+}
+
+// fromPrestop reads plan's inputs from the workload's meshdrain preStop where their flags
+// were not given: what the app needs and how its clients send are facts a re-plan keeps.
+func fromPrestop(opts *planOptions, workload *plan.Workload, changed func(string) bool) error {
+	targets := map[string]*time.Duration{"app-drain": &opts.in.AppDrain, "quiet": &opts.in.Quiet, "poll": &opts.in.Poll,
+		"min-wait": &opts.in.MinWait, "client-period": &opts.in.ClientPeriod}
+	for _, name := range plan.InputFlags {
+		raw, ok := workload.PrestopFlag(name)
+		if !ok || changed(name) {
+			continue
+		}
+		d, err := time.ParseDuration(raw)
+		if err != nil || d < 0 {
+			return usageError("%s/%s: its preStop's --%s %q is not a duration of 0 or more: fix it, or pass --%s", workload.Kind, workload.Name, name, raw, name)
+		}
+		*targets[name] = d
+		opts.fromPrestop = append(opts.fromPrestop, "--"+name+"="+raw)
+	}
+	for _, z := range opts.zeroMeansDefault() {
+		if raw, ok := workload.PrestopFlag(z.flag); ok && !changed(z.flag) && z.v == 0 {
+			return usageError("%s/%s: its preStop's --%s %s: %s; or pass --%s", workload.Kind, workload.Name, z.flag, raw, z.instead, z.flag)
 		}
 	}
 	return nil

@@ -69,7 +69,9 @@ func TestPlanLinkerd(t *testing.T) {
 // TestPlanLinkerdFromFile: the mesh comes from the workload's annotations, the plan merges
 // Linkerd's annotations into the ones there and adds no Istio one.
 func TestPlanLinkerdFromFile(t *testing.T) {
-	base := []string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--app-drain", "2s", "-f", "-", "--replace-prestop"}
+	// The manifest's grace period (30s) is longer than the 15s that suffices: lowered here, kept
+	// by default (TestReplanKeepsLongerLinkerdWait).
+	base := []string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--app-drain", "2s", "-f", "-", "--replace-prestop", "--lower-grace-period"}
 	code, out, errOut := runMainStdin(t, linkerdDeployment, append(base, "-o", "json")...)
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)

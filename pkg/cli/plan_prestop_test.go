@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +96,92 @@ func TestPlanRefusesAQuietPrestopRefuses(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(errOut, "--quiet 300ms is shorter than two polls") {
 		t.Errorf("plan --quiet 300ms: exit %d, stderr %q, stdout %q", code, errOut, out)
 	}
+}
+
+// What plan writes, prestop accepts, with the flags a re-plan keeps from the workload: over a
+// grid of kept flags (valid, invalid, and valid only with some polls) and plans (both meshes,
+// several polls, the grace period kept or lowered), a re-plan succeeds exactly when prestop
+// accepts the preStop it writes (plan's own flags and the kept ones, in their order), and a
+// refusal names the kept flags. (--validate and --help, which prestop --validate cannot judge,
+// are refused by plan alone: TestReplanRefusesAKeptFlagPrestopRefuses.)
+func TestEveryKeptPrestopFlagIsCheckedAsPrestopDoes(t *testing.T) {
+	keptSets := [][]string{
+		{"--drain-at=end"}, {"--port", "8080"}, {"--client-evidence", "off"}, {"--strict-active"}, {"--settled-quiet=2s"},
+		{"--streams-wait=10s"}, {"--inbound-listener-port=15006"}, {"--dry-run"}, {"-v"}, {"--log-format=console"},
+		{"--connect-timeout=1s"}, {"--fallback-wait=3s"}, {"--drain-mode=immediate"}, {"--shutdown-url=http://127.0.0.1:8080/shutdown"},
+		{"--mesh=auto"}, {"--admin=http://127.0.0.1:15001"}, {"--log-file=/dev/stdout"},
+		{"--drain-at=sometimes"}, {"--port", "0"}, {"--settled-quiet=10ms"}, {"--settled-quiet=300ms"}, {"--streams-wait=-1s"},
+		{"--connect-timeout=0s"}, {"--drain-mode=never"}, {"--shutdown-url=http://10.0.0.1/shutdown"}, {"--port=8080", "--cluster=local_app"},
+		{"--bogus"}, {"--log-format=xml"}, {"--admin=http://10.1.2.3:15000"}, {"--signal=KILL", "--pid=1"}, {"--client-evidence"},
+		{"--exec=/bin/true", "--", "now"},
+	}
+	plans := [][]string{
+		{}, {"--poll", "100ms"}, {"--lower-grace-period"}, {"--sidecar", "native"},
+		{"--mesh", "linkerd", "--sidecar", "classic"}, {"--mesh", "linkerd", "--poll", "100ms", "--lower-grace-period"},
+	}
+	var accepted, refused int
+	for _, extra := range plans {
+		args := append([]string{"plan", "--p99", "450ms", "--eds-lag", "12s", "-f", "-", "-o", "json"}, extra...)
+		// plan's own preStop for this plan, without kept flags: from the manifest without them.
+		bare := strings.Replace(tunedDeployment, "                  - --drain-at=end        # our sidecar's own drain is turned off\n                  - --port\n                  - \"8080\"\n                  - --client-evidence\n                  - \"off\"\n                  - --strict-active\n", "", 1)
+		code, out, errOut := runMainStdin(t, bare, args...)
+		if code != ExitOK {
+			t.Fatalf("%v without kept flags: exit %d, stderr %s", extra, code, errOut)
+		}
+		own := writtenCommand(t, out)
+		for _, kept := range keptSets {
+			var lines strings.Builder
+			for _, k := range kept {
+				lines.WriteString("                  - " + strconv.Quote(k) + "\n")
+			}
+			manifest := bare + lines.String()
+			name := fmt.Sprintf("plan %v keeping %q", extra, kept)
+			code, out, errOut := runMainStdin(t, manifest, args...)
+			// What plan writes: its own flags, then the kept ones; in a Linkerd plan --mesh is
+			// plan's, and a preStop's own --admin stands instead of plan's default.
+			want, keptWant := slices.Clone(own), kept
+			if slices.Contains(extra, "linkerd") {
+				keptWant = slices.DeleteFunc(slices.Clone(kept), func(k string) bool { return strings.HasPrefix(k, "--mesh=") })
+				if slices.ContainsFunc(kept, func(k string) bool { return strings.HasPrefix(k, "--admin=") }) {
+					want = slices.DeleteFunc(want, func(k string) bool { return strings.HasPrefix(k, "--admin=") })
+				}
+			}
+			want = append(want, keptWant...)
+			problems := prestopProblemsOf(t, want)
+			switch {
+			case code == ExitOK:
+				accepted++
+				if got := writtenCommand(t, out); !slices.Equal(got, want) {
+					t.Errorf("%s: wrote %q, want plan's own flags then the kept ones: %q", name, got, want)
+				}
+				if len(problems) > 0 {
+					t.Errorf("%s: plan wrote a preStop prestop refuses: %v", name, problems)
+				}
+			case code == ExitUsage && strings.Contains(errOut, "prestop would refuse the preStop with the flags plan keeps from it (") && strings.Contains(errOut, strings.Join(kept, " ")+"):"):
+				refused++
+				if len(problems) == 0 {
+					t.Errorf("%s: plan refused a preStop prestop accepts: %s", name, errOut)
+				}
+			default:
+				t.Errorf("%s: exit %d, stderr %s", name, code, errOut)
+			}
+		}
+	}
+	if accepted < 50 || refused < 50 {
+		t.Errorf("the grid reached %d accepted and %d refused re-plans: it no longer covers both sides", accepted, refused)
+	}
+	t.Logf("%d re-plans accepted by prestop, %d refused by both", accepted, refused)
+}
+
+// writtenCommand is the preStop command of plan -o json, the binary first.
+func writtenCommand(t *testing.T, out string) []string {
+	t.Helper()
+	var doc struct {
+		Workload struct{} `json:"workload"`
+		Prestop  []string `json:"prestop_command"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return doc.Prestop
 }

@@ -21,15 +21,33 @@ func runMainStdin(t *testing.T, stdin string, args ...string) (code int, stdout,
 	return code, out.String(), errOut.String()
 }
 
+// TestPlanUserScenario: the grace period in force (30s) is longer than the 15s that suffices;
+// plan keeps it, says on stderr what would suffice, and lowers it only when asked.
 func TestPlanUserScenario(t *testing.T) {
-	code, out, errOut := runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s", "--app-drain", "2s", "--sidecar", "classic", "--grace-period", "30s")
+	args := []string{"plan", "--p99", "450ms", "--eds-lag", "8s", "--app-drain", "2s", "--sidecar", "classic", "--grace-period", "30s"}
+	code, out, errOut := runMain(t, args...)
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
-	for _, want := range []string{"terminationGracePeriodSeconds: 15", `"terminationDrainDuration": "15s"`, "prestop --grace-period=15s --app-drain=2s"} {
+	for _, want := range []string{"terminationGracePeriodSeconds: 30", `"terminationDrainDuration": "30s"`, "prestop --grace-period=30s --app-drain=2s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if !strings.Contains(errOut, "terminationGracePeriodSeconds 30s kept") || !strings.Contains(errOut, "15s that suffices") || !strings.Contains(errOut, "--lower-grace-period") {
+		t.Errorf("stderr does not say the grace period is kept and what suffices: %q", errOut)
+	}
+	code, out, errOut = runMain(t, append(args, "--lower-grace-period")...)
+	if code != ExitOK {
+		t.Fatalf("--lower-grace-period: exit %d, stderr %s", code, errOut)
+	}
+	for _, want := range []string{"terminationGracePeriodSeconds: 15", `"terminationDrainDuration": "15s"`, "prestop --grace-period=15s --app-drain=2s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--lower-grace-period: output lacks %q:\n%s", want, out)
+		}
+	}
+	if errOut != "" {
+		t.Errorf("--lower-grace-period: stderr %q, want nothing (nothing kept)", errOut)
 	}
 }
 
@@ -115,6 +133,7 @@ func TestPlanFromFile(t *testing.T) {
 		t.Errorf("existing preStop: exit %d, stderr %q: want 2 naming the hook and --replace-prestop", code, errOut)
 	}
 
+	base = append(base, "--lower-grace-period") // 30s is longer than the 15s that suffices
 	code, out, errOut := runMain(t, append(base, "--replace-prestop")...)
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
@@ -132,7 +151,7 @@ func TestPlanFromFile(t *testing.T) {
 		}
 	}
 
-	code, out, errOut = runMainStdin(t, webDeployment, "plan", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "--replace-prestop", "-o", "yaml")
+	code, out, errOut = runMainStdin(t, webDeployment, "plan", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "--replace-prestop", "--lower-grace-period", "-o", "yaml")
 	if code != ExitOK {
 		t.Fatalf("stdin: exit %d, stderr %s", code, errOut)
 	}

@@ -63,6 +63,10 @@ type prestopOptions struct {
 	help             bool
 	deadlineSet      bool
 	minWaitSet       bool
+	// offline: the configuration is checked away from the pod (plan, on the preStop it
+	// writes), so what the flags name in the pod (the process to signal, its pid file, the
+	// program to run) is not looked at.
+	offline bool
 }
 
 func defaultPrestopOptions() prestopOptions {

@@ -45,7 +45,12 @@ var flagsNotFromEnv = map[string]bool{"help": true, "validate": true}
 // checked at start, collecting every problem rather than stopping at the first. `meshdrain
 // check` can call it to verify a hook's configuration (CheckPrestopConfig).
 func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
-	setup := &prestopSetup{opts: defaultPrestopOptions()}
+	return loadPrestopFrom(ctx, defaultPrestopOptions(), args, environ)
+}
+
+// loadPrestopFrom is loadPrestop starting from the options from (prestopOffline's).
+func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []string) *prestopSetup {
+	setup := &prestopSetup{opts: from}
 	o := &setup.opts
 	fs := pflag.NewFlagSet("prestop", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -293,6 +298,13 @@ func (o *prestopOptions) actions(ctx context.Context) ([]drain.Action, []error) 
 			add("--signal needs exactly one of --pid or --pidfile")
 			break
 		}
+		if o.offline {
+			// The process is the pod's: only what the flags say can be checked here.
+			if err := drain.CheckSignal(sig); err != nil {
+				add("--signal: %v", err)
+			}
+			break
+		}
 		action, err := drain.NewSignalAction(ctx, sig, o.pid, o.pidFile)
 		if err != nil {
 			flag := "--pid"
@@ -314,7 +326,7 @@ func (o *prestopOptions) actions(ctx context.Context) ([]drain.Action, []error) 
 			actions = append(actions, action)
 		}
 	}
-	if o.exec != "" {
+	if o.exec != "" && !o.offline { // offline, the program is the pod's, not this machine's
 		action, err := drain.NewExecAction(append([]string{o.exec}, o.execArgs...))
 		if err != nil {
 			add("--exec: %v", err)

@@ -81,16 +81,25 @@ func Execute(root *cobra.Command, args []string, stderr io.Writer) int {
 	var exitErr *ExitError
 	if errors.As(err, &exitErr) {
 		if exitErr.Err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", name, exitErr.Err)
+			printError(stderr, name, exitErr.Err)
 		}
 		return exitErr.Code
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	printError(stderr, name, err)
 	// Cobra reports unknown flags, commands and argument counts as plain errors.
 	if isCobraUsageError(err) {
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+// printError prints err once, each of its lines as a message of its own: an error that joins
+// several problems (errors.Join) is several lines, and a line without the program's name
+// would read as part of the one before.
+func printError(stderr io.Writer, name string, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "%s: %s\n", name, line)
+	}
 }
 
 func isCobraUsageError(err error) bool {

@@ -39,11 +39,8 @@ type SignalAction struct {
 // meshdrain's own, a pid file that is a small regular file, and a live process meshdrain may
 // signal, whose identity (pid and start time) it records.
 func NewSignalAction(ctx context.Context, sig syscall.Signal, pid int, pidFile string) (*SignalAction, error) {
-	switch sig {
-	case syscall.SIGKILL:
-		return nil, fmt.Errorf("signal SIGKILL refused: it cuts the app's in-flight requests, which is what the drain was for; use TERM")
-	case syscall.SIGSTOP:
-		return nil, fmt.Errorf("signal SIGSTOP refused: it freezes the app with requests in flight and never lets it stop")
+	if err := CheckSignal(sig); err != nil {
+		return nil, err
 	}
 	if (pid != 0) == (pidFile != "") {
 		return nil, fmt.Errorf("a signal needs exactly one of a pid and a pid file")
@@ -65,6 +62,18 @@ func NewSignalAction(ctx context.Context, sig syscall.Signal, pid int, pidFile s
 		return nil, err
 	}
 	return &SignalAction{Signal: sig, PID: pid, PIDFile: pidFile, target: target}, nil
+}
+
+// CheckSignal refuses the signals that do not let the app finish its work. It needs nothing
+// of the pod, so plan checks a preStop's --signal with it too.
+func CheckSignal(sig syscall.Signal) error {
+	switch sig {
+	case syscall.SIGKILL:
+		return fmt.Errorf("signal SIGKILL refused: it cuts the app's in-flight requests, which is what the drain was for; use TERM")
+	case syscall.SIGSTOP:
+		return fmt.Errorf("signal SIGSTOP refused: it freezes the app with requests in flight and never lets it stop")
+	}
+	return nil
 }
 
 // Run signals the process identified at start. A pid file that now names another process, or

@@ -65,8 +65,11 @@ func ParseDist(s string) (Dist, error) {
 	s = strings.TrimSpace(s)
 	if !strings.Contains(s, "=") {
 		v, err := time.ParseDuration(s)
-		if err != nil || v < 0 {
+		switch {
+		case err != nil:
 			return Dist{}, fmt.Errorf("distribution %q: want a duration or p50=D,p99=D", s)
+		case v < 0:
+			return Dist{}, fmt.Errorf("%q: a lag must not be negative", s)
 		}
 		return Dist{Median: v, P99: v}, nil
 	}

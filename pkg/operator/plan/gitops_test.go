@@ -17,27 +17,27 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-// gitopsCases are workloads shaped as teams keep them in Git (testdata/gitops), and what
-// plan -f -o yaml must say it dropped.
+// gitopsCases are workloads shaped as teams keep them in Git (testdata/gitops), and the
+// comments on lines plan -f -o yaml rewrites, which it keeps or moves and must name.
 var gitopsCases = []struct {
 	file, container string
-	dropped         []string // comments on rewritten lines, which the notes must name
+	comments        []string // comments on rewritten lines, which the notes must name
 }{
 	// Spring Boot with a `sh -c "sleep 15"` preStop, a header comment and `---`, lists
 	// indented under their key, a comment on the grace period, a Service after it.
-	{file: "spring-sleep.yaml", dropped: []string{"# tuned after incident INC-1234"}},
+	{file: "spring-sleep.yaml", comments: []string{"# tuned after incident INC-1234"}},
 	// An app and a log shipper (whose own sleep stays), an init container already there,
 	// lists at their key's column, flow mappings.
 	{file: "log-shipper.yaml", container: "search"},
 	// ConfigMap (a literal with a # line), Deployment with the sleep action, Service, `...`.
-	{file: "multi-doc.yaml", dropped: []string{"# Kubernetes' own sleep action (1.30+)"}},
+	{file: "multi-doc.yaml", comments: []string{"# Kubernetes' own sleep action (1.30+)"}},
 	// Four-space indentation, a YAML proxy config, a `bash -c` literal script.
 	{file: "four-spaces.yaml"},
 	// No pod metadata, `volumeMounts: []`, an empty `lifecycle:`, commented-out items, an
 	// empty document, no newline at the end.
 	{file: "bare-statefulset.yaml"},
 	// `annotations: {}` with a comment, the grace period as the pod spec's last line.
-	{file: "empty-annotations.yaml", dropped: []string{"# none yet"}},
+	{file: "empty-annotations.yaml", comments: []string{"# none yet"}},
 }
 
 // planFile runs what plan -f -o yaml runs.
@@ -101,12 +101,15 @@ func TestWriteChangesOnlyPlannedLines(t *testing.T) {
 			} else if got := indentStyles(t, out); !reflect.DeepEqual(got, want) {
 				t.Errorf("the output indents %v, the input %v", got, want)
 			}
-			if len(notes) != len(c.dropped) {
-				t.Errorf("notes %q, want one for each of %q", notes, c.dropped)
+			if len(notes) != len(c.comments) {
+				t.Errorf("notes %q, want one for each of %q", notes, c.comments)
 			}
-			for i, d := range c.dropped {
+			for i, d := range c.comments {
 				if i < len(notes) && !strings.Contains(notes[i], d) {
-					t.Errorf("note %q does not name the dropped comment %q", notes[i], d)
+					t.Errorf("note %q does not name the comment %q", notes[i], d)
+				}
+				if !bytes.Contains(out, []byte(d)) {
+					t.Errorf("the comment %q is gone from the output", d)
 				}
 			}
 			// A second plan over the output changes nothing.
@@ -154,8 +157,9 @@ func TestWriteFlowAndJSON(t *testing.T) {
 
 // checkOnlyPlannedLines compares input and output line by line (a longest-common-subsequence
 // diff, as `diff` does): each removed line must lie in a planned field of the input, each
-// added line in a planned field of the output, and an added line carries no comment and is
-// not blank. A removed comment must be named by a note.
+// added line in a planned field of the output (or be a comment moved to just above one), and
+// an added line is not blank. A comment on a removed line must be named by a note, and an
+// added line carries no comment but one from the input that a note names (kept or moved).
 func checkOnlyPlannedLines(t *testing.T, in, out []byte, e *Edit, notes []string) {
 	t.Helper()
 	w := e.workload
@@ -182,11 +186,26 @@ func checkOnlyPlannedLines(t *testing.T, in, out []byte, e *Edit, notes []string
 	}
 	for _, l := range added {
 		text := lines(out)[l-1]
-		if !outSpans.has(l) {
+		comment := lineComment(text)
+		moved := comment != "" && strings.TrimSpace(text) == comment
+		if !outSpans.has(l) && !(moved && outSpans.has(l+1)) {
 			t.Errorf("output line %d %q added, but is no planned field", l, text)
 		}
-		if strings.Contains(text, "#") || strings.TrimSpace(text) == "" {
-			t.Errorf("output line %d %q: plan adds no comments and no blank lines", l, text)
+		if strings.TrimSpace(text) == "" {
+			t.Errorf("output line %d %q: plan adds no blank lines", l, text)
+		}
+		if comment == "" {
+			continue
+		}
+		named := bytes.Contains(in, []byte(comment))
+		if named {
+			named = false
+			for _, n := range notes {
+				named = named || strings.Contains(n, comment) && (strings.Contains(n, "kept the comment") || strings.Contains(n, "moved the comment"))
+			}
+		}
+		if !named {
+			t.Errorf("output line %d %q: a comment plan adds must be the input's, kept or moved and named (notes %q)", l, text, notes)
 		}
 	}
 	if t.Failed() {

@@ -44,7 +44,15 @@ type jsonPlan struct {
 	Timeline                    []jsonStep        `json:"timeline"`
 	Arithmetic                  []jsonLine        `json:"arithmetic"`
 	Warnings                    []string          `json:"warnings"`
+	Kept                        []jsonKept        `json:"kept,omitempty"`
 	Workload                    *jsonWorkload     `json:"workload,omitempty"`
+}
+
+// jsonKept is a value of the pod's that the plan keeps although a shorter one suffices.
+type jsonKept struct {
+	Setting  string `json:"setting"`
+	Value    string `json:"value"`
+	Suffices string `json:"suffices"`
 }
 
 type jsonStep struct {
@@ -127,6 +135,9 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	for _, a := range p.Annotations() {
 		out.Annotations[a.Key] = a.Value
 	}
+	for _, k := range p.Kept {
+		out.Kept = append(out.Kept, jsonKept{k.Setting, fmtD(k.Value), fmtD(k.Suffices)})
+	}
 	for _, s := range p.Steps {
 		out.Timeline = append(out.Timeline, jsonStep{At: fmtD(s.At), Until: optD(s.Until), Worst: optD(s.Worst), Who: s.Who, What: s.What})
 	}
@@ -136,10 +147,11 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	if e != nil && e.workload != nil {
 		wl := e.workload
 		out.Workload = &jsonWorkload{Kind: wl.Kind, Name: wl.Name, Namespace: wl.Namespace, Container: wl.Container,
-			Ports: append([]int{}, wl.Ports...), Changes: e.Changes, Replaced: e.Replaced}
+			Ports: append([]int{}, wl.Ports...), Changes: append([]string{}, e.Changes...), Replaced: e.Replaced}
 		for _, a := range e.annotations {
 			out.Annotations[a.Key] = a.Value // the merged values
 		}
+		out.PrestopCommand = e.PrestopCommand() // with the flags the workload's preStop keeps
 	}
 	data, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
@@ -162,6 +174,9 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 	ew := &errWriter{w: w}
 	wl := e.workload
 	ew.printf("\nChanges to %s/%s (container %s)\n\n", wl.Kind, wl.Name, wl.Container)
+	if len(e.Changes) == 0 {
+		ew.printf("  - none: the workload already has this plan\n")
+	}
 	for _, c := range e.Changes {
 		lines := wrap(c, textWidth-4)
 		ew.printf("  - %s\n", lines[0])

@@ -54,9 +54,16 @@ func (p *Plan) recommendLinkerd() {
 		// the sleep covers the app's drain too, not only meshdrain's deadline.
 		p.WaitBeforeExit = ceilSecond(p.AppExitWorst)
 		p.SidecarExitWorst = p.GracePeriod
-		p.Arithmetic = append(p.Arithmetic, Line{"proxy-wait-before-exit-seconds", p.WaitBeforeExit, fmt.Sprintf(
-			"ceil(app exits by %s) (SIGTERM comes when this preStop sleep ends, and the proxy then stops accepting in both directions; the grace period leaves it %s more to shut down)",
-			fmtD(p.AppExitWorst), fmtD(p.GracePeriod-p.WaitBeforeExit))})
+		why := fmt.Sprintf("ceil(app exits by %s) (SIGTERM comes when this preStop sleep ends, and the proxy then stops accepting in both directions; the grace period leaves it %s more to shut down)",
+			fmtD(p.AppExitWorst), fmtD(p.GracePeriod-p.WaitBeforeExit))
+		if own := in.KeepLonger.WaitBeforeExit; own > p.WaitBeforeExit {
+			p.WaitBeforeExit = own
+			why = fmt.Sprintf("the workload's own, kept: longer than ceil(app exits by %s)", fmtD(p.AppExitWorst))
+			if own >= p.GracePeriod {
+				why += fmt.Sprintf("; the kubelet's SIGKILL at t0+%s ends the sleep first", fmtD(p.GracePeriod))
+			}
+		}
+		p.Arithmetic = append(p.Arithmetic, Line{"proxy-wait-before-exit-seconds", p.WaitBeforeExit, why})
 	case Native:
 		p.SidecarExitWorst = p.GracePeriod
 	}

@@ -56,7 +56,7 @@ func TestRecommendLinkerdClassic(t *testing.T) {
 		t.Errorf("annotations %v, want %v", got, want)
 	}
 	notes := strings.Join(p.Warnings, "\n")
-	for _, want := range []string{"set proxy-wait-before-exit-seconds to 29 (not 14)", "stops accepting at once, inbound and outbound", "Terminating until t0+14s"} {
+	for _, want := range []string{"proxy-wait-before-exit-seconds 29 (not 14)", "stops accepting at once, inbound and outbound", "Terminating until t0+14s"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("warnings lack %q:\n%s", want, notes)
 		}

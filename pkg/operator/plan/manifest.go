@@ -119,6 +119,9 @@ type Workload struct {
 	PreStop string
 	// PreStopIsMeshdrain is true when that hook already runs meshdrain prestop.
 	PreStopIsMeshdrain bool
+	// PrestopArgs are that hook's arguments after "prestop" (nil when it is not meshdrain's):
+	// a re-plan keeps the flags plan does not own and reads its inputs from the others.
+	PrestopArgs []string
 	// PreStopOnlySleeps is true when that hook does nothing but sleep, for PreStopSleep:
 	// meshdrain's wait does what it did, so plan replaces it without --replace-prestop.
 	PreStopOnlySleeps bool
@@ -214,6 +217,9 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 		}
 	}
 	w.PreStop, w.PreStopIsMeshdrain = describePreStop(path(w.container, "lifecycle", "preStop"))
+	if w.PreStopIsMeshdrain {
+		w.PrestopArgs = stringsOf(path(w.container, "lifecycle", "preStop", "exec", "command"))[2:]
+	}
 	w.PreStopSleep, w.PreStopOnlySleeps = preStopSleep(path(w.container, "lifecycle", "preStop"))
 	return w, nil
 }
@@ -245,6 +251,10 @@ func (w *Workload) Mesh() (mesh.Mesh, string) {
 		case istioWhy == "" && (strings.HasPrefix(key, "sidecar.istio.io/") || strings.HasPrefix(key, "proxy.istio.io/")):
 			istioWhy = "annotation " + key
 		}
+	}
+	if m, _ := w.PrestopFlag("mesh"); m == string(mesh.Linkerd) && linkerdWhy == "" {
+		// plan's own preStop for a native Linkerd sidecar, which needs no annotation.
+		linkerdWhy = "the preStop's --mesh=linkerd"
 	}
 	for _, c := range w.Containers {
 		switch {
@@ -297,17 +307,34 @@ func (w *Workload) WaitBeforeExit() (time.Duration, error) {
 
 // DrainDuration is the drainDuration of the pod's proxy.istio.io/config, 0 when unset.
 func (w *Workload) DrainDuration() (time.Duration, error) {
+	return w.proxyConfigDuration("drainDuration")
+}
+
+// TerminationDrainDuration is the terminationDrainDuration of the pod's proxy.istio.io/config,
+// 0 when unset.
+func (w *Workload) TerminationDrainDuration() (time.Duration, error) {
+	return w.proxyConfigDuration("terminationDrainDuration")
+}
+
+// MinimumDrainDuration is proxyMetadata.MINIMUM_DRAIN_DURATION of the pod's
+// proxy.istio.io/config, 0 when unset.
+func (w *Workload) MinimumDrainDuration() (time.Duration, error) {
+	return w.proxyConfigDuration("proxyMetadata", "MINIMUM_DRAIN_DURATION")
+}
+
+// proxyConfigDuration reads a duration of the pod's proxy.istio.io/config, 0 when unset.
+func (w *Workload) proxyConfigDuration(keys ...string) (time.Duration, error) {
 	cfg, err := w.proxyConfig()
 	if err != nil || cfg == nil {
 		return 0, err
 	}
-	v := scalar(lookup(cfg, "drainDuration"))
+	v := scalar(path(cfg, keys...))
 	if v == "" {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return 0, fmt.Errorf("%s drainDuration %q: %w", ProxyConfigAnnotation, v, err)
+		return 0, fmt.Errorf("%s %s %q: %w", ProxyConfigAnnotation, strings.Join(keys, "."), v, err)
 	}
 	return d, nil
 }
@@ -360,8 +387,10 @@ func describePreStop(h *yaml.Node) (what string, isMeshdrain bool) {
 type PatchOptions struct {
 	// Container is the app container's name (strategic merge matches containers by name).
 	Container string
-	// Image is the meshdrain image used by the install init container.
-	Image string
+	// Image is the meshdrain image used by the install init container. A workload that has
+	// the init container keeps its own image unless ImageSet (--image was given).
+	Image    string
+	ImageSet bool
 	// Dir is where the shared emptyDir is mounted in both containers.
 	Dir string
 	// ReplacePreStop allows replacing a preStop hook that is not meshdrain's.
@@ -398,6 +427,8 @@ type Edit struct {
 	Changes []string
 	// Replaced describes the preStop the edit replaces, "" when none.
 	Replaced string
+	// prestop is the preStop command a re-plan writes, with the user's flags kept.
+	prestop prestopMerge
 	// ReplacedOnlySlept is true when that preStop only slept (Workload.PreStopOnlySleeps):
 	// replaced without --replace-prestop, and the app has nothing to take over from it.
 	ReplacedOnlySlept bool
@@ -418,7 +449,8 @@ func (e *Edit) ReplacementNote() string {
 }
 
 // NewEdit derives the changes that apply p to w (nil: no manifest was read, the patch
-// then names o.Container and sets the annotations whole).
+// then names o.Container and sets the annotations whole). With a workload, only what differs
+// from it is a change: a re-plan of plan's own output changes nothing.
 func NewEdit(p Plan, o PatchOptions, w *Workload) (*Edit, error) {
 	if w != nil {
 		o.Container = w.Container
@@ -469,16 +501,105 @@ func NewEdit(p Plan, o PatchOptions, w *Workload) (*Edit, error) {
 			"seccompProfile", mapOf("type", strNode("RuntimeDefault"))),
 	)
 	e.volumeMount = mapOf("name", strNode(VolumeName), "mountPath", strNode(dir), "readOnly", boolNode(true))
-	command := sequenceNode(strNode(dir + "/meshdrain"))
-	for _, a := range p.PrestopArgs() {
+	binary := dir + "/meshdrain"
+	e.prestop = prestopMerge{args: p.PrestopArgs()}
+	if w != nil && w.PreStopIsMeshdrain {
+		e.prestop = p.mergePrestop(w.PrestopArgs)
+	}
+	command := sequenceNode(strNode(binary))
+	for _, a := range e.prestop.args {
 		command.Content = append(command.Content, strNode(a))
 	}
 	e.preStop = mapOf("exec", mapOf("command", command))
-	e.Changes = append(e.Changes,
-		fmt.Sprintf("volume %s (emptyDir) and init container %s (%s, runs `meshdrain install %s`)", VolumeName, InitContainerName, o.Image, dir),
-		fmt.Sprintf("container %s: mounts %s read-only; preStop runs %s %s", o.Container, dir, dir+"/meshdrain", strings.Join(p.PrestopArgs(), " ")))
+	if w == nil {
+		e.Changes = append(e.Changes,
+			fmt.Sprintf("volume %s (emptyDir) and init container %s (%s, runs `meshdrain install %s`)", VolumeName, InitContainerName, o.Image, dir),
+			fmt.Sprintf("container %s: mounts %s read-only; preStop runs %s %s", o.Container, dir, binary, strings.Join(e.prestop.args, " ")))
+		return e, nil
+	}
+	e.Changes = append(e.Changes, e.keepInstalled()...)
+	e.Changes = append(e.Changes, e.prestopChanges(binary)...)
 	return e, nil
 }
+
+// keepInstalled takes the volume, the init container and the mount the workload already has
+// in place of plan's own, changing in them only what plan must (the image when --image is
+// given, the directory), and says what it adds or changes.
+func (e *Edit) keepInstalled() []string {
+	w, dir := e.workload, e.opts.Dir
+	var changes []string
+	if _, v := itemByKey(lookup(w.podSpec, "volumes"), "name", VolumeName); v != nil {
+		e.volume = copyTree(v) // an emptyDir (checkConflicts): its size and medium are the user's
+	} else {
+		changes = append(changes, fmt.Sprintf("volume %s (emptyDir)", VolumeName))
+	}
+	if _, c := itemByKey(lookup(w.podSpec, "initContainers"), "name", InitContainerName); c != nil {
+		kept := copyTree(c)
+		var set []string
+		if image := scalar(lookup(c, "image")); image == "" || (e.opts.ImageSet && image != e.opts.Image) {
+			setKey(kept, "image", strNode(e.opts.Image))
+			if image == "" {
+				image = "none"
+			}
+			set = append(set, fmt.Sprintf("image %s → %s", image, e.opts.Image))
+		}
+		if args := stringsOf(lookup(c, "args")); strings.Join(args, " ") != "install "+dir {
+			setKey(kept, "args", sequenceNode(strNode("install"), strNode(dir)))
+			set = append(set, fmt.Sprintf("args %q → [install %s]", args, dir))
+		}
+		if _, m := itemByKey(lookup(c, "volumeMounts"), "name", VolumeName); m == nil || scalar(lookup(m, "mountPath")) != dir {
+			mounts, err := ensureSeq(kept, "volumeMounts")
+			if err == nil {
+				upsert(mounts, "name", mapOf("name", strNode(VolumeName), "mountPath", strNode(dir)))
+				set = append(set, "mounts "+dir)
+			}
+		}
+		e.initContainer = kept
+		if len(set) > 0 {
+			changes = append(changes, fmt.Sprintf("init container %s: %s (its other fields are kept)", InitContainerName, strings.Join(set, ", ")))
+		}
+	} else {
+		changes = append(changes, fmt.Sprintf("init container %s (%s, runs `meshdrain install %s`)", InitContainerName, e.opts.Image, dir))
+	}
+	if _, m := itemByKey(lookup(w.container, "volumeMounts"), "mountPath", dir); m != nil {
+		e.volumeMount = copyTree(m) // its name is meshdrain's (checkConflicts)
+	} else {
+		changes = append(changes, fmt.Sprintf("container %s: mounts %s read-only", w.Container, dir))
+	}
+	return changes
+}
+
+// prestopChanges says what the edit does to the app container's preStop; a meshdrain preStop
+// whose planned flags keep their values is left exactly as it is written.
+func (e *Edit) prestopChanges(binary string) []string {
+	w := e.workload
+	if !w.PreStopIsMeshdrain {
+		return []string{fmt.Sprintf("container %s: preStop runs %s %s", w.Container, binary, strings.Join(e.prestop.args, " "))}
+	}
+	oldBinary := stringsOf(path(w.container, "lifecycle", "preStop", "exec", "command"))[0]
+	changes := e.prestop.changes
+	if oldBinary != binary {
+		changes = append([]string{fmt.Sprintf("runs %s (was %s)", binary, oldBinary)}, changes...)
+	}
+	if len(changes) == 0 {
+		e.preStop = copyTree(path(w.container, "lifecycle", "preStop"))
+		return nil
+	}
+	line := fmt.Sprintf("container %s: preStop %s", w.Container, strings.Join(changes, ", "))
+	if len(e.prestop.kept) > 0 {
+		line += "; keeps the preStop's own flags as they are: " + strings.Join(e.prestop.kept, " ")
+	}
+	return []string{line}
+}
+
+// PrestopCommand is the preStop command the edit writes: the binary and its arguments.
+func (e *Edit) PrestopCommand() []string {
+	return stringsOf(lookup(lookup(e.preStop, "exec"), "command"))
+}
+
+// KeptPrestopArgs are the tokens of the workload's preStop that the edit keeps as the user
+// wrote them (flags plan does not own, and what follows "--"); none on a first plan.
+func (e *Edit) KeptPrestopArgs() []string { return append([]string(nil), e.prestop.kept...) }
 
 // checkConflicts refuses what a merge would silently break, and records a replaced preStop.
 func (e *Edit) checkConflicts() error {
@@ -526,7 +647,7 @@ func (e *Edit) deriveAnnotations() error {
 				return err
 			}
 		default:
-			change = "set to " + strconv.Quote(a.Value)
+			change = fmt.Sprintf("%q → %q", old, a.Value)
 		}
 		if had && old == value {
 			continue
@@ -587,26 +708,30 @@ func (e *Edit) proxyConfigSettings() []struct {
 }
 
 // mergeProxyConfig sets the plan's keys in the pod's proxy config, keeping every other key
-// and the annotation's format (JSON stays JSON, YAML stays YAML).
+// and the annotation's format (JSON stays JSON, YAML stays YAML). A key that already has the
+// plan's value is not a change; when none changes the annotation stays as it is written.
 func (e *Edit) mergeProxyConfig() (value, change string, err error) {
 	var cfg *yaml.Node
 	isYAML := false
+	raw := ""
 	if e.workload != nil {
 		cfg, err = e.workload.proxyConfig()
 		if err != nil {
 			return "", "", err
 		}
-		isYAML = cfg != nil && !strings.HasPrefix(strings.TrimSpace(e.workload.Annotations[ProxyConfigAnnotation]), "{")
+		raw = e.workload.Annotations[ProxyConfigAnnotation]
+		isYAML = cfg != nil && !strings.HasPrefix(strings.TrimSpace(raw), "{")
 	}
 	if cfg == nil {
 		cfg = mappingNode()
 	}
-	var kept []string
-	for i := 0; i+1 < len(cfg.Content); i += 2 {
-		kept = append(kept, cfg.Content[i].Value)
-	}
 	var set []string
+	changedKeys := map[string]bool{}
 	for _, s := range e.proxyConfigSettings() {
+		old := scalar(path(cfg, s.path...))
+		if old != "" && sameFlagValue(old, s.value) {
+			continue
+		}
 		m := cfg
 		for _, k := range s.path[:len(s.path)-1] {
 			if m, err = ensureMap(m, k); err != nil {
@@ -614,7 +739,22 @@ func (e *Edit) mergeProxyConfig() (value, change string, err error) {
 			}
 		}
 		setKey(m, s.path[len(s.path)-1], strNode(s.value))
-		set = append(set, strings.Join(s.path, ".")+" "+s.value)
+		changedKeys[s.path[0]] = true
+		name := strings.Join(s.path, ".")
+		if old != "" {
+			set = append(set, fmt.Sprintf("%s %s → %s", name, old, s.value))
+		} else {
+			set = append(set, name+" "+s.value)
+		}
+	}
+	if len(set) == 0 {
+		return raw, "", nil
+	}
+	var kept []string
+	for i := 0; i+1 < len(cfg.Content); i += 2 {
+		if k := cfg.Content[i].Value; !changedKeys[k] {
+			kept = append(kept, k)
+		}
 	}
 	if isYAML {
 		// In the annotation's own indentation, so that its lines the plan does not set stay.
@@ -707,6 +847,9 @@ func (e *Edit) WritePatch(w io.Writer) error {
 	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.sidecarName(), fmtD(p.Input.P99), lag, fmtD(p.AppDrain))
 	ew.printf("# Apply with: kubectl patch %s %s%s --type strategic --patch-file FILE\n", kind, name, ns)
 	ew.printf("# grace %s = meshdrain deadline %s + app-drain %s + %s.\n", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
+	for _, k := range p.Kept {
+		ew.printf("# %s %s is the workload's own, kept: %s suffices (--lower-grace-period sets it).\n", k.Setting, fmtD(k.Value), fmtD(k.Suffices))
+	}
 	if note := e.ReplacementNote(); note != "" {
 		ew.printf("# %s.\n", strings.ToUpper(note[:1])+note[1:])
 	}

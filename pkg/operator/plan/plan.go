@@ -11,6 +11,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
@@ -108,6 +109,23 @@ type Input struct {
 	// CurrentWaitBeforeExit is the pod's config.alpha.linkerd.io/proxy-wait-before-exit-seconds
 	// today (0: not set), so that the plan can warn about it with a native Linkerd sidecar.
 	CurrentWaitBeforeExit time.Duration
+	// KeepLonger are the workload's own bounds, which the plan keeps wherever they are longer
+	// than what suffices: a re-plan never lowers what someone raised on purpose (meshdrain plan
+	// --lower-grace-period leaves this empty). Zero values keep nothing.
+	KeepLonger Bounds
+}
+
+// Bounds are the settings of a pod that bound its termination and that plan writes: the grace
+// period and the sidecar's own bounds, which follow it.
+type Bounds struct {
+	// GracePeriod is terminationGracePeriodSeconds.
+	GracePeriod time.Duration
+	// TerminationDrainDuration is proxy.istio.io/config terminationDrainDuration (classic Istio).
+	TerminationDrainDuration time.Duration
+	// MinimumDrainDuration is proxyMetadata.MINIMUM_DRAIN_DURATION (Istio exit-on-zero).
+	MinimumDrainDuration time.Duration
+	// WaitBeforeExit is config.alpha.linkerd.io/proxy-wait-before-exit-seconds (classic Linkerd).
+	WaitBeforeExit time.Duration
 }
 
 // Plan is the recommended configuration and the termination timeline it implies. All times
@@ -133,8 +151,12 @@ type Plan struct {
 	// GracePeriod − AppDrain − 1s, which is also what prestop derives by default.
 	Deadline time.Duration
 	// GracePeriod is the recommended terminationGracePeriodSeconds (whole seconds):
-	// Deadline + AppDrain + KillMargin.
+	// Deadline + AppDrain + KillMargin. It is SufficientGracePeriod, or the workload's own when
+	// that is longer (Input.KeepLonger).
 	GracePeriod time.Duration
+	// SufficientGracePeriod is the grace period the inputs need: the expected finish, its
+	// margin, the app's drain and the kill margin, in whole seconds.
+	SufficientGracePeriod time.Duration
 	// AppDrain is the app's drain time after SIGTERM (from Input or its default).
 	AppDrain time.Duration
 	// Quiet and Poll are meshdrain's --quiet and --poll.
@@ -172,6 +194,27 @@ type Plan struct {
 	// Warnings are what the operator should know about the current setup: a grace period
 	// that is too short (or longer than needed), Istio defaults that defeat the plan.
 	Warnings []string
+	// Kept are the workload's own values the plan keeps because they are longer than what
+	// suffices (Input.KeepLonger), in the order the manifest lists them.
+	Kept []Kept
+	// Attention are the warnings plan also prints on stderr in every output mode, since they
+	// change what gets written or question an input: the values kept, a grace period over
+	// LongGracePeriod. Each is in Warnings too.
+	Attention []string
+}
+
+// Kept is one of the workload's values that the plan keeps although a shorter one suffices.
+type Kept struct {
+	// Setting names it as the manifest does: terminationGracePeriodSeconds, terminationDrainDuration.
+	Setting string
+	// Value is what the plan keeps and writes; Suffices is what the inputs need.
+	Value, Suffices time.Duration
+}
+
+// String says it in one sentence, with the flag that lowers it.
+func (k Kept) String() string {
+	return fmt.Sprintf("%s %s kept: the workload's own is longer than the %s that suffices, and plan does not lower what someone raised; --lower-grace-period sets %s",
+		k.Setting, fmtD(k.Value), fmtD(k.Suffices), fmtD(k.Suffices))
 }
 
 // Step is one moment of the termination timeline: who does what, and who waits for whom.
@@ -221,7 +264,8 @@ func Recommend(in Input) (Plan, error) {
 			Line{"eds-lag (typical last client)", typical, fmt.Sprintf("the median of the last of %d clients' lag", in.Clients)})
 	}
 	p.Margin = roundUp(max(MinMargin, p.ExpectedFinish/4), 100*time.Millisecond)
-	p.GracePeriod = ceilSecond(p.ExpectedFinish + p.Margin + in.AppDrain + KillMargin)
+	p.SufficientGracePeriod = ceilSecond(p.ExpectedFinish + p.Margin + in.AppDrain + KillMargin)
+	p.GracePeriod = max(p.SufficientGracePeriod, ceilSecond(in.KeepLonger.GracePeriod))
 	p.Deadline = drain.DefaultDeadline(p.GracePeriod, in.AppDrain) // what prestop derives itself
 	// What plan writes, prestop accepts: the preStop's timing is checked by prestop's own
 	// rules, and refused here with prestop's words.
@@ -232,11 +276,20 @@ func Recommend(in Input) (Plan, error) {
 	p.AppExitWorst = p.Deadline + in.AppDrain
 	p.LastRequestDone = lag + in.P99
 
+	graceWhy := fmt.Sprintf("ceil(expected finish %s + margin %s + app-drain %s + %s kill margin)",
+		fmtD(p.ExpectedFinish), fmtD(p.Margin), fmtD(in.AppDrain), fmtD(KillMargin))
 	p.Arithmetic = append(p.Arithmetic,
 		Line{"meshdrain expected finish", p.ExpectedFinish, expectedFinishWhy(p, lag)},
-		Line{"margin", p.Margin, fmt.Sprintf("max(%s, expected finish %s / 4)", fmtD(MinMargin), fmtD(p.ExpectedFinish))},
-		Line{"terminationGracePeriodSeconds", p.GracePeriod, fmt.Sprintf("ceil(expected finish %s + margin %s + app-drain %s + %s kill margin)",
-			fmtD(p.ExpectedFinish), fmtD(p.Margin), fmtD(in.AppDrain), fmtD(KillMargin))},
+		Line{"margin", p.Margin, fmt.Sprintf("max(%s, expected finish %s / 4)", fmtD(MinMargin), fmtD(p.ExpectedFinish))})
+	if p.GracePeriod > p.SufficientGracePeriod {
+		p.Arithmetic = append(p.Arithmetic,
+			Line{"grace period that suffices", p.SufficientGracePeriod, graceWhy},
+			Line{"terminationGracePeriodSeconds", p.GracePeriod, fmt.Sprintf("the workload's own, kept: longer than the %s that suffices (--lower-grace-period sets that)",
+				fmtD(p.SufficientGracePeriod))})
+	} else {
+		p.Arithmetic = append(p.Arithmetic, Line{"terminationGracePeriodSeconds", p.GracePeriod, graceWhy})
+	}
+	p.Arithmetic = append(p.Arithmetic,
 		Line{"meshdrain --deadline", p.Deadline, fmt.Sprintf("grace %s − app-drain %s − %s (what prestop derives by default; ≥ expected finish + margin = %s)",
 			fmtD(p.GracePeriod), fmtD(in.AppDrain), fmtD(KillMargin), fmtD(p.ExpectedFinish+p.Margin))},
 		Line{"app exits by (worst)", p.AppExitWorst, fmt.Sprintf("deadline %s + app-drain %s", fmtD(p.Deadline), fmtD(in.AppDrain))},
@@ -245,23 +298,30 @@ func Recommend(in Input) (Plan, error) {
 	if in.Mesh == mesh.Linkerd {
 		p.recommendLinkerd()
 		p.Warnings = append(append(currentGraceWarnings(p), implausibleInputs(in)...), p.Warnings...)
-		p.Steps = timeline(p)
-		return p, nil
+		return p.finish()
 	}
 	switch in.Sidecar {
 	case Classic:
 		p.TerminationDrainDuration = p.AppExitWorst + KillMargin
+		why := fmt.Sprintf("app exits by %s + %s margin (Istio's default %s kills Envoy under the app)",
+			fmtD(p.AppExitWorst), fmtD(KillMargin), fmtD(IstioTerminationDrainDuration))
+		if own := in.KeepLonger.TerminationDrainDuration; own > p.TerminationDrainDuration {
+			p.TerminationDrainDuration = own
+			why = fmt.Sprintf("the workload's own, kept: longer than app exits by %s + %s margin", fmtD(p.AppExitWorst), fmtD(KillMargin))
+		}
 		p.SidecarExitWorst = p.TerminationDrainDuration
-		p.Arithmetic = append(p.Arithmetic, Line{"terminationDrainDuration", p.TerminationDrainDuration,
-			fmt.Sprintf("app exits by %s + %s margin (Istio's default %s kills Envoy under the app)",
-				fmtD(p.AppExitWorst), fmtD(KillMargin), fmtD(IstioTerminationDrainDuration))})
+		p.Arithmetic = append(p.Arithmetic, Line{"terminationDrainDuration", p.TerminationDrainDuration, why})
 	case ExitOnZero:
 		p.ExitOnZeroActiveConnections = true
 		p.MinimumDrainDuration = ceilSecond(p.Deadline)
+		why := fmt.Sprintf("ceil(meshdrain deadline %s) (≥ expected finish %s: Envoy keeps accepting while meshdrain may still wait)",
+			fmtD(p.Deadline), fmtD(p.ExpectedFinish))
+		if own := in.KeepLonger.MinimumDrainDuration; own > p.MinimumDrainDuration {
+			p.MinimumDrainDuration = own
+			why = fmt.Sprintf("the workload's own, kept: longer than ceil(meshdrain deadline %s)", fmtD(p.Deadline))
+		}
 		p.SidecarExitWorst = p.GracePeriod
-		p.Arithmetic = append(p.Arithmetic, Line{"MINIMUM_DRAIN_DURATION", p.MinimumDrainDuration,
-			fmt.Sprintf("ceil(meshdrain deadline %s) (≥ expected finish %s: Envoy keeps accepting while meshdrain may still wait)",
-				fmtD(p.Deadline), fmtD(p.ExpectedFinish))})
+		p.Arithmetic = append(p.Arithmetic, Line{"MINIMUM_DRAIN_DURATION", p.MinimumDrainDuration, why})
 	case Native:
 		p.SidecarExitWorst = p.GracePeriod
 	}
@@ -280,8 +340,66 @@ func Recommend(in Input) (Plan, error) {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("a classic sidecar lives its full terminationDrainDuration: the old pod stays Terminating until t0+%s "+
 			"even when the app exits at about t0+%s (exit-on-zero or native sidecars end it sooner)", fmtD(p.TerminationDrainDuration), fmtD(p.usualFinish()+p.AppDrain)))
 	}
+	return p.finish()
+}
+
+// finish adds what every plan ends with: the timeline, the values kept from the workload
+// with what would suffice, and a warning when the grace period is very long.
+func (p Plan) finish() (Plan, error) {
 	p.Steps = timeline(p)
+	if p.Input.KeepLonger != (Bounds{}) {
+		in := p.Input
+		in.KeepLonger = Bounds{}
+		sufficient, err := Recommend(in)
+		if err != nil {
+			return Plan{}, err
+		}
+		p.keep(sufficient)
+	}
+	if w := longGraceWarning(p); w != "" {
+		p.Attention = append(p.Attention, w)
+	}
+	p.Warnings = append(p.Warnings, p.Attention...)
 	return p, nil
+}
+
+// keep records what the plan kept from the workload (Input.KeepLonger) rather than the
+// values of the sufficient plan, and says so in Attention: the grace period with what
+// follows from it, and each sidecar bound the workload has longer still.
+func (p *Plan) keep(sufficient Plan) {
+	type setting struct {
+		name            string
+		value, suffices time.Duration
+		// own: the value is the workload's, longer than what the plan's grace period needs;
+		// otherwise it follows from that grace period.
+		own bool
+	}
+	settings := []setting{
+		{"terminationDrainDuration", p.TerminationDrainDuration, sufficient.TerminationDrainDuration, p.TerminationDrainDuration > p.AppExitWorst+KillMargin},
+		{"MINIMUM_DRAIN_DURATION", p.MinimumDrainDuration, sufficient.MinimumDrainDuration, p.MinimumDrainDuration > ceilSecond(p.Deadline)},
+		{"proxy-wait-before-exit-seconds", p.WaitBeforeExit, sufficient.WaitBeforeExit, p.WaitBeforeExit > ceilSecond(p.AppExitWorst)},
+		// plan never lowers drainDuration: it is only ever raised, to follow the app's exit.
+		{"drainDuration", max(p.DrainDuration, p.Input.DrainDuration), max(sufficient.DrainDuration, p.Input.DrainDuration), false},
+	}
+	if p.GracePeriod > sufficient.GracePeriod {
+		k := Kept{"terminationGracePeriodSeconds", p.GracePeriod, sufficient.GracePeriod}
+		p.Kept = append(p.Kept, k)
+		follow := []string{fmt.Sprintf("meshdrain's deadline %s", fmtD(p.Deadline))}
+		for _, st := range settings {
+			if !st.own && st.value > st.suffices && (st.suffices > 0 || st.name == "drainDuration") {
+				follow = append(follow, fmt.Sprintf("%s %s (%s would do)", st.name, fmtD(st.value), fmtD(st.suffices)))
+			}
+		}
+		p.Attention = append(p.Attention, k.String()+fmt.Sprintf(
+			" (meshdrain still returns as soon as the clients stop; what the plan derives follows the kept grace period: %s)", strings.Join(follow, ", ")))
+	}
+	for _, st := range settings {
+		if st.own && st.value > st.suffices && st.suffices > 0 {
+			k := Kept{st.name, st.value, st.suffices}
+			p.Kept = append(p.Kept, k)
+			p.Attention = append(p.Attention, k.String())
+		}
+	}
 }
 
 // quietWindow is the --quiet the plan gives meshdrain: the operator's, or longer when the
@@ -327,10 +445,11 @@ func (p Plan) usualFinish() time.Duration {
 
 func normalize(in Input) (Input, error) {
 	var errs []error
-	if in.P99 <= 0 {
+	// A negative one is named below with the other durations: one message per input.
+	if in.P99 == 0 {
 		errs = append(errs, errors.New("p99 must be > 0: the app's 99th-percentile latency bounds its drain"))
 	}
-	if in.EDSLag <= 0 {
+	if in.EDSLag == 0 {
 		errs = append(errs, errors.New("eds-lag must be > 0: the worst time until the last client stops sending"))
 	}
 	switch {
@@ -387,7 +506,7 @@ func normalize(in Input) (Input, error) {
 		}
 	}
 	if in.AppDrain == 0 && in.P99 > 0 {
-		in.AppDrain = max(minAppDrain, ceilSecond(appDrainPerP99*in.P99))
+		in.AppDrain = DefaultAppDrain(in.P99)
 	}
 	if in.AppDrain > 0 && in.AppDrain < in.P99 {
 		errs = append(errs, fmt.Errorf("app-drain %s is shorter than p99 %s: requests in flight at SIGTERM would be cut", fmtD(in.AppDrain), fmtD(in.P99)))
@@ -398,6 +517,12 @@ func normalize(in Input) (Input, error) {
 		errs = append(errs, fmt.Errorf("sidecar %q is not one of classic, exit-on-zero, native", in.Sidecar))
 	}
 	return in, errors.Join(errs...)
+}
+
+// DefaultAppDrain is the app drain the plan assumes when none is given: 4 × p99, rounded up
+// to a whole second, at least 1s.
+func DefaultAppDrain(p99 time.Duration) time.Duration {
+	return max(minAppDrain, ceilSecond(appDrainPerP99*p99))
 }
 
 // currentGraceWarnings compares the pod's grace period today with the plan.
@@ -416,11 +541,13 @@ func currentGraceWarnings(p Plan) []string {
 		extra := ""
 		switch {
 		case p.Input.Sidecar == Classic && p.Input.Mesh == mesh.Linkerd:
-			extra = fmt.Sprintf("; if you keep it, set proxy-wait-before-exit-seconds to %d (not %d), since meshdrain's deadline becomes %s",
+			extra = fmt.Sprintf("; without --lower-grace-period plan keeps it, with proxy-wait-before-exit-seconds %d (not %d), since meshdrain's deadline becomes %s",
 				int((cur-KillMargin)/time.Second), int(p.WaitBeforeExit/time.Second), fmtD(cur-p.AppDrain-KillMargin))
 		case p.Input.Sidecar == Classic:
-			extra = fmt.Sprintf("; if you keep it, set terminationDrainDuration to %s (not %s), since meshdrain's deadline becomes %s",
+			extra = fmt.Sprintf("; without --lower-grace-period plan keeps it, with terminationDrainDuration %s (not %s), since meshdrain's deadline becomes %s",
 				fmtD(cur), fmtD(p.TerminationDrainDuration), fmtD(cur-p.AppDrain-KillMargin))
+		default:
+			extra = fmt.Sprintf("; without --lower-grace-period plan keeps it (meshdrain's deadline then %s)", fmtD(cur-p.AppDrain-KillMargin))
 		}
 		w = append(w, fmt.Sprintf("current grace period %s is enough; %s suffices (meshdrain returns as soon as the clients stop, so a longer one only matters when the deadline is hit)%s",
 			fmtD(cur), fmtD(p.GracePeriod), extra))
@@ -496,4 +623,60 @@ func implausibleInputs(in Input) []string {
 		w = append(w, fmt.Sprintf("--grace-period %s: a pod that takes over an hour to stop holds up node drains and rollouts; is that meant?", fmtD(in.CurrentGracePeriod)))
 	}
 	return w
+}
+
+// LongGracePeriod is the grace period past which plan warns: a pod that takes longer to
+// stop holds up every rollout and node drain by as much, and it usually comes from one input
+// that is far off (a p99 in minutes, a lag in tens of minutes), often a typo.
+const LongGracePeriod = 10 * time.Minute
+
+// longGraceWarning names the input that drives a grace period over LongGracePeriod, "" when
+// the grace period is shorter.
+func longGraceWarning(p Plan) string {
+	if p.GracePeriod <= LongGracePeriod {
+		return ""
+	}
+	in := p.Input
+	if p.GracePeriod > p.SufficientGracePeriod {
+		if in.CurrentGracePeriod > implausibleGracePeriod {
+			return "" // implausibleInputs has said it of this very input
+		}
+		return fmt.Sprintf("terminationGracePeriodSeconds %d is over %g minutes: it is the workload's own, which plan keeps (%s would suffice; --lower-grace-period sets it)",
+			int(p.GracePeriod/time.Second), LongGracePeriod.Minutes(), fmtD(p.SufficientGracePeriod))
+	}
+	// Each input's share of the grace period: the app's drain counts once, what delays the
+	// expected finish counts with its margin (a quarter more).
+	type driver struct {
+		share time.Duration
+		what  string
+	}
+	settle := max(p.Quiet, in.P99)
+	drivers := []driver{{in.AppDrain, fmt.Sprintf("--app-drain %s", fmtD(in.AppDrain))}}
+	if in.AppDrain == DefaultAppDrain(in.P99) {
+		drivers[0].what = fmt.Sprintf("--p99 %s (the app's drain, 4 × p99 unless --app-drain says otherwise: %s)", fmtD(in.P99), fmtD(in.AppDrain))
+	}
+	lagWhat := fmt.Sprintf("--eds-lag %s", fmtD(in.EDSLag))
+	if in.EDSLagMedian > 0 {
+		lagWhat = fmt.Sprintf("--eds-lag p50=%s,p99=%s with --clients %d (the last client by %s)", fmtD(in.EDSLagMedian), fmtD(in.EDSLag), in.Clients, fmtD(p.LastClientLag))
+	}
+	drivers = append(drivers, driver{p.LastClientLag * 5 / 4, lagWhat})
+	switch {
+	case settle == in.P99:
+		drivers = append(drivers, driver{settle * 5 / 4, fmt.Sprintf("--p99 %s (the wait for the last request)", fmtD(in.P99))})
+	case p.Quiet > in.Quiet && in.ClientPeriod > 0 && p.Quiet == in.ClientPeriod+in.Poll:
+		drivers = append(drivers, driver{settle * 5 / 4, fmt.Sprintf("--client-period %s (the quiet window %s)", fmtD(in.ClientPeriod), fmtD(p.Quiet))})
+	case p.Quiet > in.Quiet:
+		drivers = append(drivers, driver{settle * 5 / 4, fmt.Sprintf("--rps-per-client %g (the quiet window %s)", in.RPSPerClient, fmtD(p.Quiet))})
+	default:
+		drivers = append(drivers, driver{settle * 5 / 4, fmt.Sprintf("--quiet %s", fmtD(p.Quiet))})
+	}
+	drivers = append(drivers, driver{in.MinWait * 5 / 4, fmt.Sprintf("--min-wait %s", fmtD(in.MinWait))})
+	top := drivers[0]
+	for _, d := range drivers[1:] {
+		if d.share > top.share {
+			top = d
+		}
+	}
+	return fmt.Sprintf("terminationGracePeriodSeconds %d is over %g minutes, mostly from %s: a pod that takes that long to stop holds up rollouts and node drains; check that input",
+		int(p.GracePeriod/time.Second), LongGracePeriod.Minutes(), top.what)
 }

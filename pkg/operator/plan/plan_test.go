@@ -2,9 +2,13 @@ package plan
 
 import (
 	"bytes"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
 const (
@@ -182,7 +186,7 @@ func TestRecommendCurrentGracePeriod(t *testing.T) {
 		want    string
 	}{
 		{10 * s, "too short: meshdrain's deadline would be 10s − 2s − 1s = 7s"},
-		{30 * s, "set terminationDrainDuration to 30s"},
+		{30 * s, "terminationDrainDuration 30s (not 15s)"},
 		{15500 * ms, "not whole seconds"},
 	} {
 		in := userScenario(Classic)
@@ -198,6 +202,77 @@ func TestRecommendCurrentGracePeriod(t *testing.T) {
 		if strings.Contains(w, "current grace period") {
 			t.Errorf("a grace period equal to the plan's gets a note: %s", w)
 		}
+	}
+}
+
+// TestRecommendKeepsLongerBounds: the workload's own grace period and sidecar bounds are kept
+// where longer than what suffices, everything derived follows the kept grace period (so what
+// plan writes still holds together), and the plan names what would suffice.
+func TestRecommendKeepsLongerBounds(t *testing.T) {
+	in := userScenario(Classic) // 15s suffices
+	in.KeepLonger = Bounds{GracePeriod: 60 * s}
+	p := mustRecommend(t, in)
+	if p.GracePeriod != 60*s || p.SufficientGracePeriod != 15*s || p.Deadline != 57*s || p.TerminationDrainDuration != 60*s || p.DrainDuration != 59*s {
+		t.Errorf("grace %s (suffices %s), deadline %s, terminationDrainDuration %s, drainDuration %s; want 60s (15s), 57s, 60s, 59s",
+			p.GracePeriod, p.SufficientGracePeriod, p.Deadline, p.TerminationDrainDuration, p.DrainDuration)
+	}
+	if want := []Kept{{"terminationGracePeriodSeconds", 60 * s, 15 * s}}; !reflect.DeepEqual(p.Kept, want) {
+		t.Errorf("Kept = %v, want %v", p.Kept, want)
+	}
+	if len(p.Attention) != 1 || !strings.Contains(p.Attention[0], "15s that suffices") || !strings.Contains(p.Attention[0], "terminationDrainDuration 60s (15s would do)") ||
+		!strings.Contains(p.Attention[0], "--lower-grace-period") {
+		t.Errorf("Attention = %q: want the kept grace period, what suffices, what follows it and the flag", p.Attention)
+	}
+	if !slices.Contains(p.PrestopArgs(), "--grace-period=60s") {
+		t.Errorf("the preStop does not follow the kept grace period: %v", p.PrestopArgs())
+	}
+
+	// A terminationDrainDuration longer still is the workload's own: kept, and named.
+	in.KeepLonger.TerminationDrainDuration = 90 * s
+	p = mustRecommend(t, in)
+	if p.TerminationDrainDuration != 90*s || len(p.Kept) != 2 || p.Kept[1] != (Kept{"terminationDrainDuration", 90 * s, 15 * s}) {
+		t.Errorf("terminationDrainDuration %s, Kept %v: want 90s kept (15s suffices)", p.TerminationDrainDuration, p.Kept)
+	}
+	// Shorter than what suffices: nothing is kept, the plan raises it.
+	in.KeepLonger = Bounds{GracePeriod: 10 * s, TerminationDrainDuration: 5 * s}
+	p = mustRecommend(t, in)
+	if p.GracePeriod != 15*s || p.TerminationDrainDuration != 15*s || len(p.Kept)+len(p.Attention) != 0 {
+		t.Errorf("shorter bounds: grace %s, terminationDrainDuration %s, Kept %v, Attention %q", p.GracePeriod, p.TerminationDrainDuration, p.Kept, p.Attention)
+	}
+	// exit-on-zero and classic Linkerd keep their own bound the same way.
+	eoz := userScenario(ExitOnZero)
+	eoz.KeepLonger = Bounds{MinimumDrainDuration: 40 * s}
+	if p := mustRecommend(t, eoz); p.MinimumDrainDuration != 40*s || len(p.Kept) != 1 {
+		t.Errorf("exit-on-zero: MINIMUM_DRAIN_DURATION %s, Kept %v: want 40s kept", p.MinimumDrainDuration, p.Kept)
+	}
+	ld := userScenario(Classic)
+	ld.Mesh = mesh.Linkerd
+	ld.KeepLonger = Bounds{GracePeriod: 30 * s, WaitBeforeExit: 40 * s}
+	if p := mustRecommend(t, ld); p.GracePeriod != 30*s || p.WaitBeforeExit != 40*s || len(p.Kept) != 2 {
+		t.Errorf("linkerd classic: grace %s, wait %s, Kept %v: want 30s and 40s kept", p.GracePeriod, p.WaitBeforeExit, p.Kept)
+	}
+}
+
+// TestLongGracePeriodNamesItsInput: a grace period over ten minutes is warned about, naming
+// the input that drives it.
+func TestLongGracePeriodNamesItsInput(t *testing.T) {
+	for _, c := range []struct {
+		in   Input
+		want string
+	}{
+		{Input{P99: 10 * time.Minute, EDSLag: 8 * s}, "mostly from --p99 600s (the app's drain, 4 × p99"},
+		{Input{P99: 450 * ms, EDSLag: 8 * s, AppDrain: 15 * time.Minute}, "mostly from --app-drain 900s"},
+		{Input{P99: 450 * ms, EDSLag: 20 * time.Minute}, "mostly from --eds-lag 1200s"},
+		{Input{P99: 450 * ms, EDSLag: 8 * s, ClientPeriod: 15 * time.Minute}, "mostly from --client-period 900s"},
+		{Input{P99: 450 * ms, EDSLag: 8 * s, KeepLonger: Bounds{GracePeriod: 20 * time.Minute}}, "it is the workload's own, which plan keeps"},
+	} {
+		p := mustRecommend(t, c.in)
+		if len(p.Attention) == 0 || !strings.Contains(strings.Join(p.Attention, "\n"), c.want) || !strings.Contains(strings.Join(p.Attention, "\n"), "over 10 minutes") {
+			t.Errorf("%+v: grace %s, Attention %q lacks %q", c.in, p.GracePeriod, p.Attention, c.want)
+		}
+	}
+	if p := mustRecommend(t, Input{P99: 450 * ms, EDSLag: 7 * time.Minute}); p.GracePeriod > LongGracePeriod || len(p.Attention) > 0 {
+		t.Errorf("grace %s: Attention %q, want none under %s", p.GracePeriod, p.Attention, LongGracePeriod)
 	}
 }
 

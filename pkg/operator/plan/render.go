@@ -112,7 +112,11 @@ func WriteText(w io.Writer, p Plan) error {
 	writeSteps(ew, p.Steps)
 
 	ew.printf("\nRecommended settings\n\n")
-	ew.printf("  terminationGracePeriodSeconds: %d\n", int(p.GracePeriod/time.Second))
+	ew.printf("  terminationGracePeriodSeconds: %d", int(p.GracePeriod/time.Second))
+	if p.GracePeriod > p.SufficientGracePeriod {
+		ew.printf(" (kept: the pod's own; %s suffices, --lower-grace-period sets it)", fmtD(p.SufficientGracePeriod))
+	}
+	ew.printf("\n")
 	ew.printf("  app container preStop:         /meshdrain/meshdrain %s\n", strings.Join(p.PrestopArgs(), " "))
 	ew.printf("                                 (its --deadline is then %s)\n", fmtD(p.Deadline))
 	ew.printf("  app graceful shutdown:         finish in-flight requests within %s of SIGTERM\n", fmtD(p.AppDrain))

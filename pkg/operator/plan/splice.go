@@ -17,8 +17,9 @@ import (
 // rewrites only the lines of the fields that differ, at the positions yaml.v3 recorded (a
 // node has its line and column, not its end: a field ends on the last line with content
 // before the node that follows it). New fields are written in the indentation the document
-// already uses. Rewritten lines carry no comment: a comment on such a line was about the old
-// value, so it is dropped and named in Notes.
+// already uses. A comment on a rewritten line is kept: at the end of the value's new first
+// line when it was on the old one, else moved to a line of its own above the value; either way
+// Notes names it, since it was written about the old value.
 
 // source is the manifests as read, addressed by line (1-based) and column (1-based, in runes).
 type source struct {
@@ -83,9 +84,15 @@ type splice struct {
 	text       string
 }
 
-// apply makes the edits, which must not overlap; several at one offset keep their order.
+// apply makes the edits, which must not overlap; several at one offset keep their order,
+// insertions before the edit that replaces or removes what starts there.
 func (s *source) apply(edits []splice) ([]byte, error) {
-	sort.SliceStable(edits, func(i, j int) bool { return edits[i].start < edits[j].start })
+	sort.SliceStable(edits, func(i, j int) bool {
+		if edits[i].start != edits[j].start {
+			return edits[i].start < edits[j].start
+		}
+		return edits[i].start == edits[i].end && edits[j].start != edits[j].end
+	})
 	var out bytes.Buffer
 	at := 0
 	for _, e := range edits {
@@ -396,6 +403,10 @@ func (sp *splicer) diff(path string, old, new *yaml.Node, at slot) {
 				return
 			}
 		case yaml.SequenceNode:
+			if sp.scalarItems(old) && sp.scalarItems(new) {
+				sp.diffItems(path, old, new)
+				return
+			}
 			if len(new.Content) >= len(old.Content) {
 				for i := range old.Content {
 					sp.diff(itemPath(path, old.Content[i], i), old.Content[i], new.Content[i], slot{})
@@ -447,12 +458,29 @@ func (sp *splicer) replace(path string, old, new *yaml.Node, at slot) {
 	}
 	lines[0] = strings.TrimLeft(lines[0], " ")
 	last := sp.d.lastLine(old)
-	sp.dropComments(path, from.Line, from.Column, last)
+	comments := sp.comments(from.Line, from.Column, last)
+	// The first line's comment stays at the end of the new first line, with its spacing,
+	// unless that line opens a block scalar, whose header takes no comment here.
+	if len(comments) > 0 && comments[0].line == from.Line && !isBlockScalar(v) {
+		lines[0] += comments[0].gap + comments[0].text
+		sp.notes = append(sp.notes, fmt.Sprintf("%s: kept the comment %q (line %d) on %s, which the plan changes: check that it still holds",
+			sp.id, comments[0].text, comments[0].line, describePath(path)))
+		comments = comments[1:]
+	}
+	sp.moveAbove(path, from.Line, comments)
 	sp.edits = append(sp.edits, splice{sp.d.src.offset(from.Line, from.Column), sp.d.src.lineEnd(last), strings.Join(lines, sp.d.src.eol)})
 }
 
-// dropComments names the comments on the lines a replacement rewrites.
-func (sp *splicer) dropComments(path string, fromLine, fromColumn, toLine int) {
+// lineNote is a comment found on a line: its text (from the #), the blanks before it, its line.
+type lineNote struct {
+	text, gap string
+	line      int
+}
+
+// comments are the comments on the lines from fromLine (from column fromColumn) to toLine,
+// outside block scalars, whose # lines are text.
+func (sp *splicer) comments(fromLine, fromColumn, toLine int) []lineNote {
+	var out []lineNote
 	for l := fromLine; l <= toLine; l++ {
 		if sp.d.scalarLines[l] {
 			continue
@@ -461,19 +489,158 @@ func (sp *splicer) dropComments(path string, fromLine, fromColumn, toLine int) {
 		if l == fromLine {
 			t = spaces(fromColumn-1) + string(sp.d.src.data[sp.d.src.offset(l, fromColumn):sp.d.src.lineEnd(l)])
 		}
-		if c := lineComment(t); c != "" {
-			what := "the document, which the plan rewrites whole"
-			if path != "" {
-				what = path + ", which the plan changes"
-			}
-			sp.notes = append(sp.notes, fmt.Sprintf("%s: dropped the comment %q (line %d) on %s: it was about the old value", sp.id, c, l, what))
+		if i := commentIndex(t); i >= 0 {
+			gap := t[len(strings.TrimRight(t[:i], " \t")):i]
+			out = append(out, lineNote{text: strings.TrimSpace(t[i:]), gap: gap, line: l})
 		}
 	}
+	return out
+}
+
+// moveAbove writes comments on lines of their own just above line at, indented as that
+// line is, and names each: they were on lines the plan rewrites or removes.
+func (sp *splicer) moveAbove(path string, at int, comments []lineNote) {
+	if len(comments) == 0 {
+		return
+	}
+	t := sp.d.src.text(at)
+	indent := spaces(len(t) - len(strings.TrimLeft(t, " ")))
+	var text strings.Builder
+	for _, c := range comments {
+		text.WriteString(indent + c.text + sp.d.src.eol)
+		sp.notes = append(sp.notes, fmt.Sprintf("%s: moved the comment %q (line %d) on %s, which the plan changes, to a line of its own above it: check that it still holds",
+			sp.id, c.text, c.line, describePath(path)))
+	}
+	start := sp.d.src.start[at-1]
+	sp.edits = append(sp.edits, splice{start, start, text.String()})
+}
+
+// describePath names a field for a note; "" is the document itself.
+func describePath(path string) string {
+	if path == "" {
+		return "the document, which the plan rewrites whole"
+	}
+	return path
+}
+
+// scalarItems: seq is a block sequence of one-line scalars, each on a line of its own after
+// its dash, as a container's command or args are written: diffItems can edit it line by line.
+func (sp *splicer) scalarItems(seq *yaml.Node) bool {
+	if seq.Kind != yaml.SequenceNode || !isBlockCollection(seq) && len(seq.Content) > 0 || seq.Anchor != "" {
+		return false
+	}
+	for _, item := range seq.Content {
+		if item.Kind != yaml.ScalarNode || isBlockScalar(item) || strings.Contains(item.Value, "\n") || item.Anchor != "" {
+			return false
+		}
+		if item.Line == 0 {
+			continue // a new item, not read from the source
+		}
+		head := sp.d.src.text(item.Line)
+		if prefix := strings.TrimSpace(string([]rune(head)[:min(item.Column-1, len([]rune(head)))])); prefix != "-" {
+			return false
+		}
+	}
+	return true
+}
+
+// diffItems edits a block sequence of scalars after the longest common subsequence of the
+// two lists, as diff does, items matched by what they are (itemKey: a flag by its name): an
+// item both have keeps its line and its comment, one whose value changes is rewritten on its
+// line, items removed go with their lines, and new ones are written after the item before
+// them. A re-planned preStop command then changes only on the flags that change, and the
+// user's flags keep their lines.
+func (sp *splicer) diffItems(path string, old, new *yaml.Node) {
+	a, b := old.Content, new.Content
+	if len(a) == 0 {
+		sp.replace(path, old, new, slot{})
+		return
+	}
+	lcs := make([][]int, len(a)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(b)+1)
+	}
+	for i := len(a) - 1; i >= 0; i-- {
+		for j := len(b) - 1; j >= 0; j-- {
+			if itemKey(a[i]) == itemKey(b[j]) {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var anchor *yaml.Node // the last item before the new ones that stays
+	var pending []*yaml.Node
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		lines := sp.r.sequence(renderable(sequenceNode(pending...), nil), dashColumn(old)-1)
+		if anchor != nil {
+			end := sp.d.src.lineEnd(sp.d.lastLine(anchor))
+			sp.edits = append(sp.edits, splice{end, end, sp.d.src.eol + strings.Join(lines, sp.d.src.eol)})
+		} else {
+			start := sp.d.src.start[a[0].Line-1]
+			sp.edits = append(sp.edits, splice{start, start, strings.Join(lines, sp.d.src.eol) + sp.d.src.eol})
+		}
+		pending = nil
+	}
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case i < len(a) && j < len(b) && itemKey(a[i]) == itemKey(b[j]):
+			flush()
+			if !equalNode(a[i], b[j]) {
+				sp.replace(itemPath(path, a[i], i), a[i], b[j], slot{})
+			}
+			anchor = a[i]
+			i, j = i+1, j+1
+		case j == len(b) || (i < len(a) && lcs[i+1][j] >= lcs[i][j+1]):
+			sp.removeItem(itemPath(path, a[i], i), a[i])
+			i++
+		default:
+			pending = append(pending, b[j])
+			j++
+		}
+	}
+	flush()
+}
+
+// itemKey is what a list item is, for diffItems: a flag written --name=value is its name (its
+// value may change), anything else its value.
+func itemKey(n *yaml.Node) string {
+	if strings.HasPrefix(n.Value, "-") {
+		if name, _, ok := strings.Cut(n.Value, "="); ok {
+			return name + "="
+		}
+	}
+	return n.Value
+}
+
+// removeItem deletes a sequence item's lines; a comment on them stays, on a line of its own
+// where the item was.
+func (sp *splicer) removeItem(path string, item *yaml.Node) {
+	last := sp.d.lastLine(item)
+	start, end := sp.d.src.start[item.Line-1], len(sp.d.src.data)
+	if last < len(sp.d.src.start) {
+		end = sp.d.src.start[last]
+	}
+	// The item's lines go; their comments stay where the item was, on lines of their own.
+	sp.moveAbove(path, item.Line, sp.comments(item.Line, 1, last))
+	sp.edits = append(sp.edits, splice{start, end, ""})
 }
 
 // lineComment is the comment a line ends with, "" when none: a # at the start or after a
 // blank, outside quotes.
 func lineComment(line string) string {
+	if i := commentIndex(line); i >= 0 {
+		return strings.TrimSpace(line[i:])
+	}
+	return ""
+}
+
+// commentIndex is where a line's comment starts, -1 when it has none.
+func commentIndex(line string) int {
 	var quote byte
 	for i := 0; i < len(line); i++ {
 		c := line[i]
@@ -485,12 +652,12 @@ func lineComment(line string) string {
 				quote = 0
 			}
 		case c == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
-			return strings.TrimSpace(line[i:])
+			return i
 		case (c == '"' || c == '\'') && (i == 0 || strings.IndexByte(" \t[{,:-", line[i-1]) >= 0):
 			quote = c
 		}
 	}
-	return ""
+	return -1
 }
 
 // renderable is a copy of n to write: without comments (each stayed on its own line or was

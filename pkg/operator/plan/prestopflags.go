@@ -1,0 +1,183 @@
+package plan
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// A re-plan of a workload whose preStop already runs meshdrain keeps what the user set there.
+// plan owns the flags that carry its numbers (plannedFlags): it writes them from the plan and
+// says what changes. Every other flag is the user's (--drain-at, --port, --client-evidence,
+// --strict-active, ...) and stays as it is, in its order, after plan's own; --log-file and
+// --admin are written only where the preStop has none of its own.
+
+// plannedFlags are the preStop flags whose values are the plan's numbers. --deadline is among
+// them although plan never writes it: prestop derives it from the grace period, which is what
+// the plan's arithmetic is sized on, so a hand-set one is removed (and said).
+var plannedFlags = []string{"grace-period", "app-drain", "quiet", "min-wait", "eds-lag-bound", "client-period", "poll", "deadline"}
+
+// defaultedFlags are flags plan writes where the preStop has none: where the hook logs and
+// where it reads the sidecar are the user's to point elsewhere.
+var defaultedFlags = []string{"log-file", "admin"}
+
+// InputFlags are the preStop flags a re-plan reads as its inputs where the plan's own flag is
+// not given (Workload.PrestopFlag): facts about the app and its clients, which a re-plan must
+// not lower to a default.
+var InputFlags = []string{"app-drain", "quiet", "poll", "min-wait", "client-period"}
+
+// prestopToken is one item of a preStop command after "prestop": a flag plan knows, with its
+// value and the tokens it took, or (name "") a token plan keeps as it is.
+type prestopToken struct {
+	name, value string
+	tokens      []string
+}
+
+// splitPrestopArgs splits a meshdrain prestop command's arguments into items, and what follows
+// "--" (the program --exec runs, and its arguments). Only the flags plan writes are known to
+// take their value from the next token; every other token is an item of its own, so a flag
+// plan does not know keeps its value next to it.
+func splitPrestopArgs(args []string) (items []prestopToken, tail []string, hasTail bool) {
+	for i := 0; i < len(args); i++ {
+		t := args[i]
+		if t == "--" {
+			return items, args[i+1:], true
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(t, "--"), "=")
+		if !strings.HasPrefix(t, "--") || !isPlanFlag(name) {
+			items = append(items, prestopToken{tokens: []string{t}})
+			continue
+		}
+		item := prestopToken{name: name, value: value, tokens: []string{t}}
+		if !hasValue && i+1 < len(args) {
+			item.value = args[i+1]
+			item.tokens = append(item.tokens, args[i+1])
+			i++
+		}
+		items = append(items, item)
+	}
+	return items, nil, false
+}
+
+// isPlanFlag: plan writes this flag (in some plan), and it takes a value.
+func isPlanFlag(name string) bool {
+	return contains(plannedFlags, name) || contains(defaultedFlags, name) || name == "mesh"
+}
+
+// PrestopFlag is the value of --name in the workload's meshdrain preStop (the last one given,
+// as prestop reads it), and whether it is there.
+func (w *Workload) PrestopFlag(name string) (string, bool) {
+	items, _, _ := splitPrestopArgs(w.PrestopArgs)
+	value, found := "", false
+	for _, it := range items {
+		if it.name == name {
+			value, found = it.value, true
+		}
+	}
+	return value, found
+}
+
+// prestopMerge is the preStop command a re-plan writes, and what it changes.
+type prestopMerge struct {
+	args    []string // after the binary: "prestop", plan's own flags, the user's, "--" and the tail
+	changes []string // the plan's flags that change, in words
+	kept    []string // the user's tokens, as written
+}
+
+// mergePrestop merges the plan's preStop arguments into the workload's meshdrain preStop.
+func (p Plan) mergePrestop(old []string) prestopMerge {
+	own := p.PrestopArgs()[1:]
+	items, tail, hasTail := splitPrestopArgs(old)
+	owned := func(it prestopToken) bool {
+		switch {
+		case contains(plannedFlags, it.name):
+			return true
+		case it.name == "mesh":
+			// The mesh is the plan's: Linkerd's is written, and an Istio plan removes Linkerd's.
+			return p.Input.Mesh == mesh.Linkerd || it.value == string(mesh.Linkerd)
+		}
+		return false
+	}
+	var m prestopMerge
+	oldValues := map[string]string{}
+	var oldOrder []string
+	hasOwn := map[string]bool{}
+	for _, it := range items {
+		switch {
+		case it.name != "" && owned(it):
+			if _, seen := oldValues[it.name]; !seen {
+				oldOrder = append(oldOrder, it.name)
+			}
+			oldValues[it.name] = it.value
+		default:
+			if contains(defaultedFlags, it.name) {
+				hasOwn[it.name] = true
+			}
+			m.kept = append(m.kept, it.tokens...)
+		}
+	}
+	newItems, _, _ := splitPrestopArgs(own)
+	newValues := map[string]string{}
+	m.args = []string{"prestop"}
+	for _, it := range newItems {
+		if hasOwn[it.name] {
+			continue // the user's own stays, among the kept flags
+		}
+		m.args = append(m.args, it.tokens...)
+		if it.name != "" {
+			newValues[it.name] = it.value
+			if _, had := oldValues[it.name]; !had {
+				m.changes = append(m.changes, "adds --"+it.name+"="+it.value)
+				continue
+			}
+			if !sameFlagValue(oldValues[it.name], it.value) {
+				m.changes = append(m.changes, fmt.Sprintf("--%s %s → %s", it.name, oldValues[it.name], it.value))
+			}
+		}
+	}
+	for _, name := range oldOrder {
+		if _, still := newValues[name]; still {
+			continue
+		}
+		why := ""
+		switch name {
+		case "deadline":
+			why = fmt.Sprintf(" (prestop derives %s from the grace period, as the plan is sized on)", fmtD(p.Deadline))
+		case "min-wait", "poll":
+			why = " (prestop's default)"
+		case "mesh":
+			why = " (an Istio plan)"
+		}
+		m.changes = append(m.changes, fmt.Sprintf("removes --%s=%s%s", name, oldValues[name], why))
+	}
+	m.args = append(m.args, m.kept...)
+	if hasTail {
+		m.args = append(append(m.args, "--"), tail...)
+		m.kept = append(append(m.kept, "--"), tail...)
+	}
+	return m
+}
+
+// sameFlagValue compares two values of a flag as prestop reads them: "60" and "60s" are the
+// same grace period, "1s" and "1000ms" the same window.
+func sameFlagValue(a, b string) bool {
+	da, errA := flagDuration(a)
+	db, errB := flagDuration(b)
+	if errA == nil && errB == nil {
+		return da == db
+	}
+	return a == b
+}
+
+// flagDuration reads a duration flag's value: a Go duration, or whole seconds as
+// --grace-period also takes them.
+func flagDuration(v string) (time.Duration, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		return d, nil
+	}
+	secs, err := strconv.ParseInt(v, 10, 64)
+	return time.Duration(secs) * time.Second, err
+}
