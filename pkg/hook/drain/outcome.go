@@ -205,7 +205,7 @@ func actionNames(actions []Action) []string {
 
 // outcomeFields are the final event's fields about how trustworthy the outcome is.
 func (c *coordinator) outcomeFields() []zap.Field {
-	fields := []zap.Field{zap.Int("frozen_answers", c.result.FrozenAnswers), peakRSSField()}
+	fields := []zap.Field{zap.Int("frozen_answers", c.result.FrozenAnswers), PeakRSSField()}
 	if c.result.RecentArrivals != nil {
 		fields = append(fields, zap.Float64("arrivals_recent", *c.result.RecentArrivals),
 			zap.Int64("recent_window_ms", c.result.RecentWindow.Milliseconds()))
