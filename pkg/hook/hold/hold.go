@@ -157,6 +157,9 @@ type Config struct {
 	Start time.Time
 	// Settings are reported in the "hold started" event with where each came from.
 	Settings []drain.Setting
+	// Degraded is a start problem that did not stop the hold (an unusable --log-file): it is
+	// in the final event, and the exit code is at least 2.
+	Degraded error
 }
 
 // Result is the outcome of one hold, as in the final event.
@@ -179,16 +182,17 @@ type Result struct {
 	// seen ("" if it could).
 	AppPorts  []int
 	AppUnseen string
+	Degraded  error
 }
 
 // ExitCode is the reason's code, 1 where it is 0 but the drain call failed, and at least 2
-// when the channel could not be opened.
+// when the channel could not be opened or the hold ran degraded.
 func (r Result) ExitCode() int {
 	code := r.Reason.ExitCode()
 	if code == 0 && r.DrainErr != nil {
 		code = ExitDrainFailed
 	}
-	if r.ChannelErr != nil && code < ExitChannelError {
+	if (r.ChannelErr != nil || r.Degraded != nil) && code < ExitChannelError {
 		code = ExitChannelError
 	}
 	return code
@@ -268,7 +272,7 @@ func (h *holder) run(ctx context.Context) Result {
 	h.end = h.start.Add(Bound(h.cfg.GracePeriod, h.cfg.AppDrain, h.cfg.Deadline))
 	h.hookDue = minTime(h.start.Add(drain.HookDeadline(h.cfg.GracePeriod, h.cfg.AppDrain, h.cfg.Deadline)), h.end)
 	h.result.Decided = -1
-	h.result.ChannelErr = h.cfg.ChannelErr
+	h.result.ChannelErr, h.result.Degraded = h.cfg.ChannelErr, h.cfg.Degraded
 	h.logStart()
 	var wake <-chan struct{}
 	if h.cfg.Channel != nil {
@@ -497,7 +501,10 @@ func (h *holder) releaseBy() time.Time {
 	if stop.IsZero() {
 		return h.end
 	}
-	return minTime(h.end, stop.Add(h.cfg.AppDrain))
+	// The app's drain may be over before hold decided (no hook: it was told at the start);
+	// the reads that can show the app gone still come first.
+	confirmed := h.decidedAt.Add(drain.MinQuietPolls * h.cfg.Poll)
+	return minTime(h.end, maxTime(stop.Add(h.cfg.AppDrain), confirmed))
 }
 
 // nextWait is how long to sleep: a poll, or less if a deadline comes first.
@@ -574,6 +581,9 @@ func (h *holder) finish(reason Reason) Result {
 	if r.ChannelErr != nil {
 		fields = append(fields, zap.String("channel_error", r.ChannelErr.Error()))
 	}
+	if r.Degraded != nil {
+		fields = append(fields, zap.String("config_error", r.Degraded.Error()))
+	}
 	fields = append(fields, drain.PeakRSSField())
 	if ce := h.log.Check(finalLevel(r), FinalMessage); ce != nil {
 		ce.Write(fields...)
@@ -593,7 +603,7 @@ func decidedField(decided time.Duration) zap.Field {
 // not end as it should have, INFO otherwise.
 func finalLevel(r Result) zapcore.Level {
 	switch {
-	case r.DrainErr != nil, r.ChannelErr != nil:
+	case r.DrainErr != nil, r.ChannelErr != nil, r.Degraded != nil:
 		return zapcore.ErrorLevel
 	case r.Reason == ReasonDeadline, r.Prestop == PrestopGone, r.Prestop == PrestopOverdue, r.Prestop == PrestopUnreported:
 		return zapcore.WarnLevel
@@ -614,6 +624,13 @@ func ints(ports []uint16) []int {
 		out[i] = int(p)
 	}
 	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -248,6 +248,14 @@ func TestHoldNoPrestopAppGone(t *testing.T) {
 	within(t, "release", c.result.Elapsed, DefaultPrestopWait, DefaultPrestopWait+3*poll)
 }
 
+// The same with an app drain shorter than --prestop-wait: the app's drain from the start is
+// over when hold decides, but the reads that show the app gone come first, and say so.
+func TestHoldNoPrestopAppGoneShortAppDrain(t *testing.T) {
+	c := runHold(t, nil, &podTable{}, func(cfg *Config) { cfg.AppDrain = time.Second })
+	c.want(t, ReasonAppGone, PrestopAbsent, 0)
+	within(t, "release", c.result.Elapsed, DefaultPrestopWait, DefaultPrestopWait+3*poll)
+}
+
 // Fault: no hook is configured in the app container: the app got its SIGTERM at the
 // deletion, stopped listening at once and finished its work at 1.5 s.
 func TestHoldNoPrestopAppStoppedByItsSIGTERM(t *testing.T) {
@@ -446,5 +454,21 @@ func TestBound(t *testing.T) {
 		if got := Bound(tc.grace, tc.appDrain, tc.deadline); got != tc.want {
 			t.Errorf("Bound(%v, %v, %v) = %v, want %v", tc.grace, tc.appDrain, tc.deadline, got, tc.want)
 		}
+	}
+}
+
+// A configuration hold cannot use keeps the proxy until the bound, makes no drain call, and
+// says why in its final event (exit 2).
+func TestFailSafeKeepsTheProxyUntilTheBound(t *testing.T) {
+	clk := clock.NewAutoFake(t0)
+	core, logs := observer.New(zap.DebugLevel)
+	res := FailSafe(context.Background(), FailSafeConfig{Problems: []error{errors.New("--poll: bad")}, Hold: 51 * time.Second,
+		Clock: clk, Logger: zap.New(core)})
+	if res.Reason != ReasonConfigError || res.ExitCode() != 2 || res.Elapsed != 51*time.Second || res.DrainCalled {
+		t.Errorf("result %+v", res)
+	}
+	final := logs.All()[logs.Len()-1]
+	if final.Message != FinalMessage || final.ContextMap()["reason"] != string(ReasonConfigError) {
+		t.Errorf("last event %v %v", final.Message, final.ContextMap())
 	}
 }
