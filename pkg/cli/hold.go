@@ -76,7 +76,7 @@ func holdFlags(f *pflag.FlagSet, o *holdOptions) {
 	f.StringVar(&o.logFormat, "log-format", o.logFormat, "json or console")
 	f.StringVar(&o.logFile, "log-file", "", "write logs here instead of stderr (/proc/1/fd/1: kubectl logs -c istio-proxy); errors and the final line still go to stderr")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "also log failed socket-table reads at debug level")
-	f.BoolVar(&o.validate, "validate", false, "check the configuration, print what the hold would do, and exit 0 or 2 at once")
+	f.BoolVar(&o.validate, "validate", false, "check the configuration and the log file, print what the hold would do, and exit 0 or 2 at once")
 }
 
 func newHoldCommand(s streams) *cobra.Command {
@@ -252,6 +252,11 @@ func (setup *holdSetup) check(sources map[string]string, lookup func(string) (st
 	}
 	if _, err := encoderFor(o.logFormat); err != nil {
 		add("%v", err)
+	}
+	if o.validate && o.logFile != "" {
+		if err := checkLogFile(o.logFile); err != nil {
+			setup.problems = append(setup.problems, fmt.Errorf("--log-file: %w", err))
+		}
 	}
 	ports, err := setup.appPorts(sources, lookup)
 	if err != nil {
