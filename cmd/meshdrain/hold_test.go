@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -168,14 +170,15 @@ func TestHoldPrestopKilled(t *testing.T) {
 	agent, drainURL := startPilotAgent(t)
 	app, port := appListener(t)
 	srv := busyAdmin(t)
-	holding := startHold(holdArgs(channel, port, drainURL))
+	logFile := filepath.Join(t.TempDir(), "hold.log")
+	holding := startHold(append(holdArgs(channel, port, drainURL), "--log-file", logFile))
 
 	cmd := exec.Command(binary, append(fastFlags(srv.URL), "--hold-channel", channel, "--grace-period", holdGrace.String(),
 		"--app-drain", holdAppDrain.String())...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(700 * time.Millisecond)
+	waitForLog(t, logFile, "prestop reported")
 	killed := time.Now()
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
@@ -188,6 +191,18 @@ func TestHoldPrestopKilled(t *testing.T) {
 	if late := h.res.exited.Sub(killed); late > 2*time.Second {
 		t.Errorf("hold returned %v after prestop was killed, want promptly", late)
 	}
+}
+
+// waitForLog waits until hold has logged msg to its log file (a loaded machine may take a
+// while to start both binaries).
+func waitForLog(t *testing.T, path, msg string) {
+	t.Helper()
+	for limit := time.Now().Add(10 * time.Second); time.Now().Before(limit); time.Sleep(20 * time.Millisecond) {
+		if raw, _ := os.ReadFile(path); strings.Contains(string(raw), `"msg":"`+msg+`"`) {
+			return
+		}
+	}
+	t.Fatalf("hold never logged %q", msg)
 }
 
 // Fault: the channel is taken (here by another hold): the second hold says so (exit 2) and
