@@ -32,7 +32,8 @@ type Watch struct {
 	// read: Read took this sample's read; readErr is why it failed.
 	read    bool
 	readErr error
-	// failed: the table cannot be watched at all (open failed); said at every sample.
+	// failed: the sidecar's sockets cannot be told apart on the watched ports (open
+	// failed); said at every sample.
 	failed error
 }
 
@@ -114,8 +115,8 @@ func (w *Watch) begin(now time.Time, listener *mesh.Listener, drainSeen DrainSee
 		return err
 	}
 	if err := w.table.listening(len(w.Ports) == 0); err != nil {
+		// The next sample looks again: a watch may start before the sidecar listens.
 		w.table.close()
-		w.failed = err
 		return err
 	}
 	if err := w.table.read(); err != nil {

@@ -67,3 +67,18 @@ func TestDrainSeen(t *testing.T) {
 		t.Error("Draining: want false with no close told, true with one, true when unknown")
 	}
 }
+
+// A watch started before the sidecar listens finds its clients once it does.
+func TestWatchFindsTheListenerOnceItListens(t *testing.T) {
+	r := &silentReader{fakeReader: *oneHolder()}
+	w := &Watch{Reader: r, Ports: []int{15006}}
+	defer w.Close()
+	if _, err := w.Clients(time.Now(), nil, quiet, DrainSeen{Known: true}); err == nil {
+		t.Fatal("no error before the listener listens")
+	}
+	w.Reader = &listeningReader{fakeReader: r.fakeReader} // the sidecar now listens
+	w.Read()
+	if clients, err := w.Clients(time.Now(), nil, quiet, DrainSeen{Known: true}); err != nil || len(clients) != 1 {
+		t.Errorf("once it listens: %+v, %v; want its one client", clients, err)
+	}
+}
