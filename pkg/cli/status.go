@@ -130,14 +130,18 @@ connections, and the kubelet's probes apart. A port no traffic has used for 10 m
 series at all: Linkerd drops idle label sets.
 
 --watch refreshes every --interval until Ctrl-C: in place on a terminal, one line per sample
-otherwise (-o json: one JSON object per line; -o yaml: one YAML document per sample). The rate is the counter's change between two
-samples, so the first sample has none.
+otherwise, and a line per client whose state changed (-o json: one JSON object per line; -o
+yaml: one YAML document per sample). The rate is the counter's change between two samples, so
+the first sample has none. The drain line says whether the sidecar drains (its own drain or
+prestop's): a draining Envoy stays LIVE, and shows it only by telling connections to close
+(http.<prefix>.downstream_cx_drain_close), from the sample that first saw it.
 
 --clients (on by default) adds the clients of the sidecar's inbound listener (Istio's 15006,
 or --inbound-listener-port), one line per client address, from the socket table of the network
-namespace status runs in: run it in the pod (kubectl exec). Under --watch it shows which
-clients still hold the connections they had when the watch began (they still route here),
-which send, which closed theirs (they applied the endpoint removal), and since when.
+namespace status runs in: run it in the pod (kubectl exec); where nothing listens on that port
+there, it says so. Each client is judged as prestop counts it: holding (keeps an idle
+connection open: it still routes here), sending (sent since), left (closed its connection
+itself: it applied the endpoint removal), with its open connections and when it last sent.
 
 --admin must be the loopback (127.0.0.0/8, [::1], localhost) or a unix socket, as prestop's:
 run status in the pod (kubectl exec), or through kubectl port-forward, which listens on your
@@ -190,6 +194,11 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 	if err != nil {
 		return err
 	}
+	var clients status.ClientWatch
+	if w := o.clientWatch(); w != nil {
+		defer w.Close()
+		clients = w
+	}
 	err = status.Run(cmd.Context(), sc, s.out, status.Options{
 		AdminURL:      admin,
 		Selector:      sel,
@@ -198,7 +207,7 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 		Interval:      o.interval,
 		SampleTimeout: o.sidecar.connectTimeout,
 		Terminal:      isTerminal(s.out),
-		Clients:       o.clientWatch(),
+		Clients:       clients,
 	})
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: err}
@@ -218,10 +227,11 @@ func isTerminal(w any) bool {
 }
 
 // clientWatch is the clients view of an Envoy sidecar (a Linkerd proxy closes connections
-// itself on its drain, so its clients' closes say nothing: docs/decision-rule.md).
-func (o statusOptions) clientWatch() status.ClientWatch {
+// itself on its drain, so its clients' closes say nothing: docs/decision-rule.md), nil
+// without one. A pool shows over one sample interval, as over prestop's read interval.
+func (o statusOptions) clientWatch() *evidence.Watch {
 	if !o.clients || o.sidecar.mesh == mesh.Linkerd {
 		return nil
 	}
-	return &evidence.Watch{Reader: sockets.NewReader(), Ports: o.listenerPorts}
+	return &evidence.Watch{Reader: sockets.NewReader(), Ports: o.listenerPorts, Every: o.interval}
 }

@@ -26,15 +26,19 @@ const (
 	// Undrained, any idle connection holds (see Tracker.Undrained).
 	Holding
 	// Sending: the client is not Holding and has sent since the drain began, or may have:
-	// it opened a new connection, data arrived on a drain-start connection, or the pod's
-	// side closed a drain-start connection, which the pod's Envoy does after answering a
-	// request on it. It was routing to the pod at Client.LastData; whether it still does
+	// it opened a new connection (seen in a read, or opened and closed between two in the
+	// kernel's records: Tracker.Closed), data arrived on a drain-start connection, or the
+	// pod's side closed a drain-start connection, which the pod's Envoy does after answering
+	// a request on it. It was routing to the pod at Client.LastData; whether it still does
 	// only silence tells.
 	Sending
 	// Left: the client closed, itself, a drain-start connection that carried no data since
 	// the drain began (no TIME_WAIT on the pod's side: it was seen in CLOSE_WAIT or
 	// LAST_ACK, or disappeared from ESTABLISHED), keeps none of them open, and has shown
-	// no activity since. That is what its Envoy does on applying the removal, so it no
+	// no activity since. For a connection gone between two reads, the kernel's record of it
+	// says whether data came (Tracker.Closed); without records, one gone while requests
+	// reached the pod counts as having carried one (Tracker.RequestsArrived), whoever sent
+	// them. That is what its Envoy does on applying the removal, so it no
 	// longer routes to the pod. Where tcp_info is missing (/proc), "no data" cannot be
 	// checked, so a client that closed a connection after using it (for instance an HTTP/2
 	// client after the pod's GOAWAY) also counts as Left. Limits: a close by the pod's side
@@ -78,8 +82,12 @@ type Client struct {
 	// data since (open, or closed by the client); Held those still open with no data
 	// since; ClosedByClient those it closed with no data since.
 	HeldAtStart, ClosedByPod, Used, Held, ClosedByClient int
-	// NewConns counts connections first seen after the drain began.
+	// NewConns counts connections first seen after the drain began, in a read or, opened and
+	// closed between two reads, in the kernel's record of its close (Tracker.Closed).
 	NewConns int
+	// Open counts its connections open at the last read (ESTABLISHED, or gone but not yet
+	// judged: see Tracker.Closed).
+	Open int
 }
 
 // Tracker turns successive reads of the socket table into per-client evidence. It does no
@@ -98,14 +106,77 @@ type Tracker struct {
 	poolIdle  time.Duration
 	// arrived: requests reached the pod since the previous read (RequestsArrived).
 	arrived bool
+	// final: the kernel's records of connections freed since the previous read (Closed), and
+	// finalComplete whether none was lost; goneOther: reads at which other connections with
+	// these cookies vanished, so that a record coming a read late is not taken for a
+	// connection opened and closed unseen.
+	final         []Socket
+	finalComplete bool
+	goneOther     map[uint64]int
+	// early: records of drain-start connections a read still showed (freed just after it,
+	// their records taken with it), kept for the read that finds them gone.
+	early []Socket
+	// drainBegins: the sidecar began to drain, for the next Observe (DrainBegins).
+	drainBegins bool
+	// lastAt is the time of the latest read.
+	lastAt time.Time
+}
+
+// goneOtherReads is how many reads a vanished connection's cookie is remembered: its record
+// comes within one, unless the kernel's work queue lags a whole read interval.
+const goneOtherReads = 3
+
+// Closed gives the next Observe the kernel's records of the connections freed since the
+// previous read (GoneWatch.Take, taken before that read), and whether none was lost. A
+// drain-start connection gone from the table then counts as carrying a request only if its
+// final bytes received say so, whatever other clients sent meanwhile. One gone without its
+// record yet (the kernel broadcasts from a work queue, just after it drops the socket from
+// the table) is judged at the next read, as still held until then; where records are lost or
+// not watched, by RequestsArrived. A record of a connection no read showed (opened and closed
+// between two reads: a client opening one per request) is a new connection of its client.
+func (t *Tracker) Closed(final []Socket, complete bool) {
+	t.final, t.finalComplete = final, complete
+}
+
+// DrainBegins says, for the next Observe, that the pod's sidecar has begun to drain (its
+// stats show connections told to close), for a tracker in the undrained mode that watched
+// before the drain (meshdrain status): that read is judged as in a draining pod, where a
+// close right after a request follows Connection: close and says nothing; and the
+// connections open after it become drain-start connections, as at Begin, so that requests
+// they carried before the drain do not count as sending after it. A client judged Left
+// stays Left until it shows activity again.
+func (t *Tracker) DrainBegins() { t.drainBegins = true }
+
+// DrainedSince says that the pod's sidecar has drained since start, before the drain-start
+// read: a drain-start connection the pod answered since then was told Connection: close, and
+// its client closes it right after the response. Such a close says nothing, so the
+// connection counts as used, not idle.
+func (t *Tracker) DrainedSince(start time.Time) {
+	for _, d := range t.drainList {
+		if d.sentAt.After(start) {
+			d.used = true
+		}
+	}
+	t.judge(t.lastAt)
+}
+
+// sentAt is when the pod's side last sent data on s (its last response), from tcp_info; zero
+// when unknown or it has sent nothing.
+func sentAt(at time.Time, s Socket) time.Time {
+	if !s.HasTCPInfo || s.NothingSent || s.BytesReceived == 0 {
+		return time.Time{}
+	}
+	return at.Add(-s.SinceLastDataSent)
 }
 
 // RequestsArrived says that requests reached the pod since the previous read (its sidecar's
 // arrival counter moved, or is unknown), for the next Observe. While the pod drains, a
 // connection can carry a request, be told Connection: close and be closed by its client, all
 // between two reads: gone, its bytes never seen to grow, it would look like an idle one its
-// client let go. So a connection gone from the table counts as a departure only across reads
-// between which no request reached the pod at all.
+// client let go. Where the kernel's records of freed connections are at hand (Closed) they
+// say so for each connection; without them, a connection gone from the table counts as a
+// departure only across reads between which no request reached the pod at all, from any
+// client: one busy client then hides every other client's departure (issue 27).
 func (t *Tracker) RequestsArrived() { t.arrived = true }
 
 // Undrained says that the pod's sidecar is not draining (its drain is deferred until the
@@ -155,12 +226,18 @@ type drainConn struct {
 	client    *clientEvidence
 	bytes     uint64 // bytes received at the last read that had tcp_info
 	haveBytes bool
-	used      bool // data arrived since the drain began
-	busy      bool // a request was in flight at the last read (tcp_info)
-	answered  bool // the last read showed it answered (see otherConn)
+	used      bool      // data arrived since the drain began
+	usedRead  int       // read that first showed data (0: none, or the drain's start)
+	busy      bool      // a request was in flight at the last read (tcp_info)
+	sentAt    time.Time // when the pod last sent on it, as the last read showed (sentAt)
+	answered  bool      // the last read showed it answered (see otherConn)
 	fate      connFate
 	start     Socket // as the drain began
 	seen      int    // last read that showed it
+	// goneRead: the read that found it gone while its kernel record had not come
+	// (Tracker.Closed), and arrivedThen whether requests had reached the pod by then.
+	goneRead    int
+	arrivedThen bool
 }
 
 // otherConn is any other connection: one that was not ESTABLISHED at drain start, or one
@@ -179,6 +256,11 @@ type otherConn struct {
 	// answered: the last read showed it answered (tcp_info), so more bytes after it are a
 	// second request.
 	answered bool
+	// state at the last read; firstRead and dataRead the reads that first showed it and
+	// last showed data on it (DrainBegins).
+	state               State
+	firstRead, dataRead int
+	sentAt              time.Time
 }
 
 // sidecarsOwn says whether s comes from the pod itself to one of the pod's own addresses,
@@ -241,6 +323,8 @@ type clientEvidence struct {
 	// lastNewConn: read that last showed a connection it opened since the drain began.
 	lastNewConn int
 	leftAt      time.Time
+	// leftRead: the last read before the drain began in which it was Left (DrainBegins).
+	leftRead    int
 	heldAtStart int
 	newConns    int
 	state       ClientState
@@ -255,9 +339,10 @@ func (c *clientEvidence) lastClosed() int { return max(c.lastClose, c.lastUsedCl
 // are the drain-start connections whose fate is the evidence.
 func Begin(at time.Time, drainStart []Socket) *Tracker {
 	t := &Tracker{
-		drain:   make(map[connKey]*drainConn),
-		other:   make(map[connKey]*otherConn),
-		clients: make(map[netip.Addr]*clientEvidence),
+		drain:     make(map[connKey]*drainConn),
+		other:     make(map[connKey]*otherConn),
+		clients:   make(map[netip.Addr]*clientEvidence),
+		goneOther: make(map[uint64]int),
 	}
 	for _, s := range drainStart {
 		if s.sidecarsOwn() {
@@ -278,10 +363,11 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 		c.heldAtStart++
 		// A request in flight as the drain begins is answered during it: the connection
 		// is not idle since the start.
-		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, used: s.InFlight(), busy: s.InFlight(), answered: answered(s), start: s}
+		d := &drainConn{id: idOf(s), client: c, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, used: s.InFlight(), busy: s.InFlight(), answered: answered(s), start: s, sentAt: sentAt(at, s)}
 		t.drain[k] = d
 		t.drainList = append(t.drainList, d)
 	}
+	t.lastAt = at
 	t.judge(at)
 	return t
 }
@@ -289,6 +375,14 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 // Observe takes a later read of the table, taken at at.
 func (t *Tracker) Observe(at time.Time, socks []Socket) {
 	t.read++
+	if t.drainBegins {
+		t.undrained = false
+		for _, c := range t.clientList {
+			if c.state == Left {
+				c.leftRead = t.read - 1
+			}
+		}
+	}
 	for _, s := range socks {
 		if s.sidecarsOwn() {
 			continue
@@ -300,7 +394,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		}
 		o, ok := t.other[k]
 		if !ok || !o.id.same(s) {
-			o = &otherConn{id: idOf(s), bytes: s.BytesReceived, haveBytes: s.HasTCPInfo}
+			o = &otherConn{id: idOf(s), bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, firstRead: t.read}
 			t.other[k] = o
 			o.client = t.client(s.Remote.Addr(), at)
 			o.client.newConns++
@@ -310,6 +404,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			if o.client == nil {
 				o.client = t.client(s.Remote.Addr(), at)
 			}
+			o.dataRead = t.read
 			t.activity(o.client, dataTime(at, s))
 			// A request after an answered one: the connection is reused, as a pool's.
 			o.client.pools = o.client.pools || (t.undrained && o.answered)
@@ -317,6 +412,10 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		o.answered = answered(s)
 		o.id.update(s)
 		o.seen = t.read
+		o.state = s.State
+		if sent := sentAt(at, s); !sent.IsZero() {
+			o.sentAt = sent
+		}
 		switch s.State {
 		case Established:
 			if o.client == nil {
@@ -329,17 +428,29 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			t.closedOther(o)
 		}
 	}
+	final := t.finalByCookie()
 	for _, d := range t.drainList {
-		if d.fate == stillOpen && d.seen != t.read {
-			// Gone without passing through FIN_WAIT or TIME_WAIT on our side: the client
-			// closed it (or one side reset it). If requests arrived meanwhile, one may have
-			// been on it (RequestsArrived).
-			if t.arrived && !t.undrained {
-				d.used = true
-				t.activity(d.client, at)
-			}
-			t.closed(d, closedByClient)
+		if d.fate != stillOpen || d.seen == t.read {
+			continue
 		}
+		// Gone without passing through FIN_WAIT or TIME_WAIT on our side: the client closed
+		// it (or one side reset it). Whether it carried a request before, its final bytes
+		// tell (Closed); without them, if requests arrived meanwhile, one may have been on it.
+		f, recorded := final[d.id.cookie]
+		switch {
+		case recorded:
+			delete(final, d.id.cookie)
+			if !d.haveBytes || !f.HasTCPInfo || f.BytesReceived > d.bytes+1 {
+				// More than the FIN the record's count may hold: data.
+				t.usedBeforeClose(d, at)
+			}
+		case t.finalComplete && d.id.cookie != 0 && d.goneRead == 0:
+			d.goneRead, d.arrivedThen = t.read, t.arrived
+			continue // judged at the next read, when its record has come
+		case (t.arrived || d.arrivedThen) && !t.undrained:
+			t.usedBeforeClose(d, at)
+		}
+		t.closed(d, closedByClient)
 	}
 	t.arrived = false
 	for k, o := range t.other {
@@ -347,9 +458,122 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			// Gone without TIME_WAIT on our side: closed by the client.
 			t.closedOther(o)
 			delete(t.other, k)
+			if f, recorded := final[o.id.cookie]; recorded && o.client != nil && o.haveBytes && f.BytesReceived > o.bytes+1 {
+				t.activity(o.client, at)
+			}
+			if o.id.cookie != 0 {
+				t.goneOther[o.id.cookie] = t.read
+			}
 		}
 	}
+	t.briefConnections(at, final)
+	if t.drainBegins {
+		t.rebase()
+		t.drainBegins = false
+	}
+	t.lastAt = at
 	t.judge(at)
+}
+
+// usedBeforeClose records that a drain-start connection carried data before its client
+// closed it, between two reads.
+func (t *Tracker) usedBeforeClose(d *drainConn, at time.Time) {
+	d.used = true
+	if d.usedRead == 0 {
+		d.usedRead = t.read
+	}
+	t.activity(d.client, at)
+}
+
+// finalByCookie indexes the records Closed gave for this read, with those kept from the
+// last, and forgets them.
+func (t *Tracker) finalByCookie() map[uint64]Socket {
+	final := make(map[uint64]Socket, len(t.final)+len(t.early))
+	for _, f := range append(t.early, t.final...) {
+		if f.Cookie != 0 {
+			final[f.Cookie] = f
+		}
+	}
+	t.final, t.early = nil, nil
+	return final
+}
+
+// Vanished returns the cookies of the drain-start connections that socks, a read about to
+// be observed, no longer shows and whose records final does not hold: the records to wait
+// for (GoneWatch.Await) before judging that read.
+func (t *Tracker) Vanished(socks, final []Socket) []uint64 {
+	shown := make(map[uint64]bool, len(socks)+len(final)+len(t.early))
+	for _, list := range [][]Socket{socks, final, t.early} {
+		for _, s := range list {
+			shown[s.Cookie] = true
+		}
+	}
+	var missing []uint64
+	for _, d := range t.drainList {
+		if d.fate == stillOpen && d.id.cookie != 0 && !shown[d.id.cookie] {
+			missing = append(missing, d.id.cookie)
+		}
+	}
+	return missing
+}
+
+// briefConnections counts the records of connections no read showed: opened and closed
+// between two reads, as a client opening a connection per request does while the pod drains.
+// A record of a connection a read did show (a drain-start one already judged, one still in the
+// table as TIME_WAIT, one gone in the last reads) is not one.
+func (t *Tracker) briefConnections(at time.Time, final map[uint64]Socket) {
+	for cookie, f := range final {
+		if _, gone := t.goneOther[cookie]; gone || f.sidecarsOwn() {
+			continue
+		}
+		k := connKey{f.Local, f.Remote}
+		// The same addresses without a cookie (read from /proc) cannot be told apart.
+		if d, ok := t.drain[k]; ok && (d.id.cookie == cookie || d.id.cookie == 0) {
+			if d.fate == stillOpen && d.seen == t.read {
+				t.early = append(t.early, f)
+			}
+			continue
+		}
+		if o, ok := t.other[k]; ok && (o.id.cookie == cookie || o.id.cookie == 0) {
+			continue
+		}
+		c := t.client(f.Remote.Addr(), at)
+		c.newConns++
+		c.lastNewConn = t.read
+		t.activity(c, at)
+	}
+	for cookie, read := range t.goneOther {
+		if t.read-read >= goneOtherReads {
+			delete(t.goneOther, cookie)
+		}
+	}
+}
+
+// rebase makes the connections open now drain-start ones (DrainBegins): a request they
+// carried before this read no longer counts; one seen in this read, or answered since the
+// read before (its response may have said Connection: close), may have come after the drain
+// began, and still does. Those opened in this read stay new connections.
+func (t *Tracker) rebase() {
+	for _, d := range t.drainList {
+		if d.fate == stillOpen && d.usedRead < t.read {
+			d.used, d.usedRead = d.busy || d.sentAt.After(t.lastAt), 0
+		}
+	}
+	for k, o := range t.other {
+		if o.closed || o.state != Established || o.client == nil || o.firstRead == t.read {
+			continue
+		}
+		d := &drainConn{id: o.id, client: o.client, bytes: o.bytes, haveBytes: o.haveBytes, busy: o.busy,
+			answered: o.answered, seen: t.read, start: Socket{State: Established}, sentAt: o.sentAt}
+		d.used = o.busy || o.dataRead == t.read || o.sentAt.After(t.lastAt)
+		if o.dataRead == t.read {
+			d.usedRead = t.read
+		}
+		t.drain[k] = d
+		t.drainList = append(t.drainList, d)
+		o.client.heldAtStart++
+		delete(t.other, k)
+	}
 }
 
 func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
@@ -359,9 +583,15 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 		return
 	}
 	d.busy = s.State == Established && s.InFlight()
+	if sent := sentAt(at, s); !sent.IsZero() {
+		d.sentAt = sent
+	}
 	d.client.pools = d.client.pools || (t.undrained && t.pooled(s))
 	if grew(&d.bytes, &d.haveBytes, s) {
 		d.used = true
+		if d.usedRead == 0 {
+			d.usedRead = t.read
+		}
 		t.activity(d.client, dataTime(at, s))
 		d.client.pools = d.client.pools || (t.undrained && d.answered)
 	}
@@ -471,6 +701,9 @@ func (t *Tracker) judge(at time.Time) {
 		switch {
 		case c.held > 0:
 			state = Holding
+		case c.leftRead > 0 && c.openUsed == 0 && c.lastActivity <= c.leftRead:
+			// Left before the drain began, under the undrained rules, and quiet since.
+			state = Left
 		case !t.undrained && c.openUsed == 0 && c.lastClose > 0 && c.lastActivity < c.lastClose:
 			state = Left
 		case t.undrained && c.pools && c.lastClosed() > 0 && c.lastActivity <= c.lastClosed() && c.lastNewConn < c.lastClosed():
@@ -505,8 +738,16 @@ func (t *Tracker) Clients() []Client {
 		index[c] = len(out)
 		out = append(out, cl)
 	}
+	for _, o := range t.other {
+		if o.client != nil && !o.closed && (o.state == Established || o.state == SynRecv || o.state == NewSynRecv) {
+			out[index[o.client]].Open++
+		}
+	}
 	for _, d := range t.drainList {
 		cl := &out[index[d.client]]
+		if d.fate == stillOpen {
+			cl.Open++
+		}
 		switch {
 		case d.fate == closedByPod:
 			cl.ClosedByPod++

@@ -11,7 +11,9 @@
 // meshdrain runs in the app container, which shares the pod's network namespace, so the
 // sidecar's inbound sockets are visible without any capability, in two ways: NETLINK_SOCK_DIAG
 // (DiagReader, the default: filtered in the kernel, with tcp_info's bytes received) and
-// /proc/net/tcp{,6} (ProcReader, the fallback: state and queues only).
+// /proc/net/tcp{,6} (ProcReader, the fallback: state and queues only). A connection that
+// opens or closes between two reads shows in the kernel's broadcast of the sockets it frees,
+// with their final tcp_info (GoneWatch, over inet_diag too).
 //
 // Without bytes received (/proc), a read cannot tell an idle connection from one that carried
 // requests since the drain began. The Tracker then errs both ways: an old connection still in

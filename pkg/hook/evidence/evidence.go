@@ -1,7 +1,10 @@
-// Package evidence is the drain's per-client evidence in a pod (drain.ClientEvidence): it
-// reads the pod's own socket table on the sidecar's inbound listener (package sockets) and
-// tracks each client address from the drain's start. The app container shares the pod's
-// network namespace, and the table needs no privilege (docs/facts.md §6).
+// Package evidence is the per-client evidence in a pod: it reads the pod's own socket table
+// on the sidecar's inbound listener (package sockets), with the kernel's records of the
+// connections freed between two reads, and tracks each client address from the drain's
+// start. Table is prestop's (drain.ClientEvidence); Watch is what meshdrain status shows. Both
+// judge through one clientTable and one sockets.Tracker, so that status shows each client as
+// prestop counts it. The app container shares the pod's network namespace, and the table
+// needs no privilege (docs/facts.md §6).
 package evidence
 
 import (
@@ -37,9 +40,7 @@ type Table struct {
 	// carried requests since the start (sockets.Tracker.Undrained).
 	Undrained bool
 
-	ports    []uint16
-	owned    *sockets.Owned // nil: every socket on the ports is the sidecar's
-	tracker  *sockets.Tracker
+	table    clientTable
 	lastRead time.Time
 	last     drain.ClientCounts
 	// atRead is the traffic at the last read; drainClosesAtBegin the sidecar's drain closes
@@ -72,28 +73,26 @@ const BusyReads = 5
 var _ drain.ClientEvidence = (*Table)(nil)
 
 // Begin reads the table once, as the drain begins: the connections open now are the ones
-// whose fate is the evidence.
-func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
-	ports, err := watched(t.Ports, snap.Listener)
-	if err != nil {
+// whose fate is the evidence. The kernel's records of connections it frees are watched from
+// here until ctx ends (sockets.GoneWatch).
+func (t *Table) Begin(ctx context.Context, snap mesh.Snapshot) error {
+	if err := t.table.open(t.Reader, t.Ports, snap.Listener); err != nil {
 		return err
 	}
-	t.ports = ports
-	if t.owned, err = sidecarsSockets(t.Reader, snap.Listener, ports); err != nil {
-		return err
-	}
-	socks, err := readOwned(t.Reader, t.ports, t.owned)
-	if err != nil {
+	context.AfterFunc(ctx, t.table.close)
+	if err := t.table.read(); err != nil {
 		return err
 	}
 	t.lastRead = t.Now()
 	t.atRead = drain.TrafficOf(snap, snap.Read())
 	t.drainClosesAtBegin = valueOr0(t.atRead.DrainCloses)
-	t.tracker = sockets.Begin(t.lastRead, socks)
+	t.table.begin(t.lastRead)
 	if t.Undrained {
 		// A connection answered and still open a read interval later is a pool's: a client
 		// that opens one per request closes it within milliseconds, even loaded.
-		t.tracker.Undrained(t.every())
+		t.table.tracker.Undrained(t.every())
+	} else {
+		t.table.drainedBefore(t.lastRead, t.every())
 	}
 	t.last = t.count()
 	return nil
@@ -103,10 +102,11 @@ func (t *Table) Begin(_ context.Context, snap mesh.Snapshot) error {
 // or closed since the last read, and sums the clients by state. Between reads it returns the
 // last read's counts, marked Stale once requests have arrived since.
 func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts, error) {
-	if closes := valueOr0(now.DrainCloses); t.Undrained && closes > t.drainClosesAtBegin {
+	if t.Undrained && Drains(&t.drainClosesAtBegin, now.DrainCloses) {
 		// Its clients close right after a response that said Connection: close: a close
 		// is no longer a departure. The coordinator drops the evidence and says why.
-		return drain.ClientCounts{}, fmt.Errorf("the sidecar drains although meshdrain defers its drain (--drain-at end): it told %.0f connections to close (http.<prefix>.downstream_cx_drain_close), so a client's close may follow that and not its endpoint update; check that the sidecar's own drain at the deletion is turned off (docs/decision-rule.md)", closes-t.drainClosesAtBegin)
+		t.table.close()
+		return drain.ClientCounts{}, fmt.Errorf("the sidecar drains although meshdrain defers its drain (--drain-at end): it told %.0f connections to close (http.<prefix>.downstream_cx_drain_close), so a client's close may follow that and not its endpoint update; check that the sidecar's own drain at the deletion is turned off (docs/decision-rule.md)", valueOr0(now.DrainCloses)-t.drainClosesAtBegin)
 	}
 	at := t.Now()
 	arrived := moved(now.Arrivals, t.atRead.Arrivals)
@@ -117,28 +117,26 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 		c.Stale = arrived
 		return c, nil
 	}
-	socks, err := readOwned(t.Reader, t.ports, t.owned)
-	if err != nil {
+	if err := t.table.read(); err != nil {
 		return drain.ClientCounts{}, err
 	}
-	if arrived {
-		t.tracker.RequestsArrived()
-	}
 	t.atRead = now
-	t.tracker.Observe(at, socks)
+	t.table.observe(at, arrived)
 	t.lastRead = at
 	t.last = t.count()
 	return t.last, nil
 }
 
-// readOwned reads the table: the sidecar's sockets on the watched ports.
-func readOwned(r sockets.Reader, ports []uint16, owned *sockets.Owned) ([]sockets.Socket, error) {
-	socks, err := r.Read(ports)
-	if err != nil || owned == nil {
-		return socks, err
-	}
-	return owned.Keep(socks), nil
-}
+// Close stops watching the kernel's records of freed connections; Begin's context ending
+// does it too.
+func (t *Table) Close() { t.table.close() }
+
+// Drains says whether the sidecar has drained since it had told then connections to close:
+// it tells a connection to close (http.<prefix>.downstream_cx_drain_close: Connection: close
+// on a response, or GOAWAY) only while it drains, and a drain, once begun, does not end. This
+// is the one definition of "the sidecar drains" for prestop's --drain-at end guard and for
+// status. nil counts are 0: Envoy leaves a counter it has not used out of a usedonly poll.
+func Drains(then, now *float64) bool { return valueOr0(now) > valueOr0(then) }
 
 // sidecarsSockets says which of the sockets on ports are the sidecar's: those owned by the
 // user that owns the inbound listener the stats name (Istio's 15006, owned by the proxy's
@@ -248,10 +246,10 @@ func moved(now, then *float64) bool {
 	return now == nil || then == nil || *now != *then
 }
 
-// count sums the tracker's clients by state.
+// count sums the clients by state.
 func (t *Table) count() drain.ClientCounts {
 	var c drain.ClientCounts
-	for _, cl := range t.tracker.Clients() {
+	for _, cl := range t.table.clients() {
 		switch cl.State {
 		case sockets.Holding:
 			c.Holding++
@@ -261,26 +259,12 @@ func (t *Table) count() drain.ClientCounts {
 		case sockets.Sending:
 			c.Sending++
 		case sockets.Left:
-			if t.withoutData() {
-				// Without tcp_info a close cannot show the connection was idle: a client's
-				// Envoy also closes a connection at once after a response that said
-				// Connection: close, which the draining pod's Envoy sends on every one.
-				c.Sending++
-				continue
-			}
 			c.Left++
 		default:
 			c.NoEvidence++
 		}
 	}
 	return c
-}
-
-// withoutData says whether the reads carry no tcp_info (the /proc fallback): bytes
-// received cannot be seen, so whether a closed connection carried a request is unknown.
-func (t *Table) withoutData() bool {
-	fb, ok := t.Reader.(interface{ FellBack() error })
-	return ok && fb.FellBack() != nil
 }
 
 // watched are the ports whose connections are the clients': the ones given, or the inbound
@@ -314,49 +298,4 @@ func listenerPort(snap mesh.Snapshot) (int, error) {
 		return 0, fmt.Errorf("inbound listener address %q has no port; name it with --inbound-listener-port", addr)
 	}
 	return p, nil
-}
-
-// Watch follows the clients of a live sidecar for `meshdrain status`: the first read is the
-// baseline (what the drain's start is to Table), and every later read says which clients
-// still hold the connections they had then, which send, which have closed theirs.
-type Watch struct {
-	Reader sockets.Reader
-	// Ports are the inbound listener's ports; empty takes them from each sample's listener.
-	Ports []int
-
-	ports    []uint16
-	owned    *sockets.Owned
-	tracker  *sockets.Tracker
-	arrivals *float64
-}
-
-// Clients reads the table at now; listener is the sample's inbound listener (its port is
-// watched when Ports is empty), arrivals its arrival counter (nil: unknown), which tells
-// whether a connection gone since the last read may have carried a request.
-func (w *Watch) Clients(now time.Time, listener *mesh.Listener, arrivals *float64) ([]sockets.Client, error) {
-	if w.ports == nil {
-		ports, err := watched(w.Ports, listener)
-		if err != nil {
-			return nil, err
-		}
-		owned, err := sidecarsSockets(w.Reader, listener, ports)
-		if err != nil {
-			return nil, err
-		}
-		w.ports, w.owned = ports, owned
-	}
-	socks, err := readOwned(w.Reader, w.ports, w.owned)
-	if err != nil {
-		return nil, err
-	}
-	if w.tracker == nil {
-		w.tracker = sockets.Begin(now, socks)
-	} else {
-		if arrivals == nil || w.arrivals == nil || *arrivals != *w.arrivals {
-			w.tracker.RequestsArrived()
-		}
-		w.tracker.Observe(now, socks)
-	}
-	w.arrivals = arrivals
-	return w.tracker.Clients(), nil
 }

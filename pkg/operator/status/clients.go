@@ -19,7 +19,8 @@ type Client struct {
 	// routes here), sending (new connections or data since), left (closed such a connection
 	// itself: it applied the endpoint removal), no-evidence.
 	State string `json:"state"`
-	// Open counts its connections open now: held since the start, used since, or new.
+	// Open counts its connections open at this sample (ESTABLISHED), with one gone whose
+	// close the kernel has not reported yet (judged at the next sample).
 	Open int `json:"open_connections"`
 	// Since is when status first saw it; LastData when it last sent (or may have); LeftAt
 	// when it was seen to leave.
@@ -31,30 +32,16 @@ type Client struct {
 // maxClientRows bounds the text table; JSON lists every client.
 const maxClientRows = 20
 
-// withClients adds the clients to a sample, or why they could not be read.
+// withClients adds the clients to a sample, or why there are none to show.
 func withClients(r *Report, w ClientWatch, now time.Time) {
-	var arrivals *float64
-	for _, p := range r.Inbound {
-		if p.RequestsTotal == nil {
-			arrivals = nil
-			break
-		}
-		if arrivals == nil {
-			arrivals = new(float64)
-		}
-		*arrivals += *p.RequestsTotal
-	}
-	clients, err := w.Clients(now, r.Listener, arrivals)
+	clients, err := w.Clients(now, r.Listener, r.traffic, r.drainSeen)
 	if err != nil {
 		r.ClientsError = err.Error()
 		return
 	}
 	r.Clients = make([]Client, 0, len(clients))
 	for _, c := range clients {
-		row := Client{Address: c.Addr.String(), State: c.State.String(), Open: c.Held + c.Used - c.ClosedByClient + c.NewConns, Since: c.FirstSeen}
-		if row.Open < 0 {
-			row.Open = 0
-		}
+		row := Client{Address: c.Addr.String(), State: c.State.String(), Open: c.Open, Since: c.FirstSeen}
 		if !c.LastData.IsZero() {
 			row.LastData = &c.LastData
 		}
@@ -73,16 +60,13 @@ func withClients(r *Report, w ClientWatch, now time.Time) {
 // writeClients is the text report's clients section.
 func writeClients(b *strings.Builder, r Report) {
 	if r.ClientsError != "" {
-		fmt.Fprintf(b, "\nclients: cannot read the socket table: %s\n", r.ClientsError)
+		fmt.Fprintf(b, "\nclients: none shown: %s\n", r.ClientsError)
 		return
 	}
 	if r.Clients == nil {
 		return
 	}
-	counts := map[string]int{}
-	for _, c := range r.Clients {
-		counts[c.State]++
-	}
+	counts := clientCounts(r.Clients)
 	fmt.Fprintf(b, "\nclients of the inbound listener: %d holding, %d sending, %d left, %d no evidence (since the first sample)\n",
 		counts["holding"], counts["sending"], counts["left"], counts["no-evidence"])
 	if len(r.Clients) == 0 {
@@ -102,4 +86,13 @@ func writeClients(b *strings.Builder, r Report) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", c.Address, c.State, c.Open, r.SampledAt.Sub(c.Since).Round(time.Second), last)
 	}
 	_ = tw.Flush()
+}
+
+// clientCounts counts the clients by state.
+func clientCounts(clients []Client) map[string]int {
+	counts := map[string]int{}
+	for _, c := range clients {
+		counts[c.State]++
+	}
+	return counts
 }

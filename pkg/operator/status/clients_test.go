@@ -42,7 +42,13 @@ func TestStatusShowsWhichClientsHoldOn(t *testing.T) {
 		resp.Body.Close()
 		clients[ip] = c
 	}
-	watch := &evidence.Watch{Reader: sockets.NewReader(), Ports: []int{port}}
+	// Nothing drains this sidecar, so the watch judges as prestop --drain-at end does: a close
+	// is a departure for a client seen to pool, its connection answered and open a sample
+	// interval later. Wait that long before the baseline: more only helps.
+	const every = 50 * time.Millisecond
+	time.Sleep(2 * every)
+	watch := &evidence.Watch{Reader: sockets.NewReader(), Ports: []int{port}, Every: every}
+	defer watch.Close()
 	sampleClients := func() map[string]string {
 		var out bytes.Buffer
 		if err := Run(context.Background(), Envoy(e.client), &out, Options{AdminURL: e.sim.AdminURL(), Selector: mesh.Selector{Ports: []int{8080}},

@@ -46,6 +46,7 @@ func WriteText(w io.Writer, r Report) error {
 		}
 		fmt.Fprintf(&b, "listeners: %s active, %s\n", num(lm.Active), stopped)
 	}
+	fmt.Fprintf(&b, "drain:   %s\n", drainText(r.Drain))
 	fmt.Fprintf(&b, "naming:  %s (mesh: %s)\n", r.Naming, r.Mesh)
 	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
 
@@ -95,6 +96,9 @@ func WriteLine(w io.Writer, r Report) error {
 	if lm := r.ListenerManager; lm != nil {
 		fmt.Fprintf(&b, " listeners_stopped=%s", num(lm.Stopped))
 	}
+	if r.Mesh != mesh.Linkerd {
+		fmt.Fprintf(&b, " drain=%s", drainToken(r.Drain))
+	}
 	for _, p := range r.Inbound {
 		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s 5xx=%s 5xx_rate=%s", portText(p.Port), p.Name,
 			num(p.RequestsTotal), rate(p.RequestsRate), num(p.RequestsActive), num(p.ConnectionsActive),
@@ -114,6 +118,10 @@ func WriteLine(w io.Writer, r Report) error {
 	if r.CompletedServerErrorsTotal != nil {
 		fmt.Fprintf(&b, " | completed_5xx=%s completed_5xx_rate=%s completed_5xx_flags=%s", num(r.CompletedServerErrorsTotal),
 			rate(r.CompletedServerErrorsRate), lineList(failuresText(r.CompletedServerErrors)))
+	}
+	if r.Clients != nil {
+		counts := clientCounts(r.Clients)
+		fmt.Fprintf(&b, " | clients holding=%d sending=%d left=%d no_evidence=%d", counts["holding"], counts["sending"], counts["left"], counts["no-evidence"])
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
@@ -188,4 +196,71 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// drainText is the text report's drain line.
+func drainText(d *Drain) string {
+	switch {
+	case d == nil:
+		return "unknown: the sidecar exposes no HTTP connection manager stats (http.<prefix>.downstream_cx_drain_close)"
+	case !d.Draining:
+		return "none seen (a draining sidecar shows it once it tells a connection to close: http.<prefix>.downstream_cx_drain_close)"
+	}
+	told := fmt.Sprintf("%s connections told to close", strconv.FormatFloat(d.ConnectionsToldToClose, 'f', -1, 64))
+	switch {
+	case d.Since == nil:
+		return "DRAINING (" + told + ")"
+	case d.BeforeFirstSample:
+		return fmt.Sprintf("DRAINING since before %s, status's first sample (%s)", d.Since.UTC().Format(time.RFC3339), told)
+	}
+	return fmt.Sprintf("DRAINING since %s, first seen (%s)", d.Since.UTC().Format(time.RFC3339), told)
+}
+
+// drainToken is the drain as one token of a --watch line: no, unknown, or since when.
+func drainToken(d *Drain) string {
+	switch {
+	case d == nil:
+		return "unknown"
+	case !d.Draining:
+		return "no"
+	case d.Since == nil:
+		return "yes"
+	case d.BeforeFirstSample:
+		return "before:" + d.Since.UTC().Format(time.RFC3339)
+	}
+	return "since:" + d.Since.UTC().Format(time.RFC3339)
+}
+
+// WriteClientChanges writes, for --watch when stdout is not a terminal, a line per client
+// whose state changed since the previous sample shown (prev nil: every client is new), and
+// the reason when there are no clients to show, once: a sample's line has no room for them.
+func WriteClientChanges(w io.Writer, prev *Report, r Report) error {
+	var b strings.Builder
+	at := r.SampledAt.UTC().Format(time.RFC3339)
+	if r.ClientsError != "" && (prev == nil || prev.ClientsError != r.ClientsError) {
+		fmt.Fprintf(&b, "%s clients: none shown: %s\n", at, r.ClientsError)
+	}
+	was := map[string]Client{}
+	if prev != nil {
+		for _, c := range prev.Clients {
+			was[c.Address] = c
+		}
+	}
+	for _, c := range r.Clients {
+		before, known := was[c.Address]
+		if known && before.State == c.State {
+			continue
+		}
+		from := "-"
+		if known {
+			from = before.State
+		}
+		last := "-"
+		if c.LastData != nil {
+			last = c.LastData.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(&b, "%s client=%s state=%s was=%s open=%d last_sent=%s\n", at, c.Address, c.State, from, c.Open, last)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

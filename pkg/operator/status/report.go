@@ -15,6 +15,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 )
@@ -76,6 +78,10 @@ type Report struct {
 	// ListenerManager is Envoy's listener_manager counts: a drained sidecar has stopped
 	// listeners while its server state is still LIVE.
 	ListenerManager *ListenerManager `json:"listener_manager"`
+	// Drain says whether the sidecar drains (its own drain, or meshdrain's with --drain-at
+	// end): its server state stays LIVE and its listeners active while it does. nil when its
+	// stats cannot tell (no HTTP connection manager stats: http.<prefix>.*).
+	Drain *Drain `json:"drain"`
 	// UnknownPorts are --port values the sidecar has no inbound endpoint for, when it has
 	// stats for others (InboundPorts): a typo would otherwise look like a quiet port.
 	UnknownPorts []int `json:"unknown_ports,omitempty"`
@@ -95,6 +101,9 @@ type Report struct {
 	Clients      []Client `json:"clients,omitempty"`
 	ClientsError string   `json:"clients_error,omitempty"`
 
+	// traffic and drainSeen are what the stats say for the clients' judgement.
+	traffic   drain.Traffic
+	drainSeen evidence.DrainSeen
 	// generic records that --cluster/--http-prefix were given, for the hints and the check.
 	generic bool
 	// portsAsked are the --port values, for the check.
@@ -112,6 +121,21 @@ type Report struct {
 type ListenerManager struct {
 	Stopped *float64 `json:"listeners_stopped"`
 	Active  *float64 `json:"listeners_active"`
+}
+
+// Drain is the sidecar's drain as its stats show it: a draining Envoy tells each connection
+// that carries a request to close (Connection: close, GOAWAY) and counts it in
+// http.<prefix>.downstream_cx_drain_close; nothing else in its admin API says it drains
+// (evidence.Drains is the one definition, which prestop's --drain-at end guard uses too). A
+// drain that has answered no request yet does not show.
+type Drain struct {
+	Draining bool `json:"draining"`
+	// ConnectionsToldToClose is downstream_cx_drain_close summed over the inbound ports.
+	ConnectionsToldToClose float64 `json:"connections_told_to_close"`
+	// Since is the sample that first showed it draining (--watch); BeforeFirstSample says
+	// that was status's first sample, so the drain began before it.
+	Since             *time.Time `json:"since,omitempty"`
+	BeforeFirstSample bool       `json:"before_first_sample,omitempty"`
 }
 
 // InboundStopped reports whether some listener was stopped: on a sidecar only a drain does
@@ -236,6 +260,10 @@ func Gather(ctx context.Context, admin Admin, adminURL string, sel mesh.Selector
 	r.Naming = snap.Naming
 	r.Signal = snap.Read().Signal
 	r.Listener = snap.Listener
+	r.traffic, r.drainSeen = drain.TrafficOf(snap, snap.Read()), evidence.DrainOf(snap)
+	if r.drainSeen.Known {
+		r.Drain = &Drain{Draining: r.drainSeen.Draining(), ConnectionsToldToClose: r.drainSeen.Closes}
+	}
 	r.CompletedRequestsTotal = snap.CompletedRequestsTotal
 	for _, e := range snap.Endpoints {
 		r.Inbound = append(r.Inbound, Port{

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
@@ -35,9 +37,14 @@ type Options struct {
 	Clients ClientWatch
 }
 
-// ClientWatch follows the inbound listener's clients (evidence.Watch in the pod).
+// ClientWatch follows the inbound listener's clients (evidence.Watch in the pod), judged as
+// prestop judges them.
 type ClientWatch interface {
-	Clients(now time.Time, listener *mesh.Listener, arrivals *float64) ([]sockets.Client, error)
+	// Read reads the socket table before the sample's stats are fetched, so that the stats
+	// count the cause of any close the read shows (a response marked Connection: close).
+	Read()
+	// Clients judges the read with the sample's stats.
+	Clients(now time.Time, listener *mesh.Listener, traffic drain.Traffic, drainSeen evidence.DrainSeen) ([]sockets.Client, error)
 }
 
 // clearScreen moves the cursor home and clears the terminal, as watch(1) does between frames.
@@ -71,7 +78,8 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 		return write(out, r, o)
 	}
 
-	var prev *Report
+	var prev, prevShown *Report
+	var drainSince drainWatch
 	for n := 1; ; n++ {
 		r, err := sample(ctx, sc, o)
 		if ctx.Err() != nil {
@@ -84,10 +92,18 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 			}
 		} else {
 			r = withRates(prev, r)
+			drainSince.fill(&r)
 			prev = &r
 			if werr := write(out, r, o); werr != nil {
 				return werr
 			}
+			if o.Watch && !o.Terminal && o.Output == OutputText {
+				// A line per sample has no room for the clients: a line per change.
+				if werr := WriteClientChanges(out, prevShown, r); werr != nil {
+					return werr
+				}
+			}
+			prevShown = &r
 		}
 		if o.Samples > 0 && n >= o.Samples {
 			return nil
@@ -101,12 +117,35 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 func sample(ctx context.Context, sc Sampler, o Options) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.SampleTimeout)
 	defer cancel()
+	if o.Clients != nil {
+		o.Clients.Read()
+	}
 	r, err := sc.Sample(ctx, o.AdminURL, o.Selector, o.Clock.Now())
 	// A Linkerd proxy closes connections itself on its drain: its clients' closes say nothing.
 	if err == nil && o.Clients != nil && r.Mesh != mesh.Linkerd {
 		withClients(&r, o.Clients, o.Clock.Now())
 	}
 	return r, err
+}
+
+// drainWatch remembers when a watch first saw the sidecar draining.
+type drainWatch struct {
+	samples int
+	since   *time.Time
+	before  bool // it drained already at the first sample
+}
+
+// fill sets the report's drain.Since from the samples so far.
+func (d *drainWatch) fill(r *Report) {
+	d.samples++
+	if r.Drain == nil || !r.Drain.Draining {
+		return
+	}
+	if d.since == nil {
+		at := r.SampledAt
+		d.since, d.before = &at, d.samples == 1
+	}
+	r.Drain.Since, r.Drain.BeforeFirstSample = d.since, d.before
 }
 
 func write(out io.Writer, r Report, o Options) error {
