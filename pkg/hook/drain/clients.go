@@ -28,6 +28,9 @@ type ClientEvidence interface {
 type Traffic struct {
 	// Arrivals is the arrival counter (nil: unknown).
 	Arrivals *float64
+	// Active is the requests in flight (nil: unknown): with Arrivals, how many have been
+	// answered.
+	Active *float64
 	// Opened and Open are the inbound listener's accepted and open connections (nil:
 	// unknown).
 	Opened, Open *float64
@@ -38,7 +41,7 @@ type Traffic struct {
 
 // TrafficOf is the traffic a snapshot and its reading show.
 func TrafficOf(snap mesh.Snapshot, r mesh.Reading) Traffic {
-	t := Traffic{Arrivals: r.Arrivals, DrainCloses: snap.DrainCloses()}
+	t := Traffic{Arrivals: r.Arrivals, Active: r.Active, DrainCloses: snap.DrainCloses()}
 	if l := snap.Listener; l != nil {
 		t.Opened, t.Open = l.ConnectionsTotal, l.ConnectionsActive
 	}

@@ -44,9 +44,14 @@ type Table struct {
 	lastRead time.Time
 	last     drain.ClientCounts
 	// atRead is the traffic at the last read; drainClosesAtBegin the sidecar's drain closes
-	// when the drain began.
+	// when the drain began, and arrivalsAtBegin its arrivals then.
 	atRead             drain.Traffic
 	drainClosesAtBegin float64
+	arrivalsAtBegin    *float64
+	// drainedBefore: Undrained, the sidecar had told connections to close before the drain
+	// began; until it is seen answering without doing so (answeredSince, then a poll whose
+	// counter still stands), no close is taken for a departure (confirmUndrained).
+	drainedBefore, answeredSince bool
 	// prevPoll is the traffic at the previous poll.
 	prevPoll drain.Traffic
 }
@@ -86,6 +91,14 @@ func (t *Table) Begin(ctx context.Context, snap mesh.Snapshot) error {
 	t.lastRead = t.Now()
 	t.atRead = drain.TrafficOf(snap, snap.Read())
 	t.drainClosesAtBegin = valueOr0(t.atRead.DrainCloses)
+	t.arrivalsAtBegin = t.atRead.Arrivals
+	// A drain-close count already above zero: the sidecar told connections to close before
+	// this first read, either now (its own drain at the deletion, which --drain-at end
+	// assumes turned off, came first) or long ago (a listener update drains the connections
+	// of a changed filter chain). Taken for a baseline, a drain of now would show no rise
+	// until the clients send again, and the closes it caused before this read would pass
+	// for departures meanwhile.
+	t.drainedBefore = t.Undrained && t.drainClosesAtBegin > 0
 	t.table.begin(t.lastRead)
 	if t.Undrained {
 		// A connection answered and still open a read interval later is a pool's: a client
@@ -108,6 +121,7 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 		t.table.close()
 		return drain.ClientCounts{}, fmt.Errorf("the sidecar drains although meshdrain defers its drain (--drain-at end): it told %.0f connections to close (http.<prefix>.downstream_cx_drain_close), so a client's close may follow that and not its endpoint update; check that the sidecar's own drain at the deletion is turned off (docs/decision-rule.md)", valueOr0(now.DrainCloses)-t.drainClosesAtBegin)
 	}
+	t.confirmUndrained(now)
 	at := t.Now()
 	arrived := moved(now.Arrivals, t.atRead.Arrivals)
 	busy := changed(now, t.prevPoll)
@@ -115,7 +129,7 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 	if !t.due(at, now, arrived, busy) {
 		c := t.last
 		c.Stale = arrived
-		return c, nil
+		return t.unconfirmed(c), nil
 	}
 	if err := t.table.read(); err != nil {
 		return drain.ClientCounts{}, err
@@ -124,7 +138,37 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 	t.table.observe(at, arrived)
 	t.lastRead = at
 	t.last = t.count()
-	return t.last, nil
+	return t.unconfirmed(t.last), nil
+}
+
+// confirmUndrained ends drainedBefore once the sidecar is seen not draining: a poll showed a
+// request that arrived after the drain began answered (more requests answered than had
+// arrived by then), and a later poll, whose counter stands where it stood at the start (the
+// guard in Counts has passed), shows that answer told no connection to close. A draining
+// sidecar tells one on every answer with Istio's immediate drain strategy (docs/facts.md §2).
+// The later poll makes sure the counter is read after the answer, whatever order the stats
+// were read in.
+func (t *Table) confirmUndrained(now drain.Traffic) {
+	if !t.drainedBefore || now.DrainCloses == nil {
+		return
+	}
+	if t.answeredSince {
+		t.drainedBefore = false
+		return
+	}
+	if now.Arrivals != nil && now.Active != nil && t.arrivalsAtBegin != nil {
+		t.answeredSince = *now.Arrivals-*now.Active > *t.arrivalsAtBegin
+	}
+}
+
+// unconfirmed counts the clients that left as sending while drainedBefore: their closes may
+// have followed the sidecar's Connection: close, and silence judges them.
+func (t *Table) unconfirmed(c drain.ClientCounts) drain.ClientCounts {
+	if t.drainedBefore {
+		c.Sending += c.Left
+		c.Left = 0
+	}
+	return c
 }
 
 // Close stops watching the kernel's records of freed connections; Begin's context ending

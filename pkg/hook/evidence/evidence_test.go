@@ -283,6 +283,74 @@ func TestUndrainedEvidenceGivesUpWhenTheSidecarDrains(t *testing.T) {
 	}
 }
 
+// A drain-close count already above zero at the first read, with the drain deferred: the
+// sidecar told connections to close before meshdrain looked, now (its own drain at the
+// deletion came first) or long ago (a listener update). A pooling client's close must then
+// not pass for a departure, as a close that followed the Connection: close of a drain begun
+// before the first read would (issue 27), until the sidecar is seen answering a request that
+// arrived since without telling its connection to close. If it does tell it, the evidence is
+// given up as when the count rises from zero.
+func TestUndrainedEvidenceWhenTheSidecarDrainedBeforeTheFirstRead(t *testing.T) {
+	pooled := sockets.Socket{
+		Local: netip.MustParseAddrPort("10.0.0.1:15006"), Remote: netip.MustParseAddrPort("10.0.0.7:40000"), State: sockets.Established, Inode: 1,
+		// Answered two seconds ago and idle since: a pool's connection.
+		HasTCPInfo: true, BytesReceived: 300, SinceLastDataRecv: 2 * time.Second, SinceLastDataSent: 2 * time.Second,
+	}
+	traffic := func(arrivals, active, closes float64) drain.Traffic {
+		return drain.Traffic{Arrivals: num(arrivals), Active: num(active), DrainCloses: num(closes)}
+	}
+	for _, tc := range []struct {
+		name   string
+		before float64 // the drain closes at the first read
+	}{{"nothing drained before", 0}, {"drained before the first read", 2}} {
+		now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+		r := &fakeReader{socks: []sockets.Socket{pooled}}
+		table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Second, Undrained: true}
+		snap := mesh.Snapshot{Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(10), HTTPRequestsActive: num(0), HTTPDrainCloses: num(tc.before)}}}
+		if err := table.Begin(context.Background(), snap); err != nil {
+			t.Fatal(err)
+		}
+		poll := func(tr drain.Traffic) (drain.ClientCounts, error) {
+			now = now.Add(time.Second)
+			return table.Counts(context.Background(), tr)
+		}
+		r.socks = nil // the client closes its pooled connection; no request arrived
+		c, err := poll(traffic(10, 0, tc.before))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if tc.before == 0 && c.Left != 1 {
+			t.Errorf("%s: %+v, want the client's close taken for a departure", tc.name, c)
+		}
+		if tc.before > 0 && (c.Left != 0 || c.Sending != 1) {
+			t.Errorf("%s: %+v, want the client judged by silence, not left", tc.name, c)
+		}
+		if tc.before == 0 {
+			continue
+		}
+		// A request that arrived since is answered, and the counter stands: after one more
+		// poll that shows it still standing, the sidecar is known not to drain.
+		if c, err = poll(traffic(11, 0, tc.before)); err != nil || c.Left != 0 {
+			t.Errorf("%s, a request answered: %+v, %v; want still no departure until the next poll", tc.name, c, err)
+		}
+		if c, err = poll(traffic(11, 0, tc.before)); err != nil || c.Left != 1 {
+			t.Errorf("%s, the counter stood after an answer: %+v, %v; want the close taken for a departure", tc.name, c, err)
+		}
+	}
+	// The sidecar drains now: its next answer tells a connection to close, and the evidence
+	// is given up.
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	table := &Table{Reader: &fakeReader{socks: []sockets.Socket{pooled}}, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Second, Undrained: true}
+	snap := mesh.Snapshot{Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(10), HTTPRequestsActive: num(0), HTTPDrainCloses: num(2)}}}
+	if err := table.Begin(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	if _, err := table.Counts(context.Background(), traffic(11, 0, 3)); err == nil || !strings.Contains(err.Error(), "told 1 connections to close") {
+		t.Errorf("the sidecar drains now: error %v, want the evidence given up", err)
+	}
+}
+
 // listeningReader is a fakeReader that also lists listeners: the inbound one (15006) owned by
 // owner (and a second one there owned by second, when set), the app's owned by app (1000
 // unless set).

@@ -47,28 +47,53 @@ func (s *Sidecar) agentClient() *httpwire.Client {
 }
 
 // agentDrain is pilot-agent's Drain: POST /drain_listeners?inboundonly&graceful[&skip_exit].
-// A failure is logged and ignored, as pilot-agent does.
+// A failure is logged and ignored, as pilot-agent does; AgentDrain tells it.
 func (s *Sidecar) agentDrain(skipExit bool) {
 	url := s.AdminURL() + "/drain_listeners?inboundonly&graceful"
 	if skipExit {
 		url += "&skip_exit"
 	}
+	err := s.postAgentDrain(url)
+	s.mu.Lock()
+	s.agentDrainedAt, s.agentDrainErr = time.Now(), err
+	if err != nil {
+		s.agentDrainedAt = time.Time{}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Warn("pilot-agent: drain listeners failed", zap.String("url", url), zap.Error(err))
+	}
+}
+
+// postAgentDrain makes pilot-agent's drain call, within its request timeout.
+func (s *Sidecar) postAgentDrain(url string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AgentRequestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
-		return
+		return err
 	}
 	resp, err := s.agentClient().Do(req)
 	if err != nil {
-		s.log.Warn("pilot-agent: drain listeners failed", zap.String("url", url), zap.Error(err))
-		return
+		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		s.log.Warn("pilot-agent: drain listeners failed", zap.String("url", url), zap.Int("status", resp.StatusCode))
+		return fmt.Errorf("POST %s: %s", url, resp.Status)
 	}
+	return nil
+}
+
+// AgentDrain says when pilot-agent's drain call at termination (Terminate) was answered, or
+// why it failed: zero and nil while none has ended. pilot-agent goes on without its drain
+// when the call fails, and so does the emulator; a simulator that runs a scenario in which the
+// sidecar drains at the deletion learns here whether, and when, it did (on a loaded machine
+// the call can time out, or be answered late).
+func (s *Sidecar) AgentDrain() (answered time.Time, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agentDrainedAt, s.agentDrainErr
 }
 
 // wait waits d, or less if Envoy exits first; false when Envoy exited.

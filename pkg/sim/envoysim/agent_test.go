@@ -57,6 +57,29 @@ func TestAgentClassicDrainsThenExitsAfterTerminationDrainDuration(t *testing.T) 
 	if v := s.server.state[0].get(); v != uint64(stateLive) {
 		t.Errorf("server.state = %d: pilot-agent's drain does not fail health checks", v)
 	}
+	if at, err := s.AgentDrain(); err != nil || at.Before(start) {
+		t.Errorf("AgentDrain() = %v, %v; want answered after Terminate", at, err)
+	}
+}
+
+// TestAgentDrainFailureIsTold: pilot-agent goes on without its drain when the call fails, and
+// AgentDrain says why, so that a simulator knows the sidecar did not drain.
+func TestAgentDrainFailureIsTold(t *testing.T) {
+	s := startSidecar(t, Config{Agent: AgentClassic, TerminationDrainDuration: time.Minute}, appAddr(startApp(t, nil)))
+	if at, err := s.AgentDrain(); !at.IsZero() || err != nil {
+		t.Fatalf("AgentDrain() before Terminate = %v, %v; want zero, nil", at, err)
+	}
+	if err := s.Faults().AdminError(); err != nil {
+		t.Fatal(err)
+	}
+	s.Terminate()
+	eventually(t, "pilot-agent's drain call to end", func() bool { _, err := s.AgentDrain(); return err != nil })
+	if at, err := s.AgentDrain(); !at.IsZero() || !strings.Contains(err.Error(), "500") {
+		t.Errorf("AgentDrain() = %v, %v; want no time and the 500", at, err)
+	}
+	if s.draining() {
+		t.Error("draining, though pilot-agent's drain call failed")
+	}
 }
 
 // TestAgentExitOnZeroWaitsForConnections: exit-on-zero waits MinimumDrainDuration, then for the

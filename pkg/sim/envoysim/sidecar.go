@@ -60,6 +60,10 @@ type Sidecar struct {
 	exitReason       string
 	accessLog        []AccessLogEntry
 	terminating      bool
+	// agentDrainedAt is when pilot-agent's drain call at termination was answered OK, and
+	// agentDrainErr why it failed (AgentDrain).
+	agentDrainedAt time.Time
+	agentDrainErr  error
 
 	appExited     chan struct{}
 	appExitedOnce sync.Once

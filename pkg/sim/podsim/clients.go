@@ -169,6 +169,26 @@ type fleet struct {
 	planned, answered int
 	lastAnswered      chan struct{}
 	lastOnce          sync.Once
+
+	// lateSend and lateRemoval are the latest a client sent a request, or applied its EDS
+	// update, after the time its plan gave it (pod time from t0, from the start of the
+	// pod's deletion on): a loaded machine delays them, and a run whose clients did not keep
+	// their plan says so (timingWarnings).
+	lateSend, lateRemoval clientLateness
+}
+
+// clientLateness is how late one kind of client action ran at worst, in real time, and when
+// its plan had it (pod time from t0).
+type clientLateness struct {
+	by       time.Duration
+	plannedS float64
+}
+
+// note keeps by if it is the latest so far.
+func (l *clientLateness) note(by time.Duration, plannedS float64) {
+	if by > l.by {
+		l.by, l.plannedS = by, plannedS
+	}
 }
 
 func newFleet(sc Scenario, plans []clientPlan, podAddr, otherAddr string) *fleet {
@@ -329,7 +349,11 @@ func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 	if tr == nil {
 		tr = f.newPool(i)
 	}
-	removal := time.AfterFunc(time.Until(start.Add(f.sc.scale(f.sc.Warmup+p.lag))), tr.removeHost)
+	removeAt := start.Add(f.sc.scale(f.sc.Warmup + p.lag))
+	removal := time.AfterFunc(time.Until(removeAt), func() {
+		f.noteLate(&f.lateRemoval, time.Since(removeAt), p.lag)
+		tr.removeHost()
+	})
 	context.AfterFunc(ctx, func() {
 		removal.Stop()
 		tr.closeAll()
@@ -339,11 +363,15 @@ func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for i, at := range p.arrivals {
-		timer.Reset(time.Until(start.Add(f.sc.scale(at))))
+		sendAt := start.Add(f.sc.scale(at))
+		timer.Reset(time.Until(sendAt))
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+		}
+		if at >= f.sc.Warmup {
+			f.noteLate(&f.lateSend, time.Since(sendAt), at-f.sc.Warmup)
 		}
 		f.mu.Lock()
 		f.requests++
@@ -360,6 +388,13 @@ func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 			f.mu.Unlock()
 		}(p.work[i])
 	}
+}
+
+// noteLate records that a client action planned for planned (from t0) ran late by by.
+func (f *fleet) noteLate(l *clientLateness, by, planned time.Duration) {
+	f.mu.Lock()
+	l.note(by, planned.Seconds())
+	f.mu.Unlock()
 }
 
 func isFailure(outcome string) bool {
@@ -510,12 +545,14 @@ type clientTally struct {
 	requests int
 	outcomes map[string]int
 	failedAt []time.Time
+	// lateSend and lateRemoval: how late the clients ran at worst (fleet).
+	lateSend, lateRemoval clientLateness
 }
 
 func (f *fleet) tally() clientTally {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := clientTally{requests: f.requests, outcomes: map[string]int{}}
+	out := clientTally{requests: f.requests, outcomes: map[string]int{}, lateSend: f.lateSend, lateRemoval: f.lateRemoval}
 	for k, v := range f.outcomes {
 		out.outcomes[k] = v
 	}

@@ -334,16 +334,25 @@ func (p *podRun) podGone(now time.Time) {
 // collect writes into the result what the clients and the sidecar's access log saw, once
 // every client has stopped, and orders the timeline.
 func (p *podRun) collect() {
-	p.countClientFailures()
+	tally := p.countClientFailures()
 	p.countSidecarErrors()
 	p.log(p.clock.t0.Add(p.sc.scale(lastLag(p.plans))), "clients", "last client stops sending to the pod")
-	p.res.Warnings = timingWarnings(p.res, p.strat, p.spec)
+	seen := observedTiming{lateSend: tally.lateSend, lateRemoval: tally.lateRemoval, adminTimeouts: p.hook.adminTimeouts()}
+	if agent, ok := p.side.(agentDrainer); ok {
+		at, err := agent.AgentDrain()
+		seen.agentDrainErr, seen.agentDrained = err, !at.IsZero()
+		if seen.agentDrained {
+			seen.agentDrainS = p.clock.at(at)
+		}
+	}
+	p.res.Warnings = timingWarnings(p.res, p.strat, p.spec, p.sc, seen)
 	sort.SliceStable(p.res.Timeline, func(i, j int) bool { return p.res.Timeline[i].AtS < p.res.Timeline[j].AtS })
 }
 
 // countClientFailures is what the calling applications saw: their requests, their failures
-// after retries, and the requests a retry on another replica saved.
-func (p *podRun) countClientFailures() {
+// after retries, and the requests a retry on another replica saved. It returns the tally,
+// which also says how late the clients ran.
+func (p *podRun) countClientFailures() clientTally {
 	tally := p.clients.tally()
 	p.res.Requests = tally.requests
 	p.res.ClientFailures, p.res.FailuresByKind = tally.failures()
@@ -353,6 +362,7 @@ func (p *podRun) countClientFailures() {
 		p.res.FirstFailureS, p.res.LastFailureS = &first, &last
 		p.log(tally.failedAt[0], "clients", "%d client-visible failures between %.2fs and %.2fs", p.res.ClientFailures, first, last)
 	}
+	return tally
 }
 
 // countSidecarErrors is the pod sidecar's own 5xx, by Envoy response flag: what the

@@ -205,6 +205,28 @@ func environWithoutMeshdrain() []string {
 	return env
 }
 
+// adminTimeouts counts the admin requests meshdrain logged as failed by a timeout, those its
+// log suppressed after a logged one included; 0 for a hook other than meshdrain's.
+func (p *preStop) adminTimeouts() int {
+	n := 0
+	for _, line := range bytes.Split(p.stderr.Bytes(), []byte("\n")) {
+		if !bytes.Contains(line, []byte(`"admin request failed`)) {
+			continue
+		}
+		var entry struct {
+			Error      string  `json:"error"`
+			Suppressed float64 `json:"suppressed"`
+		}
+		if json.Unmarshal(line, &entry) != nil {
+			continue
+		}
+		if strings.Contains(entry.Error, "deadline exceeded") || strings.Contains(entry.Error, "timeout") {
+			n += 1 + int(entry.Suppressed)
+		}
+	}
+	return n
+}
+
 // parseFinalEvent finds meshdrain's last "drain finished" JSON log line.
 func parseFinalEvent(stderr []byte) (*MeshdrainEvent, error) {
 	lines := bytes.Split(stderr, []byte("\n"))

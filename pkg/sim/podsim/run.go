@@ -185,18 +185,39 @@ func meshOf(m mesh.Mesh) mesh.Mesh {
 	return m
 }
 
-// lateTolerance is how late, in pod time, a timer of the scenario may fire before the result
+// lateTolerance is how late, in pod time, an actor of the scenario may run before the result
 // is flagged: at a small time scale a busy machine (other processes, the run's own traffic)
-// stretches pod time, and a result built on a late timer must say so rather than pass as
+// stretches pod time, and a result built on a late actor must say so rather than pass as
 // the strategy's effect.
 const lateTolerance = 0.25
 
-// timingWarnings compares the moments fixed by the scenario with when they happened.
-func timingWarnings(res Result, strat Strategy, spec SidecarSpec) []string {
+// observedTiming is what a run measured of its actors' own timing, beside the moments the
+// result records: the clients' worst lateness against their plans, when pilot-agent's drain
+// call at the deletion was answered (or why it failed), and what meshdrain's own log shows of
+// how it kept time.
+type observedTiming struct {
+	lateSend, lateRemoval clientLateness
+	// agentDrainS is when pilot-agent's drain call was answered, in pod time; agentDrainErr
+	// why it failed; agentDrained whether a drain call at the deletion ended at all.
+	agentDrainS   float64
+	agentDrainErr error
+	agentDrained  bool
+	// adminTimeouts counts meshdrain's admin requests that timed out (meshdrainTiming).
+	adminTimeouts int
+}
+
+// timingWarnings compares the moments fixed by the scenario with when they happened, for
+// every actor whose timing a claim rests on: the kubelet's and pilot-agent's timers, the
+// sleep, pilot-agent's drain at the deletion, the clients' sends and EDS updates, and
+// meshdrain's process (its start, its polls, its admin requests). Each is a way a busy
+// machine makes a run other than its scenario.
+func timingWarnings(res Result, strat Strategy, spec SidecarSpec, sc Scenario, seen observedTiming) []string {
+	scale := sc.TimeScale
 	var w []string
+	const busy = "this machine was too busy to keep pod time; rerun, or raise --time-scale"
 	late := func(what string, want, got float64) {
 		if got-want > lateTolerance {
-			w = append(w, fmt.Sprintf("%s at %.2fs instead of %.2fs: this machine was too busy to keep pod time; rerun, or raise --time-scale", what, got, want))
+			w = append(w, fmt.Sprintf("%s at %.2fs instead of %.2fs: %s", what, got, want, busy))
 		}
 	}
 	if spec.Mesh != mesh.Linkerd && spec.Mode == SidecarClassic && res.SidecarExit > 0 && res.SidecarExit < res.GracePeriodS {
@@ -207,6 +228,47 @@ func timingWarnings(res Result, strat Strategy, spec SidecarSpec) []string {
 	}
 	if strat.Kind == StrategyNone {
 		late("the app got SIGTERM", 0, res.AppStopS)
+	}
+	switch {
+	case seen.agentDrainErr != nil:
+		w = append(w, fmt.Sprintf("pilot-agent's drain call at the deletion failed (%v), so the sidecar did not drain as the scenario says: %s", seen.agentDrainErr, busy))
+	case seen.agentDrained:
+		late("pilot-agent's drain call was answered", 0, seen.agentDrainS)
+	}
+	if l := seen.lateSend; l.by.Seconds()/scale > lateTolerance {
+		late("a client sent a request", l.plannedS, l.plannedS+l.by.Seconds()/scale)
+	}
+	if l := seen.lateRemoval; l.by.Seconds()/scale > lateTolerance {
+		late("a client applied its EDS update", l.plannedS, l.plannedS+l.by.Seconds()/scale)
+	}
+	return append(w, meshdrainTiming(res, sc.Poll, seen.adminTimeouts, busy)...)
+}
+
+// meshdrainTiming is what meshdrain's final event and log show of how its process kept pod
+// time. Its clock starts in its main function and stops at its final event: the pod time the
+// kubelet saw beyond that is its exec, its start-up and its exit's notice. Its polls follow
+// one another a poll apart (and a fetch) while it waits for the clients, whatever ends the
+// wait but the sidecar going away (then it holds --min-wait without polling). Its admin
+// requests time out only when the emulator, in this same process, could not answer within
+// --connect-timeout.
+func meshdrainTiming(res Result, poll time.Duration, adminTimeouts int, busy string) []string {
+	ev := res.Meshdrain
+	if ev == nil || res.PreStopError != "" {
+		return nil
+	}
+	var w []string
+	if overhead := res.AppStopS - ev.ElapsedPodS; overhead > lateTolerance {
+		w = append(w, fmt.Sprintf("meshdrain's process took %.2fs beyond its own clock (exec, start-up, exit): %s", overhead, busy))
+	}
+	polls, _ := ev.Raw["polls"].(float64)
+	switch ev.Reason {
+	case "quiet", "quiet-streams", "deadline":
+		if every := ev.ElapsedPodS / polls; polls > 0 && every > poll.Seconds()+lateTolerance {
+			w = append(w, fmt.Sprintf("meshdrain polled every %.2fs on average instead of %.2fs: %s", every, poll.Seconds(), busy))
+		}
+	}
+	if adminTimeouts > 0 {
+		w = append(w, fmt.Sprintf("meshdrain's admin requests timed out %d times (the emulated sidecar did not answer within --connect-timeout): %s", adminTimeouts, busy))
 	}
 	return w
 }

@@ -33,3 +33,9 @@ type sidecarError struct {
 
 // startSidecarFunc starts a sidecar in front of appAddr for one run.
 type startSidecarFunc func(sc Scenario, spec SidecarSpec, strat Strategy, appAddr string) (sidecar, error)
+
+// agentDrainer is a sidecar whose agent drains it at the deletion (Istio's pilot-agent): it
+// says when the agent's drain call was answered, or why it failed (envoysim's AgentDrain).
+type agentDrainer interface {
+	AgentDrain() (answered time.Time, err error)
+}
