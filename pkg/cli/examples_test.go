@@ -17,8 +17,12 @@ import (
 // still checked). A new example runs here, or is named.
 func TestHelpExamples(t *testing.T) {
 	const (
-		hook         = "the hook itself: it drains the pod's sidecar through its admin API (127.0.0.1:15000) and logs to the app container's stdout (/proc/1/fd/1)"
-		liveSidecar  = "reads a live sidecar's admin API (127.0.0.1:15000, the pod's)"
+		hook        = "the hook itself: it drains the pod's sidecar through its admin API (127.0.0.1:15000) and logs to the app container's stdout (/proc/1/fd/1)"
+		liveSidecar = "reads a live sidecar's admin API (127.0.0.1:15000, the pod's)"
+		// hold listens on the pod's @meshdrain-hold: run on a shared machine it would hear
+		// every other test's prestop, and it waits for them and for pilot-agent.
+		holdHook     = "the proxy container's hook: waits for the pod's prestops on @meshdrain-hold and calls pilot-agent (127.0.0.1:15020)"
+		podSpecYAML  = "a line of the pod spec around the command, not a command"
 		inPodSidecar = "runs in the pod, against its sidecar's admin API"
 	)
 	clitest.Runner{
@@ -36,6 +40,12 @@ func TestHelpExamples(t *testing.T) {
 			"/meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1":         "the hook in a Linkerd pod: reads its proxy on 127.0.0.1:4191 and logs to the app container's stdout",
 			"meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener --signal TERM --pidfile /var/run/app.pid": "drains a live Envoy (127.0.0.1:19000) and signals the app whose pid is in the pod's /var/run/app.pid",
 			"meshdrain prestop --exec /app/bin/stop -- --graceful":                                                                                        "drains a live sidecar, then runs the app image's /app/bin/stop",
+			// hold
+			"meshdrain hold --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1":                                     holdHook,
+			`command: ["/meshdrain/meshdrain", "hold", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"]`: holdHook,
+			"- name: istio-proxy": podSpecYAML,
+			"image: auto":         podSpecYAML,
+			"- { name: meshdrain, mountPath: /meshdrain, readOnly: true }": podSpecYAML,
 			// plan
 			"kubectl patch deployment web --type strategic --patch-file patch.yaml": "kubectl, against a cluster",
 			// status
