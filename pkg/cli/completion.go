@@ -25,6 +25,7 @@ func enumFlags() map[string]map[string][]string {
 			"client-evidence": {clientEvidenceAuto, clientEvidenceOff},
 			"drain-at":        {drainAtStart, drainAtEnd},
 		},
+		"hold":   {"log-format": logFormats},
 		"status": {"output": output.Formats, "mesh": mesh.Names(mesh.Choices...)},
 		"check": {
 			"output":     output.Formats,

@@ -49,7 +49,7 @@ func TestCompletionOfFlagValues(t *testing.T) {
 // TestHelpHasExamples checks that each of these commands' --help shows an example, since the
 // help text is the documentation a person in a pod's shell has.
 func TestHelpHasExamples(t *testing.T) {
-	for _, name := range []string{"install", "plan", "completion", "version", "status", "check", "prestop"} {
+	for _, name := range []string{"install", "plan", "completion", "version", "status", "check", "prestop", "hold"} {
 		code, out, errOut := runMain(t, name, "--help")
 		if code != ExitOK || !strings.Contains(out, "Examples:\n  ") || !strings.Contains(out, "meshdrain "+name) {
 			t.Errorf("%s --help: exit %d, stderr %q, no example in:\n%s", name, code, errOut, out)
@@ -62,7 +62,7 @@ var freeFormFlags = map[string]bool{
 	"admin": true, "cluster": true, "http-prefix": true, "pidfile": true, "shutdown-url": true, "exec": true,
 	"log-file": true, "source": true, "eds-lag": true, "meshdrain-bin": true, "inbound": true, "inclusion-prefix": true,
 	"bind-address": true, "filename": true, "workload": true, "container": true, "image": true, "dir": true,
-	"probe-path": true,
+	"probe-path": true, "channel": true, "hold-channel": true, "drain-url": true,
 }
 
 // TestEveryEnumFlagCompletes: every string flag of every command either completes its values

@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 )
 
 // newLogger builds the zap logger of a command. JSON uses zap's production keys (level, ts,
@@ -84,11 +86,11 @@ func encoderFor(format string) (zapcore.Encoder, error) {
 const finalMessage = "drain finished"
 
 // kubeletCore passes on only what the kubelet should show in a FailedPreStopHook event:
-// errors and the final event.
+// errors and the final event (prestop's, or hold's).
 type kubeletCore struct{ zapcore.Core }
 
 func (k kubeletCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if e.Level >= zapcore.ErrorLevel || e.Message == finalMessage {
+	if e.Level >= zapcore.ErrorLevel || e.Message == finalMessage || e.Message == hold.FinalMessage {
 		return k.Core.Check(e, ce)
 	}
 	return ce

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
@@ -49,6 +50,7 @@ type prestopOptions struct {
 	latencyAllowance time.Duration
 	fallbackWait     time.Duration
 	drainMode        string
+	holdChannel      string
 	signal           string
 	pid              int
 	pidFile          string
@@ -84,6 +86,7 @@ func defaultPrestopOptions() prestopOptions {
 		clientEvidence:   clientEvidenceAuto,
 		drainAt:          drainAtStart,
 		drainMode:        string(mesh.DrainGraceful),
+		holdChannel:      hold.DefaultChannel,
 		logFormat:        "json",
 	}
 }
@@ -115,6 +118,7 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.latencyAllowance, "latency-allowance", o.latencyAllowance, "added to --quiet when only completed-request stats exist (they lag arrivals by the latency)")
 	f.DurationVar(&o.fallbackWait, "fallback-wait", o.fallbackWait, "fixed wait when the sidecar exposes no inbound stats or the configuration is wrong (capped by the grace period)")
 	f.StringVar(&o.drainMode, "drain-mode", o.drainMode, "Envoy: graceful (POST /drain_listeners?inboundonly&graceful), immediate (?inboundonly) or none; a Linkerd proxy gets no drain call whatever this says")
+	f.StringVar(&o.holdChannel, "hold-channel", o.holdChannel, "tell meshdrain hold (the proxy's preStop) when this hook starts and ends, on this channel: @NAME (an abstract unix socket the pod's containers share) or /PATH (empty: tell nobody)")
 	f.StringVar(&o.signal, "signal", "", "when drained, send this signal (TERM, SIGTERM or 15; never KILL or STOP) to --pid or --pidfile")
 	f.IntVar(&o.pid, "pid", 0, "process to signal (with --signal); checked at start, and signalled only if it is still that process")
 	f.StringVar(&o.pidFile, "pidfile", "", "file holding the process to signal (with --signal): read at start, and again when drained (it must name the same process)")
@@ -288,9 +292,9 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 	for _, w := range setup.warnings {
 		logger.Warn(w)
 	}
+	report := startHoldReport(setup, start)
 	if len(setup.problems) > 0 {
-		res := drain.FailSafe(ctx, drain.FailSafeConfig{Problems: setup.problems, Hold: setup.hold, Start: start, Logger: logger})
-		return &ExitError{Code: res.ExitCode()}
+		return endPrestop(report, drain.FailSafe(ctx, drain.FailSafeConfig{Problems: setup.problems, Hold: setup.hold, Start: start, Logger: logger}))
 	}
 	cfg := setup.cfg
 	if logFileErr != nil {
@@ -317,8 +321,7 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 		var problems []error
 		sidecar, problems = detectForDrain(ctx, logger, setup, &cfg, start)
 		if len(problems) > 0 {
-			res := drain.FailSafe(ctx, drain.FailSafeConfig{Problems: problems, Hold: setup.hold, Start: start, Logger: logger})
-			return &ExitError{Code: res.ExitCode()}
+			return endPrestop(report, drain.FailSafe(ctx, drain.FailSafeConfig{Problems: problems, Hold: setup.hold, Start: start, Logger: logger}))
 		}
 	}
 	if hook, ok := sidecar.(*linkerd.HookSidecar); ok {
@@ -327,7 +330,32 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 	cfg.Clock = clock.Real{}
 	cfg.Logger = logger
 	cfg.Start = start
-	res := drain.Run(ctx, cfg, sidecar)
+	return endPrestop(report, drain.Run(ctx, cfg, sidecar))
+}
+
+// startHoldReport starts telling meshdrain hold, the proxy's preStop, that this hook runs
+// and when it decides at the latest (docs/hold.md): nil when there is nobody to tell (no
+// --hold-channel, one that does not check out) or nothing to tell (a dry run watches only).
+func startHoldReport(setup *prestopSetup, start time.Time) *hold.Reporter {
+	o := setup.opts
+	if o.dryRun || o.holdChannel == "" || hold.CheckChannel(o.holdChannel) != nil {
+		return nil
+	}
+	latest := setup.cfg.Deadline
+	if len(setup.problems) > 0 {
+		latest = setup.hold
+	}
+	retry := o.poll
+	if retry < drain.MinPoll {
+		retry = drain.DefaultPoll
+	}
+	return hold.StartReporting(o.holdChannel, start.Add(latest), retry, clock.Real{})
+}
+
+// endPrestop tells meshdrain hold that this hook is over, after its final event, and turns
+// the outcome into the exit code.
+func endPrestop(report *hold.Reporter, res drain.Result) error {
+	report.Done(string(res.Reason), res.ExitCode())
 	if code := res.ExitCode(); code != 0 {
 		// The final event says why; nothing more is printed after it.
 		return &ExitError{Code: code}
@@ -370,6 +398,14 @@ func reportValidation(s streams, setup *prestopSetup) error {
 		actions = strings.Join(names, "; ")
 	}
 	fmt.Fprintf(s.out, "  actions   %s\n", actions)
+	holdReport := "none (--hold-channel is empty)"
+	switch {
+	case setup.opts.holdChannel != "" && setup.opts.dryRun:
+		holdReport = "none (a dry run)"
+	case setup.opts.holdChannel != "":
+		holdReport = "reports to meshdrain hold on " + setup.opts.holdChannel + " (if the proxy runs one)"
+	}
+	fmt.Fprintf(s.out, "  hold      %s\n", holdReport)
 	for _, setting := range cfg.Settings {
 		if setting.Source != sourceDefault {
 			fmt.Fprintf(s.out, "  %-28s = %-20s (%s)\n", "--"+setting.Name, setting.Value, setting.Source)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
@@ -230,6 +231,11 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	}
 	if o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
 		add("--drain-at %q: want %s or %s", o.drainAt, drainAtStart, drainAtEnd)
+	}
+	if o.holdChannel != "" {
+		if err := hold.CheckChannel(o.holdChannel); err != nil {
+			add("--hold-channel: %v", err)
+		}
 	}
 	if o.clientEvidence != clientEvidenceAuto && o.clientEvidence != clientEvidenceOff {
 		add("--client-evidence %q: want %s or %s", o.clientEvidence, clientEvidenceAuto, clientEvidenceOff)

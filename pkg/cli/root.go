@@ -126,6 +126,9 @@ terminationGracePeriodSeconds.`,
 		Example: `  # As the app container's preStop hook (logs to kubectl logs):
   meshdrain prestop --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
 
+  # As the istio-proxy container's preStop: keep the proxy until that prestop has decided:
+  meshdrain hold --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
+
   # What should the grace period and the sidecar's drain settings be? Into your own Deployment:
   meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s -f deploy.yaml -o yaml
 
@@ -134,6 +137,7 @@ terminationGracePeriodSeconds.`,
 	root.AddCommand(
 		newVersionCommand(s),
 		newPrestopCommand(s),
+		newHoldCommand(s),
 		newInstallCommand(s),
 		newPlanCommand(s),
 		newCompletionCommand(s),

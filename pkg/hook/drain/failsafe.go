@@ -72,7 +72,7 @@ func FailSafe(ctx context.Context, cfg FailSafeConfig) Result {
 		zap.Int64("hold_ms", max(cfg.Hold, 0).Milliseconds()),
 		zap.Bool("interrupted", interrupted),
 		zap.Strings("errors", messages),
-		peakRSSField(),
+		PeakRSSField(),
 		zap.Int("exit_code", res.ExitCode()))
 	return res
 }

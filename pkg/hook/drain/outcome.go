@@ -205,7 +205,7 @@ func actionNames(actions []Action) []string {
 
 // outcomeFields are the final event's fields about how trustworthy the outcome is.
 func (c *coordinator) outcomeFields() []zap.Field {
-	fields := []zap.Field{zap.Int("frozen_answers", c.result.FrozenAnswers), peakRSSField()}
+	fields := []zap.Field{zap.Int("frozen_answers", c.result.FrozenAnswers), PeakRSSField()}
 	if c.result.RecentArrivals != nil {
 		fields = append(fields, zap.Float64("arrivals_recent", *c.result.RecentArrivals),
 			zap.Int64("recent_window_ms", c.result.RecentWindow.Milliseconds()))
@@ -244,6 +244,12 @@ type Setting struct {
 
 type settingsObject []Setting
 
+// SettingsField is a start event's "settings": every value and where it came from, for
+// prestop's "drain started" and hold's "hold started" alike.
+func SettingsField(settings []Setting) zap.Field {
+	return zap.Object("settings", settingsObject(settings))
+}
+
 func (s settingsObject) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	for _, setting := range s {
 		_ = enc.AddObject(setting.Name, zapcore.ObjectMarshalerFunc(func(e zapcore.ObjectEncoder) error {
@@ -265,7 +271,7 @@ func (c *coordinator) startFields() []zap.Field {
 		fields = append(fields, zap.Int64("grace_period_ms", c.cfg.GracePeriod.Milliseconds()))
 	}
 	if len(c.cfg.Settings) > 0 {
-		fields = append(fields, zap.Object("settings", settingsObject(c.cfg.Settings)))
+		fields = append(fields, SettingsField(c.cfg.Settings))
 	}
 	return fields
 }

@@ -29,8 +29,9 @@ func peakRSSKiB() (int64, bool) {
 	return 0, false
 }
 
-// peakRSSField is the final event's peak_rss_kib, null where /proc is unavailable.
-func peakRSSField() zap.Field {
+// PeakRSSField is a final event's peak_rss_kib, null where /proc is unavailable: prestop's,
+// and hold's (package hold), so both hooks report their memory the same way.
+func PeakRSSField() zap.Field {
 	if kib, ok := peakRSSKiB(); ok {
 		return zap.Int64("peak_rss_kib", kib)
 	}

@@ -54,12 +54,12 @@ type Timing struct {
 
 // Problems are every constraint the timing breaks, each naming its flag.
 func (t Timing) Problems() []error {
-	var problems []error
+	problems := DeadlineProblems(t.GracePeriod, t.AppDrain, t.Deadline)
 	add := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--grace-period", t.GracePeriod}, {"--quiet", t.Quiet}, {"--poll", t.Poll}} {
+	}{{"--quiet", t.Quiet}, {"--poll", t.Poll}} {
 		if d.v <= 0 {
 			add("%s must be positive, got %v", d.flag, d.v)
 		}
@@ -67,18 +67,12 @@ func (t Timing) Problems() []error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--app-drain", t.AppDrain}, {"--min-wait", t.MinWait}, {"--client-period", t.ClientPeriod}, {"--deadline", t.Deadline}} {
+	}{{"--min-wait", t.MinWait}, {"--client-period", t.ClientPeriod}} {
 		if d.v < 0 {
 			add("%s must not be negative, got %v", d.flag, d.v)
 		}
 	}
 	deadline := HookDeadline(t.GracePeriod, t.AppDrain, t.Deadline)
-	switch {
-	case t.Deadline == 0 && deadline <= 0 && t.GracePeriod > 0:
-		add("--grace-period %v leaves no time to wait after --app-drain %v and %v of margin; raise the grace period or set --deadline", t.GracePeriod, t.AppDrain, KillMargin)
-	case t.Deadline > t.GracePeriod:
-		add("--deadline %v must be positive and within --grace-period %v", t.Deadline, t.GracePeriod)
-	}
 	if t.Poll > 0 && t.Poll < MinPoll {
 		add("--poll %v is below %v: polling faster only loads Envoy's main thread (admin shares it with xDS and stats) without seeing clients leave sooner", t.Poll, MinPoll)
 	}
@@ -101,6 +95,33 @@ func (t Timing) Problems() []error {
 		if t.MinWait > deadline && t.MinWaitSet {
 			add("--min-wait %v is beyond the deadline %v", t.MinWait, deadline)
 		}
+	}
+	return problems
+}
+
+// DeadlineProblems are the constraints on --grace-period, --app-drain and --deadline alone
+// (deadline zero: derived), each naming its flag: what prestop checks (Timing.Problems), and
+// what `meshdrain hold`, which must end by the same hook deadline plus the app's drain,
+// checks of the same flags.
+func DeadlineProblems(gracePeriod, appDrain, deadline time.Duration) []error {
+	var problems []error
+	add := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
+	if gracePeriod <= 0 {
+		add("--grace-period must be positive, got %v", gracePeriod)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--app-drain", appDrain}, {"--deadline", deadline}} {
+		if d.v < 0 {
+			add("%s must not be negative, got %v", d.flag, d.v)
+		}
+	}
+	switch {
+	case deadline == 0 && HookDeadline(gracePeriod, appDrain, 0) <= 0 && gracePeriod > 0:
+		add("--grace-period %v leaves no time to wait after --app-drain %v and %v of margin; raise the grace period or set --deadline", gracePeriod, appDrain, KillMargin)
+	case deadline > gracePeriod:
+		add("--deadline %v must be positive and within --grace-period %v", deadline, gracePeriod)
 	}
 	return problems
 }

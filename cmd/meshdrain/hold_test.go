@@ -1,0 +1,225 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `meshdrain hold` and `meshdrain prestop` as a pod runs them, on a short time scale: the two
+// hooks start together, prestop reports over a channel of its own (never the default one,
+// which other tests' prestops on this machine try), the app is a real listener on 127.0.0.1,
+// and pilot-agent is a server that records its POST /drain.
+
+var holdChannels atomic.Int64
+
+func holdChannel() string {
+	return fmt.Sprintf("@meshdrain-hold-test-%d-%d", os.Getpid(), holdChannels.Add(1))
+}
+
+// pilotAgent records when /drain was asked.
+type pilotAgent struct {
+	mu     sync.Mutex
+	drains []time.Time
+}
+
+func (p *pilotAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/drain" || r.Method != http.MethodPost {
+		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	p.mu.Lock()
+	p.drains = append(p.drains, time.Now())
+	p.mu.Unlock()
+	fmt.Fprint(w, "OK")
+}
+
+func (p *pilotAgent) calls() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.drains...)
+}
+
+func startPilotAgent(t *testing.T) (*pilotAgent, string) {
+	agent := &pilotAgent{}
+	srv := httptest.NewServer(agent)
+	t.Cleanup(srv.Close)
+	return agent, srv.URL + "/drain"
+}
+
+// appListener is the app: a listener on the loopback, owned by this test's user, which hold
+// is told is not the proxy's (--proxy-uid).
+func appListener(t *testing.T) (net.Listener, string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return ln, port
+}
+
+// notOurs is a user that owns none of this test's sockets: the proxy's, for hold.
+func notOurs() string { return strconv.Itoa(os.Getuid() + 1) }
+
+const (
+	holdGrace    = 6 * time.Second
+	holdAppDrain = time.Second
+	holdBound    = holdGrace - time.Second
+)
+
+func holdArgs(channel, port, drainURL string) []string {
+	return []string{"hold", "--channel", channel, "--grace-period", holdGrace.String(), "--app-drain", holdAppDrain.String(),
+		"--prestop-wait", "1s", "--port", port, "--outbound-port", "0", "--proxy-uid", notOurs(), "--drain-url", drainURL, "--poll", "50ms"}
+}
+
+type holdRun struct {
+	res     runResult
+	started time.Time
+}
+
+func startHold(args []string) <-chan holdRun {
+	out := make(chan holdRun, 1)
+	started := time.Now()
+	go func() { out <- holdRun{res: runBinaryNoFatal(args, nil), started: started} }()
+	return out
+}
+
+func holdFinal(t *testing.T, r runResult) map[string]any {
+	t.Helper()
+	if r.startErr != nil {
+		t.Fatal(r.startErr)
+	}
+	if len(r.events) == 0 || r.events[len(r.events)-1]["msg"] != "hold finished" {
+		t.Fatalf("the last event is not hold's final event; stderr:\n%s", r.stderr)
+	}
+	return r.events[len(r.events)-1]
+}
+
+// The whole path: prestop decides with the proxy's drain deferred (--drain-at end), the app
+// then stops; hold asks pilot-agent to drain only after prestop has returned, and returns
+// only after the app has let go, well before its bound.
+func TestHoldWithPrestop(t *testing.T) {
+	channel := holdChannel()
+	agent, drainURL := startPilotAgent(t)
+	app, port := appListener(t)
+	admin, srv := quietAdmin(t, 500*time.Millisecond)
+	holding := startHold(holdArgs(channel, port, drainURL))
+
+	prestop := runBinary(t, nil, append(fastFlags(srv.URL), "--hold-channel", channel, "--drain-at", "end",
+		"--grace-period", holdGrace.String(), "--app-drain", holdAppDrain.String())...)
+	// The kubelet's SIGTERM to the app: it finishes its work and closes its listener.
+	appStopped := time.Now().Add(300 * time.Millisecond)
+	time.Sleep(time.Until(appStopped))
+	app.Close()
+	h := <-holding
+
+	if prestop.code != 0 || prestop.final(t)["reason"] != "quiet" {
+		t.Fatalf("prestop exit %d\n%s", prestop.code, prestop.stderr)
+	}
+	final := holdFinal(t, h.res)
+	if h.res.code != 0 || final["reason"] != "released" || final["prestop"] != "done" || final["prestop_reason"] != "quiet" || final["drain_called"] != true {
+		t.Errorf("hold exit %d, final %v", h.res.code, final)
+	}
+	drains := agent.calls()
+	if len(drains) != 1 || drains[0].Before(prestop.exited.Add(-100*time.Millisecond)) {
+		t.Errorf("pilot-agent /drain at %v, prestop exited at %v: want one call, after prestop's end", drains, prestop.exited)
+	}
+	if len(admin.drains) != 1 {
+		t.Errorf("prestop's own drain calls %v, want one at its end", admin.drains)
+	}
+	if h.res.exited.Before(appStopped) || h.res.exited.After(appStopped.Add(2*time.Second)) {
+		t.Errorf("hold returned %v after the app stopped, want after it and promptly", h.res.exited.Sub(appStopped))
+	}
+	if took := h.res.exited.Sub(h.started); took > holdBound+time.Second {
+		t.Errorf("hold took %v, its bound is %v", took, holdBound)
+	}
+}
+
+// Fault: no prestop, and the app container is gone (nothing listens on its port): hold
+// returns promptly after --prestop-wait, and drains.
+func TestHoldWithoutPrestop(t *testing.T) {
+	agent, drainURL := startPilotAgent(t)
+	app, port := appListener(t)
+	app.Close()
+	h := <-startHold(holdArgs(holdChannel(), port, drainURL))
+	final := holdFinal(t, h.res)
+	if h.res.code != 0 || final["reason"] != "app-gone" || final["prestop"] != "absent" || len(agent.calls()) != 1 {
+		t.Errorf("hold exit %d, drain calls %d, final %v", h.res.code, len(agent.calls()), final)
+	}
+	if took := h.res.exited.Sub(h.started); took < time.Second || took > 3*time.Second {
+		t.Errorf("hold took %v, want --prestop-wait (1s) and a few reads", took)
+	}
+}
+
+// Fault: the app container dies mid-hook: prestop is killed with it (SIGKILL, no "done"),
+// the app's listener is gone. hold sees the connection close and returns at once.
+func TestHoldPrestopKilled(t *testing.T) {
+	channel := holdChannel()
+	agent, drainURL := startPilotAgent(t)
+	app, port := appListener(t)
+	srv := busyAdmin(t)
+	logFile := filepath.Join(t.TempDir(), "hold.log")
+	holding := startHold(append(holdArgs(channel, port, drainURL), "--log-file", logFile))
+
+	cmd := exec.Command(binary, append(fastFlags(srv.URL), "--hold-channel", channel, "--grace-period", holdGrace.String(),
+		"--app-drain", holdAppDrain.String())...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitForLog(t, logFile, "prestop reported")
+	killed := time.Now()
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	app.Close()
+	h := <-holding
+	final := holdFinal(t, h.res)
+	if h.res.code != 0 || final["reason"] != "released" || final["prestop"] != "gone" || len(agent.calls()) != 1 {
+		t.Errorf("hold exit %d, drain calls %d, final %v", h.res.code, len(agent.calls()), final)
+	}
+	if late := h.res.exited.Sub(killed); late > 2*time.Second {
+		t.Errorf("hold returned %v after prestop was killed, want promptly", late)
+	}
+}
+
+// waitForLog waits until hold has logged msg to its log file (a loaded machine may take a
+// while to start both binaries).
+func waitForLog(t *testing.T, path, msg string) {
+	t.Helper()
+	for limit := time.Now().Add(10 * time.Second); time.Now().Before(limit); time.Sleep(20 * time.Millisecond) {
+		if raw, _ := os.ReadFile(path); strings.Contains(string(raw), `"msg":"`+msg+`"`) {
+			return
+		}
+	}
+	t.Fatalf("hold never logged %q", msg)
+}
+
+// Fault: the channel is taken (here by another hold): the second hold says so (exit 2) and
+// still ends, on what the socket table shows.
+func TestHoldChannelTaken(t *testing.T) {
+	channel := holdChannel()
+	ln, err := net.Listen("unix", channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, drainURL := startPilotAgent(t)
+	app, port := appListener(t)
+	app.Close()
+	h := <-startHold(holdArgs(channel, port, drainURL))
+	final := holdFinal(t, h.res)
+	if h.res.code != 2 || final["reason"] != "app-gone" || final["channel_error"] == nil {
+		t.Errorf("hold exit %d, final %v", h.res.code, final)
+	}
+}
