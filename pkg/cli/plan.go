@@ -94,6 +94,17 @@ injects them by default on kubelets >= 1.33), terminationDrainDuration for a cla
 sidecar, or EXIT_ON_ZERO_ACTIVE_CONNECTIONS with MINIMUM_DRAIN_DURATION. Every number comes
 with its arithmetic.
 
+For Istio it writes drain regime (b) by default (docs/decision-rule.md): an istio-proxy
+container in the pod spec (image: auto, the meshdrain volume read-only) whose preStop is
+meshdrain hold, which Istio's injector merges into the proxy it injects, in both sidecar
+modes; it keeps Istio from draining until prestop has decided (prestop --drain-at=end), so no
+client is told to close before then and prestop sees each one let go. A classic sidecar's
+terminationDrainDuration then only bounds the fallback (--app-drain + 1s).
+--defer-sidecar-drain=false keeps regime (a), Istio's drain at the deletion, where a policy
+forbids overriding istio-proxy: Connection: close on every response then erases the
+per-client evidence in dense shapes. An istio-proxy the workload already overrides is merged
+into (its other fields kept); a preStop of its own there needs --replace-prestop.
+
 --mesh linkerd plans for a Linkerd proxy instead: it has no drain call and stops accepting
 in both directions at SIGTERM, so what matters is when that SIGTERM comes. A native sidecar
 (--sidecar native, Linkerd's default since 2.20) gets it after the app has exited and needs
@@ -144,6 +155,9 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
 
   # the user's case: classic Istio 1.19 sidecar, grace period 30s today
   meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s --sidecar classic --grace-period 30
+
+  # the same without overriding istio-proxy (regime a): Istio drains at the deletion
+  meshdrain plan --p99 450ms --eds-lag 12s --defer-sidecar-drain=false
 
   # Linkerd, native sidecar (its default since 2.20): no annotation, only the grace period
   meshdrain plan --mesh linkerd --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s

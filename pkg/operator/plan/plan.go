@@ -360,9 +360,15 @@ func Recommend(in Input) (Plan, error) {
 	}
 	if in.DrainDuration < p.AppExitWorst {
 		p.DrainDuration = ceilSecond(p.AppExitWorst)
+		where := ""
+		if p.defers() {
+			// In regime (b) the drain starts at meshdrain's decision; only a sidecar that drains
+			// at the deletion anyway (the override not applied) starts it at t0.
+			where = "where the sidecar drains at the deletion anyway, "
+		}
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
-			"drainDuration %s < app exit %s: Envoy's inbound listeners stop accepting at t0 + %s while clients may still send; set proxyConfig drainDuration ≥ %s",
-			fmtD(in.DrainDuration), fmtD(p.AppExitWorst), fmtD(in.DrainDuration), fmtD(ceilSecond(p.AppExitWorst))))
+			"drainDuration %s < app exit %s: %sEnvoy's inbound listeners stop accepting at t0 + %s while clients may still send; set proxyConfig drainDuration ≥ %s",
+			fmtD(in.DrainDuration), fmtD(p.AppExitWorst), where, fmtD(in.DrainDuration), fmtD(ceilSecond(p.AppExitWorst))))
 	}
 	p.Warnings = append(p.Warnings, currentGraceWarnings(p)...)
 	p.Warnings = append(p.Warnings, implausibleInputs(in)...)
