@@ -223,6 +223,18 @@ func TestDeferredEditRespectsAProxyPreStop(t *testing.T) {
 	if _, _, _, err := deferredEdit(t, inInit, true, false); err == nil || !strings.Contains(err.Error(), "move it to containers") {
 		t.Errorf("istio-proxy in initContainers: %v", err)
 	}
+	m, err := ReadManifests(strings.NewReader(withProxy("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Workload("", ProxyContainerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewEdit(mustRecommend(t, deferredScenario(Classic)), PatchOptions{Image: DefaultImage, Dir: "/meshdrain"}, w); err == nil ||
+		!strings.Contains(err.Error(), "the app container cannot be istio-proxy") {
+		t.Errorf("--container istio-proxy: %v", err)
+	}
 	other := strings.Replace(withProxy(""), "          image: auto\n", "          image: auto\n          volumeMounts:\n            - {name: certs, mountPath: /meshdrain}\n", 1)
 	if _, _, _, err := deferredEdit(t, other, true, false); err == nil || !strings.Contains(err.Error(), "already mounts volume certs at /meshdrain") {
 		t.Errorf("another volume at /meshdrain in istio-proxy: %v", err)

@@ -597,6 +597,10 @@ func (e *Edit) deriveProxy(binary string) ([]string, error) {
 		}
 		return nil, nil
 	}
+	if w != nil && w.Container == ProxyContainerName {
+		return nil, fmt.Errorf("%s/%s: the app container cannot be %s, whose preStop is meshdrain hold in regime (b): name the app's with --container",
+			w.Kind, w.Name, ProxyContainerName)
+	}
 	if w != nil && w.ProxyInInitContainers {
 		return nil, fmt.Errorf("%s/%s lists %s in initContainers: Istio's injector takes the override from containers (and moves it into "+
 			"initContainers itself for native sidecars), while a classic injection ignores one in initContainers and leaves a second %s "+
