@@ -30,7 +30,7 @@ import (
 // (podsim.UserScenario: P99 450ms, 50 clients whose lag has p50 1.5s and p99 12s, 5s drain).
 func userScenario(sc plan.Sidecar) plan.Input {
 	return plan.Input{P99: 450 * time.Millisecond, EDSLag: 12 * time.Second, EDSLagMedian: 1500 * time.Millisecond, Clients: 50,
-		AppDrain: 5 * time.Second, Sidecar: sc}
+		AppDrain: 5 * time.Second, Sidecar: sc, DeferSidecarDrain: true}
 }
 
 func manifestFiles(t *testing.T) []string {
@@ -275,6 +275,7 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 				t.Errorf("%s lacks %q: Istio would emit no inbound stats", plan.StatsInclusionAnnotation, want)
 			}
 		}
+		checkProxyOverride(t, tpl.Spec, ps, volume, installed)
 		native := ann[plan.NativeSidecarAnnotation] == "true"
 		var cfg struct {
 			TerminationDrainDuration string            `json:"terminationDrainDuration"`
@@ -298,8 +299,10 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 			}
 		default:
 			tdd := mustDuration(t, cfg.TerminationDrainDuration)
-			if tdd <= appExit {
-				t.Errorf("terminationDrainDuration %s: Envoy is killed before the app exits (by %s)", tdd, appExit)
+			// Regime (b): hold keeps the proxy; terminationDrainDuration is how long pilot-agent
+			// waits after its own drain when hold's drain call failed, once the app has let go.
+			if tdd < ps.appDrain+plan.KillMargin {
+				t.Errorf("terminationDrainDuration %s: the fallback kills Envoy before the app's drain %s + %s", tdd, ps.appDrain, plan.KillMargin)
 			}
 			want := mustRecommend(t, userScenario(plan.Classic))
 			if grace != want.GracePeriod || tdd != want.TerminationDrainDuration {
@@ -323,6 +326,80 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 		checkLinkerd(t, tpl, ps, grace, appExit)
 	default:
 		t.Fatalf("example %s: unknown kind of sidecar, add its checks", example)
+	}
+}
+
+// proxyOverride is the pod spec's istio-proxy container, the override Istio's injector merges
+// into the proxy it injects.
+func proxyOverride(spec corev1.PodSpec) (corev1.Container, bool) {
+	for _, c := range spec.Containers {
+		if c.Name == plan.ProxyContainerName {
+			return c, true
+		}
+	}
+	return corev1.Container{}, false
+}
+
+// checkProxyOverride: regime (b), plan's default for Istio. The pod overrides istio-proxy in
+// containers (where a classic injection reads it and a native one moves it from), with the
+// injector's image, the meshdrain volume read-only, and a preStop that is one exec of meshdrain
+// hold from that volume with prestop's --grace-period and --app-drain, flags hold accepts; and
+// prestop drains at its decision.
+func checkProxyOverride(t reporter, spec corev1.PodSpec, ps prestop, volume, installed string) {
+	t.Helper()
+	for _, c := range spec.InitContainers {
+		if c.Name == plan.ProxyContainerName {
+			t.Errorf("istio-proxy in initContainers: a classic injection ignores it (and leaves a second istio-proxy with image auto); put it in containers")
+		}
+	}
+	proxy, ok := proxyOverride(spec)
+	if !ok {
+		t.Fatalf("no istio-proxy override: Istio drains at the deletion (regime a), and Connection: close on every response erases the per-client evidence")
+	}
+	if !contains(ps.args, "--drain-at=end") {
+		t.Errorf("prestop %q lacks --drain-at=end: in regime (b) nothing drains before its decision", ps.args)
+	}
+	if proxy.Image != plan.ProxyImageAuto {
+		t.Errorf("istio-proxy image %q, want %q: the injector keeps its own image only for auto", proxy.Image, plan.ProxyImageAuto)
+	}
+	h := proxy.Lifecycle
+	if h == nil || h.PreStop == nil || h.PreStop.Exec == nil {
+		t.Fatalf("istio-proxy has no preStop exec: %+v", h)
+	}
+	if h.PreStop.HTTPGet != nil || h.PreStop.TCPSocket != nil || h.PreStop.Sleep != nil {
+		t.Errorf("istio-proxy's preStop has another handler besides exec: %+v", h.PreStop)
+	}
+	cmd := h.PreStop.Exec.Command
+	if len(cmd) < 2 || filepath.Base(cmd[0]) != "meshdrain" || cmd[1] != "hold" {
+		t.Fatalf("istio-proxy's preStop %q is not meshdrain hold", cmd)
+	}
+	mount, ok := mountOf(proxy, volume)
+	if !ok {
+		t.Fatalf("istio-proxy does not mount the %s volume the binary is installed in", volume)
+	}
+	if want := filepath.Join(mount, installed); cmd[0] != want {
+		t.Errorf("hold runs %s, but the init container installs %s", cmd[0], want)
+	}
+	for _, m := range proxy.VolumeMounts {
+		if m.Name == volume && !m.ReadOnly {
+			t.Errorf("istio-proxy mounts %s writable: it only executes the binary", volume)
+		}
+	}
+	for _, flag := range []string{"--grace-period", "--app-drain"} {
+		if got, want := argValue(cmd, flag), argValue(ps.args, flag); got != want {
+			t.Errorf("hold %s=%q, prestop's %q: hold must end by the same hook deadline", flag, got, want)
+		}
+	}
+	// The flags are ones hold accepts (its log file moved to a writable place).
+	args := append([]string{}, cmd[1:]...)
+	for i, a := range args {
+		if strings.HasPrefix(a, "--log-file=") {
+			args[i] = "--log-file=" + filepath.Join(os.TempDir(), "meshdrain-examples-hold.log")
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := cli.Main(append(args, "--validate"), strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Errorf("meshdrain %s --validate: exit %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 }
 
@@ -489,7 +566,30 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		}, "<= meshdrain deadline 47s + app drain 5s"},
 		{"Istio default terminationDrainDuration", func(tpl *corev1.PodTemplateSpec) {
 			tpl.Annotations[plan.ProxyConfigAnnotation] = `{"terminationDrainDuration": "5s"}`
-		}, "Envoy is killed before the app exits"},
+		}, "the fallback kills Envoy before the app's drain"},
+		{"no istio-proxy override", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.Containers = tpl.Spec.Containers[:1]
+		}, "no istio-proxy override"},
+		{"override in initContainers", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.InitContainers = append(tpl.Spec.InitContainers, tpl.Spec.Containers[1])
+		}, "a classic injection ignores it"},
+		{"hold with another grace period", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.Containers[1].Lifecycle.PreStop.Exec.Command[2] = "--grace-period=60s"
+		}, "hold must end by the same hook deadline"},
+		{"hold not on the volume", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.Containers[1].VolumeMounts = nil
+		}, "istio-proxy does not mount"},
+		{"hold flag hold refuses", func(tpl *corev1.PodTemplateSpec) {
+			cmd := &tpl.Spec.Containers[1].Lifecycle.PreStop.Exec.Command
+			*cmd = append(*cmd, "--channel=nowhere")
+		}, "--validate: exit 2"},
+		{"a second handler on istio-proxy", func(tpl *corev1.PodTemplateSpec) {
+			tpl.Spec.Containers[1].Lifecycle.PreStop.HTTPGet = &corev1.HTTPGetAction{Path: "/quitquitquit"}
+		}, "another handler besides exec"},
+		{"prestop drains at the start", func(tpl *corev1.PodTemplateSpec) {
+			cmd := tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+			tpl.Spec.Containers[0].Lifecycle.PreStop.Exec.Command = append(cmd[:2:2], cmd[3:]...)
+		}, "lacks --drain-at=end"},
 		{"no stats annotation", func(tpl *corev1.PodTemplateSpec) {
 			delete(tpl.Annotations, plan.StatsInclusionAnnotation)
 		}, "Istio would emit no inbound stats"},

@@ -97,8 +97,10 @@ func meshdrain(t *testing.T, stdin []byte, args ...string) []byte {
 var storyArgs = []string{"plan", "--p99", "450ms", "--eds-lag", "p50=1.5s,p99=12s", "--clients", "50", "--app-drain", "5s"}
 
 // workloadManifests are the three ways an ordinary workload broke plan -o yaml (issue 10):
-// a container not named app, a proxy config with other keys, an httpGet or exec preStop.
+// a container not named app, a proxy config with other keys, an httpGet or exec preStop; and
+// a team's istio-proxy override that plan must merge into (issue 26).
 var workloadManifests = map[string]string{
+	"existing istio-proxy override": proxyOverrideDeployment,
 	"httpGet preStop": `apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -196,13 +198,26 @@ func TestPlanPatchThroughKubectl(t *testing.T) {
 
 			changed := meshdrain(t, []byte(manifest), args...)
 			own := decodeWorkload(t, "plan -o yaml", changed)
-			if !reflect.DeepEqual(own, after) {
+			// A strategic merge places a new container after the patch's item before it, plan
+			// after the workload's containers: the order of containers means nothing to the
+			// kubelet, and the injector finds istio-proxy by name.
+			if !reflect.DeepEqual(proxyLast(own), proxyLast(after)) {
 				a, _ := yaml.Marshal(after)
 				b, _ := yaml.Marshal(own)
 				t.Errorf("plan's changed manifest differs from kubectl's patch result:\nkubectl:\n%s\nplan:\n%s", a, b)
 			}
 		})
 	}
+}
+
+// proxyLast is tpl with its istio-proxy container moved last.
+func proxyLast(tpl corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	tpl = *tpl.DeepCopy()
+	proxy, ok := proxyOverride(tpl.Spec)
+	if ok {
+		tpl.Spec.Containers = append(without(tpl.Spec.Containers, func(c corev1.Container) bool { return c.Name == plan.ProxyContainerName }), proxy)
+	}
+	return tpl
 }
 
 // decodeWorkload decodes the first document of data strictly as a Deployment, StatefulSet or
@@ -247,10 +262,15 @@ func orFatal(t *testing.T, what string, err error, tpl corev1.PodTemplateSpec) c
 // loses an annotation key, or changes the app's image and ports.
 func checkUntouched(t *testing.T, before, after corev1.PodTemplateSpec) {
 	t.Helper()
-	if len(after.Spec.Containers) != len(before.Spec.Containers) {
+	// Regime (b) adds istio-proxy's override (Istio only): the rest are the workload's own.
+	containers := after.Spec.Containers
+	if _, had := proxyOverride(before.Spec); !had {
+		containers = without(containers, func(c corev1.Container) bool { return c.Name == plan.ProxyContainerName })
+	}
+	if len(containers) != len(before.Spec.Containers) {
 		t.Fatalf("%d containers after, %d before: the patch added a container", len(after.Spec.Containers), len(before.Spec.Containers))
 	}
-	for i, c := range after.Spec.Containers {
+	for i, c := range containers {
 		b := before.Spec.Containers[i]
 		if c.Name != b.Name || c.Image != b.Image || !reflect.DeepEqual(c.Ports, b.Ports) {
 			t.Errorf("container %d: %s %s %v, was %s %s %v", i, c.Name, c.Image, c.Ports, b.Name, b.Image, b.Ports)

@@ -111,10 +111,10 @@ var kustomizeCases = []struct {
 			return strings.Replace(w, `statsInclusionPrefixes: "cluster.outbound|"`,
 				`statsInclusionPrefixes: "cluster.outbound|,`+plan.StatsInclusionPrefixes+`"`, 1)
 		},
-		thenUses: []string{"", "istio-classic"},
+		thenUses: []string{"", "istio-hold", "istio-classic"},
 	},
 	// App "checkout" and a fluent-bit log shipper, an init container of its own, postStart on
-	// the app, native sidecars.
+	// the app, native sidecars, an istio-proxy override of its own (resources).
 	{name: "log-shipper", sidecar: plan.Native},
 	// A commented file with a ConfigMap, the Deployment (container "api", no annotations, no
 	// lifecycle, no volumes) and a Service; classic sidecar.
@@ -165,7 +165,7 @@ func TestKustomizeFailsLoudly(t *testing.T) {
 	}
 	for _, c := range []string{"istio-classic", "istio-native"} {
 		t.Run(c, func(t *testing.T) {
-			msg := k.kustomizeFails(t, writeOverlay(t, workload, "", "istio-stats", c))
+			msg := k.kustomizeFails(t, writeOverlay(t, workload, "", "istio-hold", "istio-stats", c))
 			if !strings.Contains(msg, "proxy.istio.io~1config") || !strings.Contains(msg, c) {
 				t.Errorf("the build failed, but the error names neither the annotation nor the component:\n%s", msg)
 			}
@@ -222,7 +222,7 @@ spec:
 // no-op, so each kind the component names is built and checked.
 func TestKustomizeComponentKinds(t *testing.T) {
 	k := newKubectl(t)
-	dir := writeOverlay(t, []byte(statefulSetAndDaemonSet), "", "istio-stats", "istio-classic")
+	dir := writeOverlay(t, []byte(statefulSetAndDaemonSet), "", "istio-hold", "istio-stats", "istio-classic")
 	before := decodeObjects(t, "workload.yaml", []byte(statefulSetAndDaemonSet))
 	after := decodeObjects(t, "kubectl kustomize", k.kustomizeBuild(t, dir))
 	checkKustomized(t, plan.Classic, before, after)
@@ -374,9 +374,10 @@ func checkKustomized(t reporter, sc plan.Sidecar, before, after map[string]any) 
 		if tpl := podTemplateOf(a); tpl != nil {
 			workloads++
 			added := checkPlannedPod(t, key, sc, *podTemplateOf(b), *tpl)
+			_, hadProxy := proxyOverride(podTemplateOf(b).Spec)
 			b, a = deepCopy(t, b), deepCopy(t, a)
-			stripPlanned(podTemplateOf(b), nil)
-			stripPlanned(podTemplateOf(a), added)
+			stripPlanned(podTemplateOf(b), nil, false)
+			stripPlanned(podTemplateOf(a), added, !hadProxy)
 		}
 		wantText, err := yaml.Marshal(b)
 		if err != nil {
@@ -405,8 +406,23 @@ func checkPlannedPod(t reporter, key string, sc plan.Sidecar, before, after core
 			t.Errorf("%s: container %q has no image (the API server rejects the pod)", key, c.Name)
 		}
 	}
-	if got, want := containerNames(after.Spec.Containers), containerNames(before.Spec.Containers); !reflect.DeepEqual(got, want) {
-		t.Errorf("%s: containers %v, want the input's %v", key, got, want)
+	// The input's containers, and istio-proxy's override (regime b) where it had none.
+	wantNames := containerNames(before.Spec.Containers)
+	beforeProxy, hadProxy := proxyOverride(before.Spec)
+	if !hadProxy {
+		wantNames = append(wantNames, plan.ProxyContainerName)
+	}
+	if got := containerNames(after.Spec.Containers); !reflect.DeepEqual(got, wantNames) {
+		t.Errorf("%s: containers %v, want %v (the input's, and istio-proxy's override)", key, got, wantNames)
+	}
+	if proxy, ok := proxyOverride(after.Spec); ok && hadProxy {
+		// The team's override keeps its fields; only the image, the mount and the preStop are set.
+		kept := *proxy.DeepCopy()
+		kept.Image, kept.Lifecycle = beforeProxy.Image, beforeProxy.Lifecycle
+		kept.VolumeMounts = without(kept.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == plan.VolumeName })
+		if !reflect.DeepEqual(kept, beforeProxy) {
+			t.Errorf("%s: the input's istio-proxy override changed beyond image, mount and preStop:\n%+v\nwas\n%+v", key, kept, beforeProxy)
+		}
 	}
 	if got, want := containerNames(after.Spec.InitContainers), append(containerNames(before.Spec.InitContainers), plan.InitContainerName); !reflect.DeepEqual(got, want) {
 		t.Errorf("%s: init containers %v, want %v (the input's and meshdrain's)", key, got, want)
@@ -424,7 +440,7 @@ func checkPlannedPod(t reporter, key string, sc plan.Sidecar, before, after core
 		t.Errorf("%s: container %s's preStop keeps its old handler besides meshdrain's: %+v", key, app.Name, h.PreStop)
 	}
 	for i, c := range after.Spec.Containers[1:] {
-		if i+1 < len(before.Spec.Containers) && !reflect.DeepEqual(c, before.Spec.Containers[i+1]) {
+		if c.Name != plan.ProxyContainerName && i+1 < len(before.Spec.Containers) && !reflect.DeepEqual(c, before.Spec.Containers[i+1]) {
 			t.Errorf("%s: container %s is not the app container, and changed", key, c.Name)
 		}
 	}
@@ -463,10 +479,26 @@ func containerNames(cs []corev1.Container) []string {
 }
 
 // stripPlanned takes out of a pod template what the meshdrain components set: the grace
-// period, meshdrain's volume and init container, the app container's mount and preStop, and
-// the annotations they added.
-func stripPlanned(tpl *corev1.PodTemplateSpec, added []string) {
+// period, meshdrain's volume and init container, the app container's mount and preStop,
+// istio-proxy's override (the whole container where the components added it, else its
+// image, mount and preStop), and the annotations they added.
+func stripPlanned(tpl *corev1.PodTemplateSpec, added []string, proxyAdded bool) {
 	spec := &tpl.Spec
+	if proxyAdded {
+		spec.Containers = without(spec.Containers, func(c corev1.Container) bool { return c.Name == plan.ProxyContainerName })
+	}
+	for i := range spec.Containers {
+		if c := &spec.Containers[i]; c.Name == plan.ProxyContainerName {
+			c.Image = ""
+			c.VolumeMounts = without(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == plan.VolumeName })
+			if c.Lifecycle != nil {
+				c.Lifecycle.PreStop = nil
+				if reflect.DeepEqual(*c.Lifecycle, corev1.Lifecycle{}) {
+					c.Lifecycle = nil
+				}
+			}
+		}
+	}
 	spec.TerminationGracePeriodSeconds = nil
 	spec.InitContainers = without(spec.InitContainers, func(c corev1.Container) bool { return c.Name == plan.InitContainerName })
 	spec.Volumes = without(spec.Volumes, func(v corev1.Volume) bool { return v.Name == plan.VolumeName })

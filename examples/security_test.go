@@ -43,10 +43,14 @@ func checkRestricted(t reporter, what string, spec corev1.PodSpec) {
 		if sc.Privileged != nil && *sc.Privileged {
 			t.Errorf("%s: container %s is privileged", what, c.Name)
 		}
-		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		// The istio-proxy override (image auto) is merged into the proxy Istio injects: what it
+		// leaves unset is the injected container's (allowPrivilegeEscalation: false, drop ALL,
+		// non-root), so only what it sets is checked.
+		override := c.Name == plan.ProxyContainerName && c.Image == plan.ProxyImageAuto
+		if sc.AllowPrivilegeEscalation == nil && !override || sc.AllowPrivilegeEscalation != nil && *sc.AllowPrivilegeEscalation {
 			t.Errorf("%s: container %s must set allowPrivilegeEscalation: false", what, c.Name)
 		}
-		if sc.Capabilities == nil || !hasCapability(sc.Capabilities.Drop, "ALL") {
+		if sc.Capabilities == nil && !override || sc.Capabilities != nil && !hasCapability(sc.Capabilities.Drop, "ALL") {
 			t.Errorf("%s: container %s must drop ALL capabilities", what, c.Name)
 		}
 		if sc.Capabilities != nil {

@@ -50,9 +50,10 @@ var outputFormats = output.Formats
 func defaultPlanOptions() planOptions {
 	return planOptions{
 		in: plan.Input{
-			Quiet:         plan.DefaultQuiet,
-			Poll:          plan.DefaultPoll,
-			DrainDuration: plan.DefaultDrainDuration,
+			Quiet:             plan.DefaultQuiet,
+			Poll:              plan.DefaultPoll,
+			DrainDuration:     plan.DefaultDrainDuration,
+			DeferSidecarDrain: true,
 		},
 		mesh:    mesh.Istio,
 		sidecar: string(plan.Classic),
@@ -92,6 +93,17 @@ finished: nothing for native sidecars (Kubernetes >= 1.29, Istio >= 1.21; Istio 
 injects them by default on kubelets >= 1.33), terminationDrainDuration for a classic Istio
 sidecar, or EXIT_ON_ZERO_ACTIVE_CONNECTIONS with MINIMUM_DRAIN_DURATION. Every number comes
 with its arithmetic.
+
+For Istio it writes drain regime (b) by default (docs/decision-rule.md): an istio-proxy
+container in the pod spec (image: auto, the meshdrain volume read-only) whose preStop is
+meshdrain hold, which Istio's injector merges into the proxy it injects, in both sidecar
+modes; it keeps Istio from draining until prestop has decided (prestop --drain-at=end), so no
+client is told to close before then and prestop sees each one let go. A classic sidecar's
+terminationDrainDuration then only bounds the fallback (--app-drain + 1s).
+--defer-sidecar-drain=false keeps regime (a), Istio's drain at the deletion, where a policy
+forbids overriding istio-proxy: Connection: close on every response then erases the
+per-client evidence in dense shapes. An istio-proxy the workload already overrides is merged
+into (its other fields kept); a preStop of its own there needs --replace-prestop.
 
 --mesh linkerd plans for a Linkerd proxy instead: it has no drain call and stops accepting
 in both directions at SIGTERM, so what matters is when that SIGTERM comes. A native sidecar
@@ -143,6 +155,9 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
 
   # the user's case: classic Istio 1.19 sidecar, grace period 30s today
   meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s --sidecar classic --grace-period 30
+
+  # the same without overriding istio-proxy (regime a): Istio drains at the deletion
+  meshdrain plan --p99 450ms --eds-lag 12s --defer-sidecar-drain=false
 
   # Linkerd, native sidecar (its default since 2.20): no annotation, only the grace period
   meshdrain plan --mesh linkerd --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s
@@ -238,6 +253,8 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	secondsVar(f, &opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today (with -f: read from the manifest): kept where longer than what suffices, unless --lower-grace-period")
 	f.BoolVar(&opts.lowerGracePeriod, "lower-grace-period", false, "set the grace period, and the sidecar bounds that follow it (terminationDrainDuration, MINIMUM_DRAIN_DURATION, proxy-wait-before-exit-seconds), to what suffices even where the pod's own are longer: without it plan keeps them and says what would suffice")
 	f.DurationVar(&opts.in.DrainDuration, "drain-duration", opts.in.DrainDuration, "Istio only: proxyConfig drainDuration in force (how long Envoy keeps accepting once drained; with -f: read from proxy.istio.io/config)")
+	f.BoolVar(&opts.in.DeferSidecarDrain, "defer-sidecar-drain", opts.in.DeferSidecarDrain, "Istio only: write regime (b), an istio-proxy override whose preStop (meshdrain hold) defers Istio's drain until prestop decides, and prestop --drain-at=end; "+
+		"=false keeps regime (a) for a policy that forbids overriding istio-proxy, and loses the per-client evidence in dense shapes (Connection: close on every response erases it: meshdrain falls back to silence and stops later)")
 	f.StringVarP(&opts.output, "output", "o", opts.output, "output format: text, json or yaml (see above)")
 	f.StringVarP(&opts.file, "filename", "f", "", "the workload's manifest (Deployment, StatefulSet or DaemonSet; - for stdin)")
 	f.StringVar(&opts.workload, "workload", "", "with -f: the workload's NAME or KIND/NAME when the file holds several")
@@ -270,6 +287,10 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		if changed("drain-duration") {
 			return usageError("--drain-duration is Istio's proxyConfig drainDuration: a Linkerd proxy has no drain time (it stops accepting at SIGTERM)")
 		}
+		if changed("defer-sidecar-drain") {
+			return usageError("--defer-sidecar-drain is Istio's: a Linkerd proxy has no drain call to defer (it stops accepting at SIGTERM)")
+		}
+		opts.in.DeferSidecarDrain = false
 		if !changed("sidecar") {
 			opts.in.Sidecar = "" // Linkerd's default, native, unless the workload says otherwise
 		}
@@ -294,6 +315,9 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	var edit *plan.Edit
 	if workload != nil || opts.output == outputYAML {
 		if edit, err = plan.NewEdit(p, opts.patch, workload); err != nil {
+			if workload != nil {
+				return usageError("plan: -f %s: %v", opts.file, err)
+			}
 			return usageError("plan: %v", err)
 		}
 	}
@@ -343,8 +367,10 @@ func stderrReport(p plan.Plan, edit *plan.Edit, workload *plan.Workload, notes [
 		if len(edit.Changes) == 0 {
 			report = append(report, id+"no change: the workload already has this plan")
 		}
-		if note := edit.ReplacementNote(); note != "" {
-			report = append(report, note)
+		for _, note := range []string{edit.ReplacementNote(), edit.ProxyReplacementNote()} {
+			if note != "" {
+				report = append(report, note)
+			}
 		}
 	}
 	for _, a := range p.Attention {
@@ -383,18 +409,37 @@ func planError(err error, from string) error {
 // construction (plan.Recommend checks their timing with prestop's rules); what can still fail
 // are the flags it keeps from the workload, which are then named, not written.
 func checkWrittenPrestop(edit *plan.Edit, workload *plan.Workload, file string) error {
-	problems := prestopOffline(edit.PrestopCommand()[2:]) // after the binary and "prestop"
-	if len(problems) == 0 {
-		return nil
-	}
+	var lines []string
 	kept := edit.KeptPrestopArgs()
-	lines := make([]string, 0, len(problems))
-	for _, p := range problems {
+	for _, p := range prestopOffline(edit.PrestopCommand()[2:]) { // after the binary and "prestop"
 		lines = append(lines, fmt.Sprintf("plan: -f %s: %s/%s: prestop would refuse the preStop with the flags plan keeps from it (%s): %v",
 			file, workload.Kind, workload.Name, strings.Join(kept, " "), p))
 	}
+	if cmd := edit.ProxyPrestopCommand(); cmd != nil {
+		keptHold := edit.KeptHoldArgs()
+		for _, p := range holdOffline(cmd[2:]) { // after the binary and "hold"
+			lines = append(lines, fmt.Sprintf("plan: -f %s: %s/%s: hold would refuse %s's preStop with the flags plan keeps from it (%s): %v",
+				file, workload.Kind, workload.Name, plan.ProxyContainerName, strings.Join(keptHold, " "), p))
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
 	lines = append(lines, "plan: fix or remove those flags in the manifest, then plan again")
 	return usageError("%s", strings.Join(lines, "\n"))
+}
+
+// holdOffline checks hold's arguments as the hook does at start, without what only the pod
+// has (its log file, Istio's ISTIO_META_POD_PORTS). A flag that turns the hook into something
+// that returns at once is refused too.
+func holdOffline(args []string) []error {
+	problems := loadHold(args, nil).problems
+	for _, name := range []string{"help", "validate"} {
+		if hasFlag(args, name) {
+			problems = append(problems, usageError("--%s in a preStop makes the hook print or check and return at once, holding nothing: remove it", name))
+		}
+	}
+	return problems
 }
 
 // prestopOffline checks prestop's arguments as the hook does at start, without what only the

@@ -16,17 +16,21 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 )
 
-// What plan writes, prestop accepts: over a grid of plan inputs (both meshes, every sidecar
-// kind, --quiet, --poll, --rps-per-client, --client-period, --min-wait, grace periods), every
-// preStop plan writes passes prestop's own start checks (what --validate runs), and every
-// plan refused is refused with exactly the problems prestop finds in the preStop it would
-// have written.
+// What plan writes, prestop and hold accept: over a grid of plan inputs (both meshes, every
+// sidecar kind, both drain regimes, --quiet, --poll, --rps-per-client, --client-period,
+// --min-wait, grace periods), every preStop plan writes passes prestop's own start checks (what
+// --validate runs), and so does istio-proxy's hold in regime (b); every plan refused is refused
+// with exactly the problems prestop finds in the preStop it would have written.
 func TestEveryPlannedPrestopIsAccepted(t *testing.T) {
 	ms := time.Millisecond
 	s := time.Second
 	logFile := filepath.Join(t.TempDir(), "prestop.log")
-	var accepted, refused int
-	for _, m := range []mesh.Mesh{mesh.Istio, mesh.Linkerd} {
+	var accepted, refused, holds int
+	for _, regime := range []struct {
+		m      mesh.Mesh
+		defers bool
+	}{{mesh.Istio, true}, {mesh.Istio, false}, {mesh.Linkerd, false}} {
+		m := regime.m
 		for _, sidecar := range plan.Sidecars {
 			if m == mesh.Linkerd && sidecar == plan.ExitOnZero {
 				continue
@@ -39,7 +43,7 @@ func TestEveryPlannedPrestopIsAccepted(t *testing.T) {
 								for _, lag := range []time.Duration{2 * s, 12 * s} {
 									for _, current := range []time.Duration{0, 10 * s, 90 * s} {
 										in := plan.Input{Mesh: m, Sidecar: sidecar, P99: 450 * ms, EDSLag: lag, Quiet: quiet, Poll: poll,
-											RPSPerClient: rate, ClientPeriod: period, MinWait: minWait, CurrentGracePeriod: current}
+											RPSPerClient: rate, ClientPeriod: period, MinWait: minWait, CurrentGracePeriod: current, DeferSidecarDrain: regime.defers}
 										name := fmt.Sprintf("%+v", in)
 										p, err := plan.Recommend(in)
 										var refusal *plan.PrestopRefusal
@@ -48,6 +52,18 @@ func TestEveryPlannedPrestopIsAccepted(t *testing.T) {
 											accepted++
 											if problems := prestopProblems(t, p, logFile); len(problems) > 0 {
 												t.Fatalf("%s: plan wrote %q, which prestop refuses: %v", name, p.PrestopArgs(), problems)
+											}
+											if got := slices.Contains(p.PrestopArgs(), "--drain-at=end"); got != regime.defers {
+												t.Fatalf("%s: plan wrote %q: --drain-at=end %v, want %v (regime b)", name, p.PrestopArgs(), got, regime.defers)
+											}
+											if (p.HoldArgs() != nil) != regime.defers {
+												t.Fatalf("%s: hold %q in regime b %v", name, p.HoldArgs(), regime.defers)
+											}
+											if p.HoldArgs() != nil {
+												holds++
+												if problems := holdProblems(t, p.HoldArgs()[1:], logFile); len(problems) > 0 {
+													t.Fatalf("%s: plan wrote %q for istio-proxy, which hold refuses: %v", name, p.HoldArgs(), problems)
+												}
 											}
 										case errors.As(err, &refusal):
 											refused++
@@ -65,10 +81,23 @@ func TestEveryPlannedPrestopIsAccepted(t *testing.T) {
 			}
 		}
 	}
-	if accepted < 1000 || refused < 100 {
-		t.Errorf("the grid reached %d accepted and %d refused plans: it no longer covers both sides", accepted, refused)
+	if accepted < 1000 || refused < 100 || holds < 500 {
+		t.Errorf("the grid reached %d accepted (%d with hold) and %d refused plans: it no longer covers both sides", accepted, holds, refused)
 	}
-	t.Logf("%d plans accepted by prestop, %d refused by both with the same words", accepted, refused)
+	t.Logf("%d plans accepted by prestop (%d with hold, accepted by hold), %d refused by both with the same words", accepted, holds, refused)
+}
+
+// holdProblems are the problems hold --validate finds in args (after "hold"), its log file
+// moved to a writable place.
+func holdProblems(t *testing.T, args []string, logFile string) []error {
+	t.Helper()
+	args = slices.Clone(args)
+	for i, a := range args {
+		if strings.HasPrefix(a, "--log-file=") {
+			args[i] = "--log-file=" + logFile
+		}
+	}
+	return loadHold(append(args, "--validate"), nil).problems
 }
 
 // prestopProblems are the problems prestop finds at start in the plan's preStop, its log
@@ -116,7 +145,7 @@ func TestEveryKeptPrestopFlagIsCheckedAsPrestopDoes(t *testing.T) {
 		{"--exec=/bin/true", "--", "now"},
 	}
 	plans := [][]string{
-		{}, {"--poll", "100ms"}, {"--lower-grace-period"}, {"--sidecar", "native"},
+		{}, {"--poll", "100ms"}, {"--lower-grace-period"}, {"--sidecar", "native"}, {"--defer-sidecar-drain=false"},
 		{"--mesh", "linkerd", "--sidecar", "classic"}, {"--mesh", "linkerd", "--poll", "100ms", "--lower-grace-period"},
 	}
 	var accepted, refused int
@@ -140,6 +169,10 @@ func TestEveryKeptPrestopFlagIsCheckedAsPrestopDoes(t *testing.T) {
 			// What plan writes: its own flags, then the kept ones; in a Linkerd plan --mesh is
 			// plan's, and a preStop's own --admin stands instead of plan's default.
 			want, keptWant := slices.Clone(own), kept
+			if !slices.Contains(extra, "linkerd") && !slices.Contains(extra, "--defer-sidecar-drain=false") {
+				// Regime (b): --drain-at is plan's (it writes end), not the preStop's.
+				keptWant = slices.DeleteFunc(slices.Clone(kept), func(k string) bool { return strings.HasPrefix(k, "--drain-at=") })
+			}
 			if slices.Contains(extra, "linkerd") {
 				keptWant = slices.DeleteFunc(slices.Clone(kept), func(k string) bool { return strings.HasPrefix(k, "--mesh=") })
 				if slices.ContainsFunc(kept, func(k string) bool { return strings.HasPrefix(k, "--admin=") }) {
@@ -184,4 +217,78 @@ func writtenCommand(t *testing.T, out string) []string {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	return doc.Prestop
+}
+
+// What plan writes, hold accepts, with the flags a re-plan keeps from istio-proxy's hold
+// preStop: over a grid of kept flags (valid and invalid) and plans, a re-plan succeeds exactly
+// when hold accepts the preStop it writes (plan's own flags, then the kept ones), and a refusal
+// names the kept flags.
+func TestEveryKeptHoldFlagIsCheckedAsHoldDoes(t *testing.T) {
+	keptSets := [][]string{
+		{"--channel=@team-hold"}, {"--port=8080"}, {"--port=8080", "--port=8443"}, {"--prestop-wait=5s"}, {"--outbound-port=0"},
+		{"--drain-url="}, {"--proxy-uid=1337"}, {"--poll=100ms"}, {"-v"}, {"--log-format=console"}, {"--connect-timeout=1s"},
+		{"--channel=team-hold"}, {"--port=0"}, {"--prestop-wait=-1s"}, {"--poll=1ms"}, {"--drain-url=http://10.0.0.1:15020/drain"},
+		{"--outbound-port=70000"}, {"--bogus"}, {"--log-format=xml"}, {"--connect-timeout=0s"}, {"--validate"}, {"--help"},
+	}
+	plans := [][]string{{}, {"--lower-grace-period"}, {"--sidecar", "native"}, {"--app-drain", "8s"}}
+	proxy := "        - name: istio-proxy\n          image: auto\n          lifecycle:\n            preStop:\n              exec:\n                command:\n" +
+		"                  - /meshdrain/meshdrain\n                  - hold\n                  - --grace-period=60s\n                  - --app-drain=5s\n"
+	var accepted, refused int
+	for _, extra := range plans {
+		args := append([]string{"plan", "--p99", "450ms", "--eds-lag", "12s", "-f", "-", "-o", "json"}, extra...)
+		code, out, errOut := runMainStdin(t, tunedDeployment+proxy, args...)
+		if code != ExitOK {
+			t.Fatalf("%v without kept flags: exit %d, stderr %s", extra, code, errOut)
+		}
+		own := writtenProxyCommand(t, out)
+		if len(own) < 3 || own[1] != "hold" {
+			t.Fatalf("%v: istio-proxy's preStop %q", extra, own)
+		}
+		for _, kept := range keptSets {
+			var lines strings.Builder
+			for _, k := range kept {
+				lines.WriteString("                  - " + strconv.Quote(k) + "\n")
+			}
+			name := fmt.Sprintf("plan %v keeping %q in hold", extra, kept)
+			code, out, errOut := runMainStdin(t, tunedDeployment+proxy+lines.String(), args...)
+			want := append(slices.Clone(own), kept...)
+			problems := holdProblems(t, want[2:], filepath.Join(t.TempDir(), "hold.log"))
+			if slices.Contains(kept, "--validate") || slices.Contains(kept, "--help") {
+				problems = append(problems, errors.New("a hook that returns at once"))
+			}
+			switch {
+			case code == ExitOK:
+				accepted++
+				if got := writtenProxyCommand(t, out); !slices.Equal(got, want) {
+					t.Errorf("%s: wrote %q, want plan's own flags then the kept ones: %q", name, got, want)
+				}
+				if len(problems) > 0 {
+					t.Errorf("%s: plan wrote a hold preStop hold refuses: %v", name, problems)
+				}
+			case code == ExitUsage && strings.Contains(errOut, "hold would refuse istio-proxy's preStop with the flags plan keeps from it ("+strings.Join(kept, " ")+"):"):
+				refused++
+				if len(problems) == 0 {
+					t.Errorf("%s: plan refused a hold preStop hold accepts: %s", name, errOut)
+				}
+			default:
+				t.Errorf("%s: exit %d, stderr %s", name, code, errOut)
+			}
+		}
+	}
+	if accepted < 30 || refused < 30 {
+		t.Errorf("the grid reached %d accepted and %d refused re-plans: it no longer covers both sides", accepted, refused)
+	}
+	t.Logf("%d re-plans accepted by hold, %d refused by both", accepted, refused)
+}
+
+// writtenProxyCommand is istio-proxy's preStop command of plan -o json, the binary first.
+func writtenProxyCommand(t *testing.T, out string) []string {
+	t.Helper()
+	var doc struct {
+		Proxy []string `json:"proxy_prestop_command"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return doc.Proxy
 }

@@ -60,8 +60,9 @@ spec:
                   - --strict-active
 `
 
-// handAdded are the flags the team added, as the command holds them.
-var handAdded = []string{"--drain-at=end", "--port", "8080", "--client-evidence", "off", "--strict-active"}
+// handAdded are the flags the team added, as the command holds them, after --drain-at=end,
+// which a regime (b) plan writes itself.
+var handAdded = []string{"--port", "8080", "--client-evidence", "off", "--strict-active"}
 
 // TestReplanKeepsWhatTheUserSet is issue 27's re-plan: the hand-added preStop flags, the raised
 // grace period and its comment survive a GitOps re-plan, what would suffice is named, every
@@ -79,11 +80,14 @@ func TestReplanKeepsWhatTheUserSet(t *testing.T) {
 	if i := indexOf(command, handAdded); i < 0 || i < indexOf(command, []string{"--log-file=/proc/1/fd/1"}) {
 		t.Errorf("preStop %q: the hand-added flags %q are not kept in their order after plan's own", command, handAdded)
 	}
+	if command[2] != "--drain-at=end" || slices.Index(command[3:], "--drain-at=end") >= 0 {
+		t.Errorf("preStop %q: want the team's --drain-at=end once, as plan writes it in regime (b): first", command)
+	}
 	if *spec.TerminationGracePeriodSeconds != 60 || !slices.Contains(command, "--grace-period=60s") || !slices.Contains(command, "--eds-lag-bound=12s") {
 		t.Errorf("grace %d, preStop %q: want the grace period kept at 60 (and the preStop's with it), --eds-lag-bound=12s", *spec.TerminationGracePeriodSeconds, command)
 	}
-	for _, want := range []string{"terminationGracePeriodSeconds: 60  # bumped after the Black Friday 503s", "- --drain-at=end        # our sidecar's own drain is turned off",
-		`"terminationDrainDuration": "60s"`} {
+	for _, want := range []string{"terminationGracePeriodSeconds: 60  # bumped after the Black Friday 503s", "                  # our sidecar's own drain is turned off\n",
+		`"terminationDrainDuration": "60s"`, "                  - hold\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -92,15 +96,17 @@ func TestReplanKeepsWhatTheUserSet(t *testing.T) {
 	if !strings.Contains(errOut, "terminationGracePeriodSeconds 60s kept") || !strings.Contains(errOut, "23s that suffices") || !strings.Contains(errOut, "--lower-grace-period sets 23s") {
 		t.Errorf("stderr does not name the grace period that suffices:\n%s", errOut)
 	}
-	// Every change is on stderr: the one flag plan changes, the init container it adds.
+	// Every change is on stderr: the one flag plan changes, the init container and the
+	// istio-proxy override it adds; the comment it moved, and the longer values it kept.
 	for _, want := range []string{"Deployment/checkout: container checkout: preStop --eds-lag-bound 8s → 12s; keeps the preStop's own flags as they are: --log-file=/proc/1/fd/1 " + strings.Join(handAdded, " "),
-		"Deployment/checkout: init container meshdrain-install"} {
+		"Deployment/checkout: init container meshdrain-install", "Deployment/checkout: container istio-proxy (image: auto;",
+		`moved the comment "# our sidecar's own drain is turned off"`, "terminationDrainDuration 60s kept", "6s that suffices"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
 	}
-	if changes := stderrChanges(errOut); len(changes) != 2 {
-		t.Errorf("stderr lists %d changes, want the 2 above:\n%s", len(changes), errOut)
+	if changes := stderrChanges(errOut); len(changes) != 3 {
+		t.Errorf("stderr lists %d changes, want the 3 above:\n%s", len(changes), errOut)
 	}
 	// What plan writes, prestop accepts.
 	if problems := prestopProblemsOf(t, command); len(problems) > 0 {
@@ -112,18 +118,18 @@ func TestReplanKeepsWhatTheUserSet(t *testing.T) {
 		t.Errorf("second re-plan: exit %d, stderr %s; output changed: %v", code, errOut, again != out)
 	}
 
-	// Asked to, plan lowers the grace period, the preStop's and terminationDrainDuration with
-	// it, keeps the comment on the changed line, and says each.
+	// Asked to, plan lowers the grace period, the preStop's with it, terminationDrainDuration
+	// to what the fallback needs, keeps the comment on the changed line, and says each.
 	code, out, errOut = runMainStdin(t, tunedDeployment, append(args, "--lower-grace-period")...)
 	if code != ExitOK {
 		t.Fatalf("--lower-grace-period: exit %d, stderr %s", code, errOut)
 	}
-	for _, want := range []string{"terminationGracePeriodSeconds: 23  # bumped after the Black Friday 503s", `"terminationDrainDuration": "23s"`, "- --grace-period=23s"} {
+	for _, want := range []string{"terminationGracePeriodSeconds: 23  # bumped after the Black Friday 503s", `"terminationDrainDuration": "6s"`, "- --grace-period=23s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--lower-grace-period: output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, want := range []string{"terminationGracePeriodSeconds: 60s → 23", "terminationDrainDuration 60s → 23s (keeps holdApplicationUntilProxyStarts, drainDuration)",
+	for _, want := range []string{"terminationGracePeriodSeconds: 60s → 23", "terminationDrainDuration 60s → 6s (keeps holdApplicationUntilProxyStarts, drainDuration)",
 		"--grace-period 60s → 23s", `kept the comment "# bumped after the Black Friday 503s"`} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("--lower-grace-period: stderr lacks %q:\n%s", want, errOut)
@@ -148,7 +154,8 @@ func TestReplanListsChangesInEveryFormat(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc.Workload.Changes) < 2 || len(doc.Kept) != 1 || doc.Kept[0].Setting != "terminationGracePeriodSeconds" || doc.Kept[0].Suffices != "23s" {
+	if len(doc.Workload.Changes) < 3 || len(doc.Kept) != 2 || doc.Kept[0].Setting != "terminationGracePeriodSeconds" || doc.Kept[0].Suffices != "23s" ||
+		doc.Kept[1].Setting != "terminationDrainDuration" || doc.Kept[1].Suffices != "6s" {
 		t.Fatalf("-o json: changes %q, kept %+v", doc.Workload.Changes, doc.Kept)
 	}
 	for _, format := range [][]string{{"-o", "text"}, {"-o", "json"}, {"-o", "yaml"}, {"-o", "yaml", "--patch"}} {
@@ -172,15 +179,17 @@ func TestReplanListsChangesInEveryFormat(t *testing.T) {
 func TestReplanRefusesAKeptFlagPrestopRefuses(t *testing.T) {
 	for _, c := range []struct {
 		flag, want string
+		args       []string
 	}{
-		{"--drain-at=sometimes", `--drain-at "sometimes": want start or end`},
-		{"--settled-quiet=10ms", "--settled-quiet 10ms is shorter than two polls"},
-		{"--no-such-flag", "unknown flag: --no-such-flag"},
-		{"--signal=KILL", "--signal needs exactly one of --pid or --pidfile"},
-		{"--validate", "--validate in a preStop makes the hook print or check and return at once"},
+		// In regime (a) --drain-at is the preStop's own (in regime (b) plan writes it).
+		{"--drain-at=sometimes", `--drain-at "sometimes": want start or end`, []string{"--defer-sidecar-drain=false"}},
+		{"--settled-quiet=10ms", "--settled-quiet 10ms is shorter than two polls", nil},
+		{"--no-such-flag", "unknown flag: --no-such-flag", nil},
+		{"--signal=KILL", "--signal needs exactly one of --pid or --pidfile", nil},
+		{"--validate", "--validate in a preStop makes the hook print or check and return at once", nil},
 	} {
 		manifest := strings.Replace(tunedDeployment, "                  - --strict-active\n", "                  - --strict-active\n                  - "+c.flag+"\n", 1)
-		code, out, errOut := runMainStdin(t, manifest, "plan", "--p99", "450ms", "--eds-lag", "12s", "-f", "-", "-o", "yaml")
+		code, out, errOut := runMainStdin(t, manifest, append([]string{"plan", "--p99", "450ms", "--eds-lag", "12s", "-f", "-", "-o", "yaml"}, c.args...)...)
 		if code != ExitUsage || out != "" || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, c.flag) {
 			t.Errorf("kept %s: exit %d, stdout %d bytes, stderr %q: want 2, nothing written, %q", c.flag, code, len(out), errOut, c.want)
 		}

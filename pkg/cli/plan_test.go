@@ -29,7 +29,10 @@ func TestPlanUserScenario(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
-	for _, want := range []string{"terminationGracePeriodSeconds: 30", `"terminationDrainDuration": "30s"`, "prestop --grace-period=30s --app-drain=2s"} {
+	// Regime (b), the default: hold keeps the proxy, terminationDrainDuration only bounds the
+	// fallback (the app's drain + 1s).
+	for _, want := range []string{"terminationGracePeriodSeconds: 30", `"terminationDrainDuration": "3s"`, "prestop --drain-at=end --grace-period=30s --app-drain=2s",
+		"istio-proxy preStop:           /meshdrain/meshdrain hold --grace-period=30s --app-drain=2s --log-file=/proc/1/fd/1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -41,13 +44,30 @@ func TestPlanUserScenario(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("--lower-grace-period: exit %d, stderr %s", code, errOut)
 	}
-	for _, want := range []string{"terminationGracePeriodSeconds: 15", `"terminationDrainDuration": "15s"`, "prestop --grace-period=15s --app-drain=2s"} {
+	for _, want := range []string{"terminationGracePeriodSeconds: 15", `"terminationDrainDuration": "3s"`, "prestop --drain-at=end --grace-period=15s --app-drain=2s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--lower-grace-period: output lacks %q:\n%s", want, out)
 		}
 	}
 	if errOut != "" {
 		t.Errorf("--lower-grace-period: stderr %q, want nothing (nothing kept)", errOut)
+	}
+
+	// The opt-out keeps regime (a): Envoy must outlive the app by itself, and plan says in one
+	// line what is lost.
+	code, out, errOut = runMain(t, append(args, "--defer-sidecar-drain=false")...)
+	if code != ExitOK {
+		t.Fatalf("--defer-sidecar-drain=false: exit %d, stderr %s", code, errOut)
+	}
+	for _, want := range []string{`"terminationDrainDuration": "30s"`, "prestop --grace-period=30s --app-drain=2s", "regime (a), --defer-sidecar-drain=false:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--defer-sidecar-drain=false: output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, unwanted := range []string{"meshdrain hold", "--drain-at", "istio-proxy preStop"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("--defer-sidecar-drain=false: output has %q:\n%s", unwanted, out)
+		}
 	}
 }
 
@@ -155,7 +175,7 @@ func TestPlanFromFile(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("stdin: exit %d, stderr %s", code, errOut)
 	}
-	for _, want := range []string{"# the team's Deployment", "kind: Service", `'{"holdApplicationUntilProxyStarts": true, "terminationDrainDuration": "15s"}'`} {
+	for _, want := range []string{"# the team's Deployment", "kind: Service", `'{"holdApplicationUntilProxyStarts": true, "terminationDrainDuration": "3s"}'`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("changed manifests lack %q:\n%s", want, out)
 		}
@@ -193,6 +213,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", file, "--container", "app"}, `no container "app"; its containers are: web`},
 		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", file, "--workload", "api"}, "there are: Deployment/web"},
 		{[]string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, "no such file"},
+		{[]string{"plan", "--mesh", "linkerd", "--p99", "450ms", "--eds-lag", "8s", "--defer-sidecar-drain=false"}, "a Linkerd proxy has no drain call to defer"},
 	} {
 		code, _, errOut := runMain(t, c.args...)
 		if code != ExitUsage || !strings.Contains(errOut, c.want) {

@@ -40,8 +40,14 @@ var gitopsCases = []struct {
 	{file: "empty-annotations.yaml", comments: []string{"# none yet"}},
 }
 
-// planFile runs what plan -f -o yaml runs.
+// planFile runs what plan -f -o yaml runs, in regime (b), plan's default.
 func planFile(t *testing.T, in []byte, workload, container string) (out []byte, notes []string, e *Edit) {
+	t.Helper()
+	return planFileIn(t, in, workload, container, true)
+}
+
+// planFileIn runs what plan -f -o yaml runs, deferring the sidecar's drain or not.
+func planFileIn(t *testing.T, in []byte, workload, container string, deferDrain bool) (out []byte, notes []string, e *Edit) {
 	t.Helper()
 	m, err := ReadManifests(bytes.NewReader(in))
 	if err != nil {
@@ -51,7 +57,8 @@ func planFile(t *testing.T, in []byte, workload, container string) (out []byte, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	input := Input{P99: 450 * ms, EDSLag: 12 * s, EDSLagMedian: 1500 * ms, Clients: 50, AppDrain: 5 * s, Sidecar: Classic, CurrentGracePeriod: w.GracePeriod}
+	input := Input{P99: 450 * ms, EDSLag: 12 * s, EDSLagMedian: 1500 * ms, Clients: 50, AppDrain: 5 * s, Sidecar: Classic, CurrentGracePeriod: w.GracePeriod,
+		DeferSidecarDrain: deferDrain}
 	if sc, _ := w.Sidecar(); sc != "" {
 		input.Sidecar = sc
 	}
@@ -87,37 +94,42 @@ func planFile(t *testing.T, in []byte, workload, container string) (out []byte, 
 // planned fields; every other line, comment, separator and document is the input's.
 func TestWriteChangesOnlyPlannedLines(t *testing.T) {
 	for _, c := range gitopsCases {
-		t.Run(c.file, func(t *testing.T) {
-			in, err := os.ReadFile(filepath.Join("testdata", "gitops", c.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, notes, e := planFile(t, in, "", c.container)
-			checkOnlyPlannedLines(t, in, out, e, notes)
-			checkStrict(t, out)
-			// Each file indents one way throughout; what plan adds must too.
-			if want := indentStyles(t, in); len(want) != 3 {
-				t.Fatalf("testdata indents in several ways: %v", want)
-			} else if got := indentStyles(t, out); !reflect.DeepEqual(got, want) {
-				t.Errorf("the output indents %v, the input %v", got, want)
-			}
-			if len(notes) != len(c.comments) {
-				t.Errorf("notes %q, want one for each of %q", notes, c.comments)
-			}
-			for i, d := range c.comments {
-				if i < len(notes) && !strings.Contains(notes[i], d) {
-					t.Errorf("note %q does not name the comment %q", notes[i], d)
-				}
-				if !bytes.Contains(out, []byte(d)) {
-					t.Errorf("the comment %q is gone from the output", d)
-				}
-			}
-			// A second plan over the output changes nothing.
-			again, notes, _ := planFile(t, out, "", c.container)
-			if !bytes.Equal(again, out) || len(notes) > 0 {
-				t.Errorf("a second plan changed the output (notes %q):\n%s", notes, lineDiff(out, again))
-			}
-		})
+		for _, deferDrain := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/regime-b=%v", c.file, deferDrain), func(t *testing.T) { checkGitopsCase(t, c.file, c.container, c.comments, deferDrain) })
+		}
+	}
+}
+
+// checkGitopsCase plans one of gitopsCases and checks the output against its input.
+func checkGitopsCase(t *testing.T, file, container string, comments []string, deferDrain bool) {
+	in, err := os.ReadFile(filepath.Join("testdata", "gitops", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, notes, e := planFileIn(t, in, "", container, deferDrain)
+	checkOnlyPlannedLines(t, in, out, e, notes)
+	checkStrict(t, out)
+	// Each file indents one way throughout; what plan adds must too.
+	if want := indentStyles(t, in); len(want) != 3 {
+		t.Fatalf("testdata indents in several ways: %v", want)
+	} else if got := indentStyles(t, out); !reflect.DeepEqual(got, want) {
+		t.Errorf("the output indents %v, the input %v", got, want)
+	}
+	if len(notes) != len(comments) {
+		t.Errorf("notes %q, want one for each of %q", notes, comments)
+	}
+	for i, d := range comments {
+		if i < len(notes) && !strings.Contains(notes[i], d) {
+			t.Errorf("note %q does not name the comment %q", notes[i], d)
+		}
+		if !bytes.Contains(out, []byte(d)) {
+			t.Errorf("the comment %q is gone from the output", d)
+		}
+	}
+	// A second plan over the output changes nothing.
+	again, notes, _ := planFileIn(t, out, "", container, deferDrain)
+	if !bytes.Equal(again, out) || len(notes) > 0 {
+		t.Errorf("a second plan changed the output (notes %q):\n%s", notes, lineDiff(out, again))
 	}
 }
 
@@ -241,6 +253,15 @@ func plannedSpans(t *testing.T, in, text []byte, w *Workload, e *Edit) spans {
 	}
 	for _, a := range e.annotations {
 		fields = append(fields, []string{"spec", "template", "metadata", "annotations", a.Key})
+	}
+	if e.proxy != nil {
+		proxy := append(append([]string{}, pod...), "containers", "[name="+ProxyContainerName+"]")
+		if w.HasProxy {
+			fields = append(fields, append(append([]string{}, proxy...), "volumeMounts", "[mountPath="+e.opts.Dir+"]"),
+				append(append([]string{}, proxy...), "lifecycle", "preStop"), append(append([]string{}, proxy...), "image"))
+		} else {
+			fields = append(fields, proxy)
+		}
 	}
 	before := workloadDoc(t, in, w)
 	doc := workloadDoc(t, text, w)

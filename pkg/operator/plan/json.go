@@ -41,11 +41,15 @@ type jsonPlan struct {
 	WaitBeforeExitSeconds       int               `json:"proxy_wait_before_exit_seconds,omitempty"`
 	Annotations                 map[string]string `json:"annotations"`
 	PrestopCommand              []string          `json:"prestop_command"`
-	Timeline                    []jsonStep        `json:"timeline"`
-	Arithmetic                  []jsonLine        `json:"arithmetic"`
-	Warnings                    []string          `json:"warnings"`
-	Kept                        []jsonKept        `json:"kept,omitempty"`
-	Workload                    *jsonWorkload     `json:"workload,omitempty"`
+	// DeferSidecarDrain is written for Istio plans: true is regime (b), with the istio-proxy
+	// override whose preStop is ProxyPrestopCommand.
+	DeferSidecarDrain   *bool         `json:"defer_sidecar_drain,omitempty"`
+	ProxyPrestopCommand []string      `json:"proxy_prestop_command,omitempty"`
+	Timeline            []jsonStep    `json:"timeline"`
+	Arithmetic          []jsonLine    `json:"arithmetic"`
+	Warnings            []string      `json:"warnings"`
+	Kept                []jsonKept    `json:"kept,omitempty"`
+	Workload            *jsonWorkload `json:"workload,omitempty"`
 }
 
 // jsonKept is a value of the pod's that the plan keeps although a shorter one suffices.
@@ -77,6 +81,8 @@ type jsonWorkload struct {
 	Ports     []int    `json:"ports"`
 	Changes   []string `json:"changes"`
 	Replaced  string   `json:"replaced_prestop,omitempty"`
+	// ProxyReplaced is istio-proxy's preStop replaced with meshdrain hold (--replace-prestop).
+	ProxyReplaced string `json:"replaced_proxy_prestop,omitempty"`
 }
 
 // WriteJSON prints the plan as one JSON object; with an edit, also the workload it changes.
@@ -132,6 +138,13 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		PrestopCommand:              append([]string{strings.TrimRight(dir, "/") + "/meshdrain"}, p.PrestopArgs()...),
 		Warnings:                    append([]string{}, p.Warnings...),
 	}
+	if in.Mesh == mesh.Istio {
+		defers := p.defers()
+		out.DeferSidecarDrain = &defers
+		if defers {
+			out.ProxyPrestopCommand = append([]string{strings.TrimRight(dir, "/") + "/meshdrain"}, p.HoldArgs()...)
+		}
+	}
 	for _, a := range p.Annotations() {
 		out.Annotations[a.Key] = a.Value
 	}
@@ -147,11 +160,14 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	if e != nil && e.workload != nil {
 		wl := e.workload
 		out.Workload = &jsonWorkload{Kind: wl.Kind, Name: wl.Name, Namespace: wl.Namespace, Container: wl.Container,
-			Ports: append([]int{}, wl.Ports...), Changes: append([]string{}, e.Changes...), Replaced: e.Replaced}
+			Ports: append([]int{}, wl.Ports...), Changes: append([]string{}, e.Changes...), Replaced: e.Replaced, ProxyReplaced: e.ProxyReplaced}
 		for _, a := range e.annotations {
 			out.Annotations[a.Key] = a.Value // the merged values
 		}
 		out.PrestopCommand = e.PrestopCommand() // with the flags the workload's preStop keeps
+		if cmd := e.ProxyPrestopCommand(); cmd != nil {
+			out.ProxyPrestopCommand = cmd
+		}
 	}
 	data, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
@@ -184,8 +200,10 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 			ew.printf("    %s\n", l)
 		}
 	}
-	if note := e.ReplacementNote(); note != "" {
-		ew.printf("  - %s\n", note)
+	for _, note := range []string{e.ReplacementNote(), e.ProxyReplacementNote()} {
+		if note != "" {
+			ew.printf("  - %s\n", note)
+		}
 	}
 	ew.printf("\nOnce rolled out, check a pod (exit 0 when prestop will find its signal and the timing holds):\n\n")
 	ns := ""
@@ -193,6 +211,10 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 		ns = " -n " + wl.Namespace
 	}
 	ew.printf("  kubectl exec%s %s/%s -c %s -- %s\n", ns, strings.ToLower(wl.Kind), wl.Name, wl.Container, strings.Join(CheckCommand(p, e.opts.Dir, wl.Ports), " "))
+	if cmd := e.ProxyPrestopCommand(); cmd != nil {
+		// hold's own check, with the flags its preStop runs with: the proxy's preStop as merged.
+		ew.printf("  kubectl exec%s %s/%s -c %s -- %s --validate\n", ns, strings.ToLower(wl.Kind), wl.Name, ProxyContainerName, strings.Join(cmd, " "))
+	}
 	return ew.err
 }
 
@@ -206,7 +228,9 @@ func CheckCommand(p Plan, dir string, ports []int) []string {
 		cmd = append(cmd, fmt.Sprintf("--port=%d", port))
 	}
 	cmd = append(cmd, "--grace-period="+fmtD(p.GracePeriod), "--app-drain="+fmtD(p.AppDrain))
-	if p.TerminationDrainDuration > 0 {
+	// In regime (b) terminationDrainDuration is not the proxy's life (hold is): check's rule
+	// that it outlive the app's latest exit is regime (a)'s.
+	if p.TerminationDrainDuration > 0 && !p.defers() {
 		cmd = append(cmd, "--termination-drain-duration="+fmtD(p.TerminationDrainDuration))
 	}
 	if p.WaitBeforeExit > 0 {

@@ -126,8 +126,17 @@ type Workload struct {
 	// meshdrain's wait does what it did, so plan replaces it without --replace-prestop.
 	PreStopOnlySleeps bool
 	PreStopSleep      time.Duration
+	// HasProxy is true when the pod spec lists its own istio-proxy container in spec.containers:
+	// an override that Istio's injector merges into the proxy it injects. ProxyPreStop describes
+	// that container's preStop ("" when none), and ProxyHoldArgs are its arguments after "hold"
+	// when it runs meshdrain hold (nil otherwise).
+	HasProxy      bool
+	ProxyPreStop  string
+	ProxyHoldArgs []string
+	// ProxyInInitContainers is true when the pod spec lists an istio-proxy in initContainers.
+	ProxyInInitContainers bool
 
-	obj, template, podSpec, container *yaml.Node
+	obj, template, podSpec, container, proxy *yaml.Node
 }
 
 // Workload finds the workload to plan for (selector: its NAME or KIND/NAME, needed only when
@@ -216,13 +225,27 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 			w.Ports = append(w.Ports, port)
 		}
 	}
-	w.PreStop, w.PreStopIsMeshdrain = describePreStop(path(w.container, "lifecycle", "preStop"))
+	w.PreStop, w.PreStopIsMeshdrain = describePreStop(path(w.container, "lifecycle", "preStop"), "prestop")
 	if w.PreStopIsMeshdrain {
 		w.PrestopArgs = stringsOf(path(w.container, "lifecycle", "preStop", "exec", "command"))[2:]
 	}
 	w.PreStopSleep, w.PreStopOnlySleeps = preStopSleep(path(w.container, "lifecycle", "preStop"))
+	if _, proxy := itemByKey(containers, "name", ProxyContainerName); proxy != nil {
+		w.HasProxy, w.proxy = true, proxy
+		var isHold bool
+		w.ProxyPreStop, isHold = describePreStop(path(proxy, "lifecycle", "preStop"), "hold")
+		if isHold {
+			w.ProxyHoldArgs = append([]string{}, stringsOf(path(proxy, "lifecycle", "preStop", "exec", "command"))[2:]...)
+		}
+	}
+	if _, c := itemByKey(lookup(w.podSpec, "initContainers"), "name", ProxyContainerName); c != nil {
+		w.ProxyInInitContainers = true
+	}
 	return w, nil
 }
+
+// ProxyHolds is true when the workload's istio-proxy runs meshdrain hold as its preStop.
+func (w *Workload) ProxyHolds() bool { return w.ProxyHoldArgs != nil }
 
 // Sidecar is the sidecar kind the pod's annotations ask for, and why; "" when they say nothing.
 func (w *Workload) Sidecar() (Sidecar, string) {
@@ -355,8 +378,9 @@ func (w *Workload) proxyConfig() (*yaml.Node, error) {
 	return resolve(doc.Content[0]), nil
 }
 
-// describePreStop says what a preStop handler does, for the operator who replaces it.
-func describePreStop(h *yaml.Node) (what string, isMeshdrain bool) {
+// describePreStop says what a preStop handler does, for the operator who replaces it, and
+// whether it is one exec of `meshdrain VERB`.
+func describePreStop(h *yaml.Node, verb string) (what string, isMeshdrain bool) {
 	if h == nil || h.Kind != yaml.MappingNode || len(h.Content) == 0 {
 		return "", false
 	}
@@ -366,7 +390,7 @@ func describePreStop(h *yaml.Node) (what string, isMeshdrain bool) {
 		switch kind {
 		case "exec":
 			cmd := stringsOf(lookup(v, "command"))
-			if len(cmd) >= 2 && filepath.Base(cmd[0]) == "meshdrain" && cmd[1] == "prestop" {
+			if len(cmd) >= 2 && filepath.Base(cmd[0]) == "meshdrain" && cmd[1] == verb {
 				isMeshdrain = true
 			}
 			parts = append(parts, fmt.Sprintf("exec %q", cmd))
@@ -432,6 +456,21 @@ type Edit struct {
 	// ReplacedOnlySlept is true when that preStop only slept (Workload.PreStopOnlySleeps):
 	// replaced without --replace-prestop, and the app has nothing to take over from it.
 	ReplacedOnlySlept bool
+
+	// proxy is, in regime (b), the istio-proxy container the edit writes: plan's override, or
+	// the workload's own with hold's preStop and the meshdrain mount merged in; nil in regime (a).
+	proxy *yaml.Node
+	// proxyMount is its mount of the meshdrain volume; proxyImage is true when the edit sets
+	// the image (a new override, or one without an image).
+	proxyMount *yaml.Node
+	proxyImage bool
+	// proxyRemoveHandlers are the istio-proxy preStop's handlers besides exec, which a
+	// strategic-merge patch must null (--replace-prestop).
+	proxyRemoveHandlers []string
+	// hold is the hold command a re-plan writes, with the user's flags kept.
+	hold prestopMerge
+	// ProxyReplaced describes istio-proxy's preStop the edit replaces, "" when none.
+	ProxyReplaced string
 }
 
 // ReplacementNote tells the operator which preStop the edit replaces and what that means
@@ -446,6 +485,16 @@ func (e *Edit) ReplacementNote() string {
 	}
 	return fmt.Sprintf("replaces the preStop of container %s, %s (--replace-prestop): the app must now do on SIGTERM what that hook did",
 		e.opts.Container, e.Replaced)
+}
+
+// ProxyReplacementNote tells the operator which istio-proxy preStop the edit replaces with
+// meshdrain hold (--replace-prestop); "" when it replaces none.
+func (e *Edit) ProxyReplacementNote() string {
+	if e.ProxyReplaced == "" {
+		return ""
+	}
+	return fmt.Sprintf("replaces the preStop of container %s, %s (--replace-prestop): meshdrain hold keeps the proxy until the app's hook has decided "+
+		"and the app has let go of it, then drains it", ProxyContainerName, e.ProxyReplaced)
 }
 
 // NewEdit derives the changes that apply p to w (nil: no manifest was read, the patch
@@ -515,12 +564,142 @@ func NewEdit(p Plan, o PatchOptions, w *Workload) (*Edit, error) {
 		e.Changes = append(e.Changes,
 			fmt.Sprintf("volume %s (emptyDir) and init container %s (%s, runs `meshdrain install %s`)", VolumeName, InitContainerName, o.Image, dir),
 			fmt.Sprintf("container %s: mounts %s read-only; preStop runs %s %s", o.Container, dir, binary, strings.Join(e.prestop.args, " ")))
-		return e, nil
+	} else {
+		e.Changes = append(e.Changes, e.keepInstalled()...)
+		e.Changes = append(e.Changes, e.prestopChanges(binary)...)
 	}
-	e.Changes = append(e.Changes, e.keepInstalled()...)
-	e.Changes = append(e.Changes, e.prestopChanges(binary)...)
+	proxyChanges, err := e.deriveProxy(binary)
+	if err != nil {
+		return nil, err
+	}
+	e.Changes = append(e.Changes, proxyChanges...)
 	return e, nil
 }
+
+// deriveProxy derives, in regime (b), the istio-proxy container whose preStop runs meshdrain
+// hold: plan's override (name, image: auto, the mount, the preStop) where the workload has
+// none, or the workload's own override with the preStop and the mount merged in, every other
+// field of it kept. A preStop of another kind there is refused without --replace-prestop, and
+// replaced whole with it: a container has one preStop handler (a second type added next to
+// it would be rejected by the API server, istio/istio#51865). In regime (a) a workload whose
+// istio-proxy already runs hold is refused: plan would leave the drain deferred.
+func (e *Edit) deriveProxy(binary string) ([]string, error) {
+	p, w, dir := e.plan, e.workload, e.opts.Dir
+	id := ""
+	if w != nil {
+		id = " of " + w.Kind + "/" + w.Name
+	}
+	if !p.defers() {
+		if w != nil && w.ProxyHolds() && p.Input.Mesh == mesh.Istio {
+			return nil, fmt.Errorf("container %s%s runs meshdrain hold as its preStop, which defers Istio's drain until prestop decides (regime b): "+
+				"with --defer-sidecar-drain=false remove that preStop (or the %s container) and prestop's --drain-at=end first, or plan without it",
+				ProxyContainerName, id, ProxyContainerName)
+		}
+		return nil, nil
+	}
+	if w != nil && w.Container == ProxyContainerName {
+		return nil, fmt.Errorf("%s/%s: the app container cannot be %s, whose preStop is meshdrain hold in regime (b): name the app's with --container",
+			w.Kind, w.Name, ProxyContainerName)
+	}
+	if w != nil && w.ProxyInInitContainers {
+		return nil, fmt.Errorf("%s/%s lists %s in initContainers: Istio's injector takes the override from containers (and moves it into "+
+			"initContainers itself for native sidecars), while a classic injection ignores one in initContainers and leaves a second %s "+
+			"with image auto: move it to containers", w.Kind, w.Name, ProxyContainerName, ProxyContainerName)
+	}
+	e.hold = prestopMerge{args: p.HoldArgs()}
+	if w != nil && w.ProxyHolds() {
+		e.hold = p.mergeHold(w.ProxyHoldArgs)
+	}
+	command := sequenceNode(strNode(binary))
+	for _, a := range e.hold.args {
+		command.Content = append(command.Content, strNode(a))
+	}
+	preStop := mapOf("exec", mapOf("command", command))
+	e.proxyMount = mapOf("name", strNode(VolumeName), "mountPath", strNode(dir), "readOnly", boolNode(true))
+	if w == nil || !w.HasProxy {
+		e.proxy = mapOf("name", strNode(ProxyContainerName), "image", strNode(ProxyImageAuto),
+			"volumeMounts", sequenceNode(e.proxyMount), "lifecycle", mapOf("preStop", preStop))
+		e.proxyImage = true
+		return []string{fmt.Sprintf("container %s (image: %s; Istio's injector merges it into the proxy it injects): mounts %s read-only; preStop runs %s %s",
+			ProxyContainerName, ProxyImageAuto, dir, binary, strings.Join(e.hold.args, " "))}, nil
+	}
+
+	// The workload's own override: hold's preStop and the mount merged into it.
+	proxy := copyTree(w.proxy)
+	var set []string
+	if scalar(lookup(proxy, "image")) == "" {
+		setKey(proxy, "image", strNode(ProxyImageAuto))
+		e.proxyImage = true
+		set = append(set, "image "+ProxyImageAuto)
+	}
+	if _, m := itemByKey(lookup(proxy, "volumeMounts"), "mountPath", dir); m != nil {
+		if scalar(lookup(m, "name")) != VolumeName {
+			return nil, fmt.Errorf("container %s%s already mounts volume %s at %s: pass --dir with another path", ProxyContainerName, id, scalar(lookup(m, "name")), dir)
+		}
+		e.proxyMount = copyTree(m)
+	} else {
+		mounts, err := ensureSeq(proxy, "volumeMounts")
+		if err != nil {
+			return nil, fmt.Errorf("container %s%s: %w", ProxyContainerName, id, err)
+		}
+		upsert(mounts, "mountPath", e.proxyMount)
+		set = append(set, fmt.Sprintf("mounts %s read-only", dir))
+	}
+	old := path(w.proxy, "lifecycle", "preStop")
+	switch {
+	case w.ProxyPreStop == "":
+		set = append(set, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")))
+	case w.ProxyHolds():
+		oldBinary := stringsOf(path(w.proxy, "lifecycle", "preStop", "exec", "command"))[0]
+		changes := e.hold.changes
+		if oldBinary != binary {
+			changes = append([]string{fmt.Sprintf("runs %s (was %s)", binary, oldBinary)}, changes...)
+		}
+		if len(changes) == 0 {
+			preStop = copyTree(old)
+			break
+		}
+		line := "preStop " + strings.Join(changes, ", ")
+		if len(e.hold.kept) > 0 {
+			line += "; keeps the preStop's own flags as they are: " + strings.Join(e.hold.kept, " ")
+		}
+		set = append(set, line)
+	case !e.opts.ReplacePreStop:
+		return nil, fmt.Errorf("container %s%s already has a preStop hook (%s), and meshdrain hold takes its place (regime b, "+
+			"docs/decision-rule.md): pass --replace-prestop to replace it, or --defer-sidecar-drain=false to leave %s as it is",
+			ProxyContainerName, id, w.ProxyPreStop, ProxyContainerName)
+	default:
+		e.ProxyReplaced = w.ProxyPreStop
+		for i := 0; i+1 < len(old.Content); i += 2 {
+			if h := old.Content[i].Value; h != "exec" {
+				e.proxyRemoveHandlers = append(e.proxyRemoveHandlers, h)
+			}
+		}
+		set = append(set, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")))
+	}
+	lifecycle, err := ensureMap(proxy, "lifecycle")
+	if err != nil {
+		return nil, fmt.Errorf("container %s%s: %w", ProxyContainerName, id, err)
+	}
+	setKey(lifecycle, "preStop", preStop)
+	e.proxy = proxy
+	if len(set) == 0 {
+		return nil, nil
+	}
+	return []string{fmt.Sprintf("container %s (the workload's own override, its other fields kept): %s", ProxyContainerName, strings.Join(set, ", "))}, nil
+}
+
+// ProxyPrestopCommand is istio-proxy's preStop command the edit writes (meshdrain hold and its
+// arguments); nil in regime (a).
+func (e *Edit) ProxyPrestopCommand() []string {
+	if e.proxy == nil {
+		return nil
+	}
+	return stringsOf(path(e.proxy, "lifecycle", "preStop", "exec", "command"))
+}
+
+// KeptHoldArgs are the tokens of the workload's hold preStop that the edit keeps as written.
+func (e *Edit) KeptHoldArgs() []string { return append([]string(nil), e.hold.kept...) }
 
 // keepInstalled takes the volume, the init container and the mount the workload already has
 // in place of plan's own, changing in them only what plan must (the image when --image is
@@ -824,6 +1003,13 @@ func (e *Edit) Apply() error {
 		return err
 	}
 	setKey(lifecycle, "preStop", e.preStop)
+	if e.proxy != nil {
+		containers, err := ensureSeq(w.podSpec, "containers")
+		if err != nil {
+			return err
+		}
+		upsert(containers, "name", e.proxy)
+	}
 	return nil
 }
 
@@ -850,8 +1036,10 @@ func (e *Edit) WritePatch(w io.Writer) error {
 	for _, k := range p.Kept {
 		ew.printf("# %s %s is the workload's own, kept: %s suffices (--lower-grace-period sets it).\n", k.Setting, fmtD(k.Value), fmtD(k.Suffices))
 	}
-	if note := e.ReplacementNote(); note != "" {
-		ew.printf("# %s.\n", strings.ToUpper(note[:1])+note[1:])
+	for _, note := range []string{e.ReplacementNote(), e.ProxyReplacementNote()} {
+		if note != "" {
+			ew.printf("# %s.\n", strings.ToUpper(note[:1])+note[1:])
+		}
 	}
 	if ew.err != nil {
 		return ew.err
@@ -864,10 +1052,27 @@ func (e *Edit) WritePatch(w io.Writer) error {
 		setKey(preStop, h, nullNode())
 	}
 	setKey(preStop, "exec", lookup(e.preStop, "exec"))
-	podSpec.Content = append(podSpec.Content, strNode("containers"), sequenceNode(mapOf(
+	containers := sequenceNode(mapOf(
 		"name", strNode(e.opts.Container),
 		"volumeMounts", sequenceNode(e.volumeMount),
-		"lifecycle", mapOf("preStop", preStop))))
+		"lifecycle", mapOf("preStop", preStop)))
+	if e.proxy != nil {
+		// Only what plan sets: a patch onto an istio-proxy of the workload's keeps its other
+		// fields, its image included.
+		proxy := mapOf("name", strNode(ProxyContainerName))
+		if e.proxyImage {
+			setKey(proxy, "image", strNode(ProxyImageAuto))
+		}
+		proxyPreStop := mappingNode()
+		for _, h := range e.proxyRemoveHandlers {
+			setKey(proxyPreStop, h, nullNode())
+		}
+		setKey(proxyPreStop, "exec", path(e.proxy, "lifecycle", "preStop", "exec"))
+		setKey(proxy, "volumeMounts", sequenceNode(e.proxyMount))
+		setKey(proxy, "lifecycle", mapOf("preStop", proxyPreStop))
+		containers.Content = append(containers.Content, proxy)
+	}
+	podSpec.Content = append(podSpec.Content, strNode("containers"), containers)
 	template := mappingNode()
 	if len(e.annotations) > 0 {
 		ann := mappingNode()

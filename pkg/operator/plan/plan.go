@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -113,6 +114,15 @@ type Input struct {
 	// than what suffices: a re-plan never lowers what someone raised on purpose (meshdrain plan
 	// --lower-grace-period leaves this empty). Zero values keep nothing.
 	KeepLonger Bounds
+	// DeferSidecarDrain is drain regime (b) (docs/decision-rule.md): an istio-proxy container
+	// in the pod spec, which Istio's injector merges into the proxy it injects, runs
+	// `meshdrain hold` as the proxy's preStop, so Istio's own inbound drain at the deletion
+	// waits until meshdrain prestop has decided; prestop drains at its decision (--drain-at
+	// end). Nothing tells a client to close before then, which is what lets prestop see each
+	// client let go. Istio only (a Linkerd proxy has no drain call to defer). `meshdrain plan`
+	// sets it unless --defer-sidecar-drain=false; the zero value is regime (a), Istio's
+	// default, where the proxy drains at the deletion.
+	DeferSidecarDrain bool
 }
 
 // Bounds are the settings of a pod that bound its termination and that plan writes: the grace
@@ -180,6 +190,9 @@ type Plan struct {
 	MinimumDrainDuration        time.Duration
 	// SidecarExitWorst is the latest the sidecar is expected to exit by itself.
 	SidecarExitWorst time.Duration
+	// HoldBound is, in regime (b), the latest `meshdrain hold` returns: the hook deadline plus
+	// the app's drain, within the grace period less KillMargin (hold.Bound). Zero otherwise.
+	HoldBound time.Duration
 	// DrainDuration is the proxyConfig.drainDuration to set, or zero when the current one
 	// (Input.DrainDuration) already keeps Envoy accepting until the app has exited.
 	DrainDuration time.Duration
@@ -300,16 +313,30 @@ func Recommend(in Input) (Plan, error) {
 		p.Warnings = append(append(currentGraceWarnings(p), implausibleInputs(in)...), p.Warnings...)
 		return p.finish()
 	}
+	if p.defers() {
+		p.HoldBound = hold.Bound(p.GracePeriod, p.AppDrain, 0)
+		p.Arithmetic = append(p.Arithmetic, Line{"meshdrain hold returns by (worst)", p.HoldBound,
+			fmt.Sprintf("deadline %s + app-drain %s, within grace %s − %s (hold's bound: the proxy's SIGTERM comes when it returns, classic; after the app's exit, native)",
+				fmtD(p.Deadline), fmtD(in.AppDrain), fmtD(p.GracePeriod), fmtD(KillMargin))})
+	}
 	switch in.Sidecar {
 	case Classic:
-		p.TerminationDrainDuration = p.AppExitWorst + KillMargin
-		why := fmt.Sprintf("app exits by %s + %s margin (Istio's default %s kills Envoy under the app)",
-			fmtD(p.AppExitWorst), fmtD(KillMargin), fmtD(IstioTerminationDrainDuration))
+		p.TerminationDrainDuration = p.sufficientTerminationDrain()
+		sum := fmt.Sprintf("app exits by %s + %s margin", fmtD(p.AppExitWorst), fmtD(KillMargin))
+		why := sum + fmt.Sprintf(" (Istio's default %s kills Envoy under the app)", fmtD(IstioTerminationDrainDuration))
+		if p.defers() {
+			sum = fmt.Sprintf("app-drain %s + %s margin", fmtD(in.AppDrain), fmtD(KillMargin))
+			why = "ceil(" + sum + "): only the fallback's bound (hold's drain call makes pilot-agent exit at once at its SIGTERM; " +
+				"without that call pilot-agent drains then, once the app has let go, and waits this long)"
+		}
 		if own := in.KeepLonger.TerminationDrainDuration; own > p.TerminationDrainDuration {
 			p.TerminationDrainDuration = own
-			why = fmt.Sprintf("the workload's own, kept: longer than app exits by %s + %s margin", fmtD(p.AppExitWorst), fmtD(KillMargin))
+			why = "the workload's own, kept: longer than " + sum
 		}
 		p.SidecarExitWorst = p.TerminationDrainDuration
+		if p.defers() {
+			p.SidecarExitWorst = p.HoldBound
+		}
 		p.Arithmetic = append(p.Arithmetic, Line{"terminationDrainDuration", p.TerminationDrainDuration, why})
 	case ExitOnZero:
 		p.ExitOnZeroActiveConnections = true
@@ -321,19 +348,36 @@ func Recommend(in Input) (Plan, error) {
 			why = fmt.Sprintf("the workload's own, kept: longer than ceil(meshdrain deadline %s)", fmtD(p.Deadline))
 		}
 		p.SidecarExitWorst = p.GracePeriod
+		if p.defers() {
+			p.SidecarExitWorst = p.HoldBound // hold's drain call: pilot-agent exits at its SIGTERM
+		}
 		p.Arithmetic = append(p.Arithmetic, Line{"MINIMUM_DRAIN_DURATION", p.MinimumDrainDuration, why})
 	case Native:
 		p.SidecarExitWorst = p.GracePeriod
+		if p.defers() {
+			p.SidecarExitWorst = p.HoldBound
+		}
 	}
 	if in.DrainDuration < p.AppExitWorst {
 		p.DrainDuration = ceilSecond(p.AppExitWorst)
+		where := ""
+		if p.defers() {
+			// In regime (b) the drain starts at meshdrain's decision; only a sidecar that drains
+			// at the deletion anyway (the override not applied) starts it at t0.
+			where = "where the sidecar drains at the deletion anyway, "
+		}
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
-			"drainDuration %s < app exit %s: Envoy's inbound listeners stop accepting at t0 + %s while clients may still send; set proxyConfig drainDuration ≥ %s",
-			fmtD(in.DrainDuration), fmtD(p.AppExitWorst), fmtD(in.DrainDuration), fmtD(ceilSecond(p.AppExitWorst))))
+			"drainDuration %s < app exit %s: %sEnvoy's inbound listeners stop accepting at t0 + %s while clients may still send; set proxyConfig drainDuration ≥ %s",
+			fmtD(in.DrainDuration), fmtD(p.AppExitWorst), where, fmtD(in.DrainDuration), fmtD(ceilSecond(p.AppExitWorst))))
 	}
 	p.Warnings = append(p.Warnings, currentGraceWarnings(p)...)
 	p.Warnings = append(p.Warnings, implausibleInputs(in)...)
-	if in.Sidecar == Classic {
+	if p.defers() {
+		p.Warnings = append(p.Warnings, p.deferredNotes()...)
+	} else {
+		p.Warnings = append(p.Warnings, RegimeANote)
+	}
+	if in.Sidecar == Classic && !p.defers() {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("with Istio's default terminationDrainDuration %s, Envoy is killed at t0 + %s whatever the app's preStop does: "+
 			"requests still in flight through it then are cut (503 UC at the caller, not retried) and later clients are refused; "+
 			"that is the tail that 'preStop: sleep 15' could not remove", fmtD(IstioTerminationDrainDuration), fmtD(IstioTerminationDrainDuration)))
@@ -375,7 +419,7 @@ func (p *Plan) keep(sufficient Plan) {
 		own bool
 	}
 	settings := []setting{
-		{"terminationDrainDuration", p.TerminationDrainDuration, sufficient.TerminationDrainDuration, p.TerminationDrainDuration > p.AppExitWorst+KillMargin},
+		{"terminationDrainDuration", p.TerminationDrainDuration, sufficient.TerminationDrainDuration, p.TerminationDrainDuration > p.sufficientTerminationDrain()},
 		{"MINIMUM_DRAIN_DURATION", p.MinimumDrainDuration, sufficient.MinimumDrainDuration, p.MinimumDrainDuration > ceilSecond(p.Deadline)},
 		{"proxy-wait-before-exit-seconds", p.WaitBeforeExit, sufficient.WaitBeforeExit, p.WaitBeforeExit > ceilSecond(p.AppExitWorst)},
 		// plan never lowers drainDuration: it is only ever raised, to follow the app's exit.
@@ -432,6 +476,45 @@ func expectedFinishWhy(p Plan, lag time.Duration) string {
 		sum = fmt.Sprintf("min-wait %s (> %s)", fmtD(in.MinWait), sum)
 	}
 	return sum + fmt.Sprintf(" + poll %s", fmtD(in.Poll))
+}
+
+// defers: the plan is regime (b), Istio's drain deferred until meshdrain decides.
+func (p Plan) defers() bool { return p.Input.DeferSidecarDrain && p.Input.Mesh == mesh.Istio }
+
+// DefersSidecarDrain is true when the plan writes regime (b): the istio-proxy override that
+// runs `meshdrain hold`, and prestop's --drain-at end.
+func (p Plan) DefersSidecarDrain() bool { return p.defers() }
+
+// sufficientTerminationDrain is the terminationDrainDuration a classic sidecar needs. In
+// regime (a) pilot-agent kills Envoy that long after the deletion, so it must outlive the
+// app's latest exit. In regime (b) its SIGTERM comes when hold returns, once the app has let
+// go, and hold's drain call makes it exit at once: the setting only bounds the fallback where
+// that call failed, and the app's own drain plus a margin covers what can still be running.
+func (p Plan) sufficientTerminationDrain() time.Duration {
+	if p.defers() {
+		return ceilSecond(p.AppDrain + KillMargin)
+	}
+	return p.AppExitWorst + KillMargin
+}
+
+// RegimeANote is what a plan that leaves Istio's drain at the deletion gives up, in one line.
+const RegimeANote = "regime (a), --defer-sidecar-drain=false: the sidecar drains at the deletion, so every response says Connection: close, " +
+	"which erases the per-client evidence in dense shapes: meshdrain falls back to silence and stops later after the last client (seconds at 500 clients)"
+
+// deferredNotes say what regime (b) does and what bounds it.
+func (p Plan) deferredNotes() []string {
+	notes := []string{fmt.Sprintf("regime (b): istio-proxy's preStop, meshdrain hold, keeps Istio from draining until meshdrain prestop has decided, "+
+		"so no client is told to close before then and prestop sees each one let go; the override is an istio-proxy container in the pod spec "+
+		"(image: auto), which Istio's injector merges into the proxy it injects, in both sidecar modes; the pod is gone once the app has let go "+
+		"of the proxy (about t0+%s in the usual rollout), at the latest at hold's bound t0+%s",
+		fmtD(p.usualFinish()+p.AppDrain), fmtD(p.HoldBound))}
+	if p.Input.Sidecar == Classic {
+		notes = append(notes, fmt.Sprintf("terminationDrainDuration %s only bounds the fallback: where the istio-proxy override is not applied "+
+			"(an injector older than Istio 1.9), pilot-agent drains at the deletion and kills Envoy at t0+%s, "+
+			"as Istio's default %s would; prestop's final event then says the drain was not deferred",
+			fmtD(p.TerminationDrainDuration), fmtD(p.TerminationDrainDuration), fmtD(IstioTerminationDrainDuration)))
+	}
+	return notes
 }
 
 // usualFinish is when meshdrain returns in the usual rollout: the typical last client with a

@@ -64,8 +64,14 @@ func splitPrestopArgs(args []string) (items []prestopToken, tail []string, hasTa
 
 // isPlanFlag: plan writes this flag (in some plan), and it takes a value.
 func isPlanFlag(name string) bool {
-	return contains(plannedFlags, name) || contains(defaultedFlags, name) || name == "mesh"
+	return contains(plannedFlags, name) || contains(defaultedFlags, name) || name == "mesh" || name == "drain-at"
 }
+
+// plannedHoldFlags are the flags of istio-proxy's `meshdrain hold` whose values are the plan's:
+// hold ends by the app hook's deadline plus its drain, from prestop's --grace-period and
+// --app-drain; a hand-set --deadline is removed as in prestop's (hold derives the same one).
+// Every other flag of hold (--channel, --port, --prestop-wait, ...) is the user's.
+var plannedHoldFlags = []string{"grace-period", "app-drain", "deadline"}
 
 // PrestopFlag is the value of --name in the workload's meshdrain preStop (the last one given,
 // as prestop reads it), and whether it is there.
@@ -89,8 +95,6 @@ type prestopMerge struct {
 
 // mergePrestop merges the plan's preStop arguments into the workload's meshdrain preStop.
 func (p Plan) mergePrestop(old []string) prestopMerge {
-	own := p.PrestopArgs()[1:]
-	items, tail, hasTail := splitPrestopArgs(old)
 	owned := func(it prestopToken) bool {
 		switch {
 		case contains(plannedFlags, it.name):
@@ -98,9 +102,28 @@ func (p Plan) mergePrestop(old []string) prestopMerge {
 		case it.name == "mesh":
 			// The mesh is the plan's: Linkerd's is written, and an Istio plan removes Linkerd's.
 			return p.Input.Mesh == mesh.Linkerd || it.value == string(mesh.Linkerd)
+		case it.name == "drain-at":
+			// Regime (b) is the plan's: prestop drains at its decision. In regime (a) the
+			// preStop's own --drain-at stays.
+			return p.defers()
 		}
 		return false
 	}
+	return p.mergeArgs("prestop", p.PrestopArgs()[1:], old, owned)
+}
+
+// mergeHold merges the plan's hold arguments into the workload's istio-proxy hold preStop.
+func (p Plan) mergeHold(old []string) prestopMerge {
+	owned := func(it prestopToken) bool { return contains(plannedHoldFlags, it.name) }
+	return p.mergeArgs("hold", p.HoldArgs()[1:], old, owned)
+}
+
+// mergeArgs merges own, the plan's arguments of `meshdrain VERB`, into old, the workload's: the
+// flags owned says are the plan's take own's values (and are removed where own has none), every
+// other token stays as written, after own's, and a defaulted flag of own is left out where old
+// has its own.
+func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken) bool) prestopMerge {
+	items, tail, hasTail := splitPrestopArgs(old)
 	var m prestopMerge
 	oldValues := map[string]string{}
 	var oldOrder []string
@@ -121,7 +144,7 @@ func (p Plan) mergePrestop(old []string) prestopMerge {
 	}
 	newItems, _, _ := splitPrestopArgs(own)
 	newValues := map[string]string{}
-	m.args = []string{"prestop"}
+	m.args = []string{verb}
 	for _, it := range newItems {
 		if hasOwn[it.name] {
 			continue // the user's own stays, among the kept flags
@@ -145,7 +168,7 @@ func (p Plan) mergePrestop(old []string) prestopMerge {
 		why := ""
 		switch name {
 		case "deadline":
-			why = fmt.Sprintf(" (prestop derives %s from the grace period, as the plan is sized on)", fmtD(p.Deadline))
+			why = fmt.Sprintf(" (%s derives %s from the grace period, as the plan is sized on)", verb, fmtD(p.Deadline))
 		case "min-wait", "poll":
 			why = " (prestop's default)"
 		case "mesh":

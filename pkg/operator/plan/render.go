@@ -79,6 +79,10 @@ func (p Plan) PrestopArgs() []string {
 	if p.Input.Mesh == mesh.Linkerd {
 		args = append(args, "--mesh="+string(mesh.Linkerd), "--admin="+LinkerdAdminURL)
 	}
+	if p.defers() {
+		// Regime (b): nothing drains before the decision, so prestop drains at it.
+		args = append(args, "--drain-at="+DrainAtEnd)
+	}
 	args = append(args,
 		"--grace-period="+fmtD(p.GracePeriod),
 		"--app-drain="+fmtD(p.AppDrain),
@@ -103,6 +107,26 @@ func (p Plan) PrestopArgs() []string {
 	return append(args, "--log-file="+LogFile)
 }
 
+// DrainAtEnd is prestop's --drain-at value of regime (b): Envoy's inbound drain at the decision.
+const DrainAtEnd = "end"
+
+// ProxyContainerName is the container Istio injects, and the name of the override that Istio's
+// injector merges into it (pkg/kube/inject/webhook.go, reapplyOverwrittenContainers).
+const ProxyContainerName = "istio-proxy"
+
+// ProxyImageAuto is the image of the override: the injector keeps its own (AutoImage).
+const ProxyImageAuto = "auto"
+
+// HoldArgs are the arguments of `meshdrain hold`, istio-proxy's preStop in regime (b); nil in
+// regime (a). hold ends by the app hook's deadline plus its drain, so it takes prestop's
+// --grace-period and --app-drain (its --deadline, like prestop's, is derived from them).
+func (p Plan) HoldArgs() []string {
+	if !p.defers() {
+		return nil
+	}
+	return []string{"hold", "--grace-period=" + fmtD(p.GracePeriod), "--app-drain=" + fmtD(p.AppDrain), "--log-file=" + LogFile}
+}
+
 // WriteText prints the plan for a person: the timeline, the settings, the arithmetic and
 // the warnings.
 func WriteText(w io.Writer, p Plan) error {
@@ -120,6 +144,11 @@ func WriteText(w io.Writer, p Plan) error {
 	ew.printf("  app container preStop:         /meshdrain/meshdrain %s\n", strings.Join(p.PrestopArgs(), " "))
 	ew.printf("                                 (its --deadline is then %s)\n", fmtD(p.Deadline))
 	ew.printf("  app graceful shutdown:         finish in-flight requests within %s of SIGTERM\n", fmtD(p.AppDrain))
+	if p.defers() {
+		ew.printf("  istio-proxy preStop:           /meshdrain/meshdrain %s\n", strings.Join(p.HoldArgs(), " "))
+		ew.printf("                                 (a container %s in the pod spec, image: %s, mounting /meshdrain read-only: Istio's\n", ProxyContainerName, ProxyImageAuto)
+		ew.printf("                                 injector merges it into the proxy it injects, in initContainers for native sidecars)\n")
+	}
 	if in.Mesh == mesh.Linkerd {
 		writeLinkerdSettings(ew, p)
 	} else {
@@ -153,15 +182,21 @@ func writeIstioSettings(ew *errWriter, p Plan) {
 	for _, a := range p.Annotations() {
 		ew.printf("    %s: '%s'\n", a.Key, a.Value)
 	}
-	switch in.Sidecar {
-	case Classic:
+	switch {
+	case in.Sidecar == Classic && p.defers():
+		ew.printf("  sidecar:                       terminationDrainDuration %s: only the fallback's bound (hold's drain call ends the proxy at its SIGTERM)\n",
+			fmtD(p.TerminationDrainDuration))
+	case in.Sidecar == Native && p.defers():
+		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited and hold has returned\n")
+		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
+	case in.Sidecar == Classic:
 		ew.printf("  sidecar:                       terminationDrainDuration %s: Envoy outlives the app (Istio's default %s does not)\n",
 			fmtD(p.TerminationDrainDuration), fmtD(IstioTerminationDrainDuration))
-	case ExitOnZero:
+	case in.Sidecar == ExitOnZero:
 		ew.printf("  sidecar:                       EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true, MINIMUM_DRAIN_DURATION=%s (terminationDrainDuration is then ignored)\n",
 			fmtD(p.MinimumDrainDuration))
 		ew.printf("                                 caveat: idle keep-alive and outbound connections hold Envoy until the grace period; no deadline of its own\n")
-	case Native:
+	case in.Sidecar == Native:
 		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited\n")
 		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
 	}

@@ -580,8 +580,9 @@ func (sp *splicer) diffItems(path string, old, new *yaml.Node) {
 			end := sp.d.src.lineEnd(sp.d.lastLine(anchor))
 			sp.edits = append(sp.edits, splice{end, end, sp.d.src.eol + strings.Join(lines, sp.d.src.eol)})
 		} else {
-			start := sp.d.src.start[a[0].Line-1]
-			sp.edits = append(sp.edits, splice{start, start, strings.Join(lines, sp.d.src.eol) + sp.d.src.eol})
+			// At the end of the line before the first item, where removeItem's edits start.
+			at := sp.d.src.lineEnd(a[0].Line - 1)
+			sp.edits = append(sp.edits, splice{at, at, sp.d.src.eol + strings.Join(lines, sp.d.src.eol)})
 		}
 		pending = nil
 	}
@@ -618,16 +619,22 @@ func itemKey(n *yaml.Node) string {
 }
 
 // removeItem deletes a sequence item's lines; a comment on them stays, on a line of its own
-// where the item was.
+// where the item was. The edit runs from the end of the line before the item to the end of the
+// item's last line, not over its final newline: something inserted after the collection that
+// ends with this item goes at that line's end, which stays outside the edit.
 func (sp *splicer) removeItem(path string, item *yaml.Node) {
 	last := sp.d.lastLine(item)
-	start, end := sp.d.src.start[item.Line-1], len(sp.d.src.data)
-	if last < len(sp.d.src.start) {
-		end = sp.d.src.start[last]
-	}
+	start, end := sp.d.src.lineEnd(item.Line-1), sp.d.src.lineEnd(last)
 	// The item's lines go; their comments stay where the item was, on lines of their own.
-	sp.moveAbove(path, item.Line, sp.comments(item.Line, 1, last))
-	sp.edits = append(sp.edits, splice{start, end, ""})
+	t := sp.d.src.text(item.Line)
+	indent := spaces(len(t) - len(strings.TrimLeft(t, " ")))
+	var text strings.Builder
+	for _, c := range sp.comments(item.Line, 1, last) {
+		text.WriteString(sp.d.src.eol + indent + c.text)
+		sp.notes = append(sp.notes, fmt.Sprintf("%s: moved the comment %q (line %d) on %s, which the plan changes, to a line of its own above it: check that it still holds",
+			sp.id, c.text, c.line, describePath(path)))
+	}
+	sp.edits = append(sp.edits, splice{start, end, text.String()})
 }
 
 // lineComment is the comment a line ends with, "" when none: a # at the start or after a

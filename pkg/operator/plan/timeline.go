@@ -13,6 +13,9 @@ func timeline(p Plan) []Step {
 		steps := append(linkerdTimelineStart(p), clientSteps(p, "the proxy")...)
 		return append(append(steps, linkerdTimelineEnd(p)...), killStep(p))
 	}
+	if p.defers() {
+		return deferredTimeline(p)
+	}
 	in := p.Input
 	steps := []Step{{
 		Who: "kubelet",
@@ -100,11 +103,68 @@ func sidecarT0(s Sidecar) string {
 
 // meshdrainWaitStep is meshdrain's wait in the timeline.
 func meshdrainWaitStep(p Plan) string {
-	in := p.Input
-	sum := fmt.Sprintf("%s + %s + one poll %s", fmtD(p.LastClientLag), fmtD(max(p.Quiet, in.P99)), fmtD(in.Poll))
-	if in.MinWait > p.LastClientLag+max(p.Quiet, in.P99) {
-		sum = fmt.Sprintf("its --min-wait %s + one poll %s, later than %s + %s", fmtD(in.MinWait), fmtD(in.Poll), fmtD(p.LastClientLag), fmtD(max(p.Quiet, in.P99)))
-	}
 	return fmt.Sprintf("waits for the clients: no new inbound request for %s and none active → the preStop returns "+
-		"(%s); bounded by --deadline %s, where it returns anyway and says so", fmtD(p.Quiet), sum, fmtD(p.Deadline))
+		"(%s); bounded by --deadline %s, where it returns anyway and says so", fmtD(p.Quiet), meshdrainWaitSum(p), fmtD(p.Deadline))
+}
+
+// meshdrainWaitSum is the sum behind meshdrain's expected finish, in words.
+func meshdrainWaitSum(p Plan) string {
+	in := p.Input
+	if in.MinWait > p.LastClientLag+max(p.Quiet, in.P99) {
+		return fmt.Sprintf("its --min-wait %s + one poll %s, later than %s + %s", fmtD(in.MinWait), fmtD(in.Poll), fmtD(p.LastClientLag), fmtD(max(p.Quiet, in.P99)))
+	}
+	return fmt.Sprintf("%s + %s + one poll %s", fmtD(p.LastClientLag), fmtD(max(p.Quiet, in.P99)), fmtD(in.Poll))
+}
+
+// deferredTimeline is regime (b): istio-proxy's preStop, meshdrain hold, waits for meshdrain
+// prestop's decision, so nothing drains before it; prestop drains at its decision, hold then
+// asks pilot-agent to drain (its SIGTERM then ends it at once) and returns once the app has let
+// go of the proxy. A classic proxy gets its SIGTERM when hold returns, a native one once the app
+// has exited and hold has returned: the same manifest, the same order, in both modes.
+func deferredTimeline(p Plan) []Step {
+	in := p.Input
+	proxySIGTERM := "the kubelet holds istio-proxy's SIGTERM until hold returns"
+	if in.Sidecar == Native {
+		proxySIGTERM = "the kubelet sends istio-proxy no SIGTERM before the app container has exited and hold has returned"
+	}
+	steps := []Step{
+		{Who: "kubelet", What: "pod deleted. Endpoint removal starts, asynchronously (EndpointSlice → istiod → every client sidecar). " +
+			"At the same moment the kubelet runs the app container's preStop (meshdrain prestop) and istio-proxy's preStop (meshdrain hold); " +
+			proxySIGTERM},
+		{Who: "hold", What: "waits for prestop's decision on the pod's channel (@meshdrain-hold): nothing drains Envoy, so no client is told to close; " +
+			"each client's pooled connections stay open until it drops this endpoint"},
+		{Who: "meshdrain", What: fmt.Sprintf("reports to hold, then reads the inbound request counters and the pod's socket table every %s "+
+			"(--drain-at end: no drain yet)", fmtD(in.Poll))},
+	}
+	steps = append(steps, clientSteps(p, "Envoy")...)
+	// clientSteps' meshdrain and kubelet steps end the hook; in regime (b) the drain, the report
+	// to hold and hold's own drain call come at that same moment, before the app's SIGTERM.
+	for i, s := range steps {
+		if s.Who == "meshdrain" && s.At == p.ExpectedFinish {
+			steps[i].What = fmt.Sprintf("waits for the clients: no new inbound request for %s and none active, or every pooling client seen to let go (%s); "+
+				"then drains the inbound listeners (graceful: Envoy keeps accepting for drainDuration %s, clients still connected get Connection: close), "+
+				"tells hold it is done and returns; bounded by --deadline %s, where it does the same and says so",
+				fmtD(p.Quiet), meshdrainWaitSum(p), fmtD(max(p.DrainDuration, in.DrainDuration)), fmtD(p.Deadline))
+			steps = append(steps[:i+1], append([]Step{{At: p.ExpectedFinish, Worst: p.Deadline, Who: "hold",
+				What: "hears prestop's decision and POSTs pilot-agent /drain: the proxy's next SIGTERM ends it at once; " +
+					"then reads the socket table every 200ms until the app has let go of its ports and of the outbound port 15001"}}, steps[i+1:]...)...)
+			break
+		}
+	}
+	release := Step{At: p.AppExitExpected, Worst: p.HoldBound, Who: "hold",
+		What: fmt.Sprintf("the app has let go (two reads in a row), or --app-drain %s has passed since its SIGTERM: returns; never later than its bound "+
+			"(deadline %s + app-drain %s)", fmtD(p.AppDrain), fmtD(p.Deadline), fmtD(p.AppDrain))}
+	exit := Step{At: p.AppExitExpected, Worst: p.HoldBound, Who: "kubelet"}
+	switch in.Sidecar {
+	case Native:
+		exit.What = "the app has exited and hold has returned: sends SIGTERM to the istio-proxy sidecar; pilot-agent, drained by hold, exits at once"
+	default:
+		exit.What = "hold has returned: sends SIGTERM to istio-proxy; pilot-agent, drained by hold, ends Envoy at once " +
+			fmt.Sprintf("(without that drain call it would drain then and wait terminationDrainDuration %s)", fmtD(p.TerminationDrainDuration))
+		if in.Sidecar == ExitOnZero {
+			exit.What = "hold has returned: sends SIGTERM to istio-proxy; pilot-agent, drained by hold, ends Envoy at once " +
+				"(without that drain call it would count connections from MINIMUM_DRAIN_DURATION on)"
+		}
+	}
+	return append(steps, release, exit, killStep(p))
 }
