@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +72,12 @@ type Pod struct {
 	// Port is the sidecar's inbound listener port, whose connections are the clients'.
 	Port    int
 	clients map[string]*http.Client
+	// gone receives the kernel's records of the connections freed on Port, and open are
+	// the cookies of the connections the last settle saw open: settle waits for the records
+	// of those that closed since, so that a poll finds them however late a loaded machine
+	// runs the kernel's work queue.
+	gone *sockets.GoneWatch
+	open []uint64
 }
 
 // Start starts the pod, lets every client send one request (each keeps its connection in its
@@ -80,11 +87,6 @@ func Start(t testing.TB, regime Regime) *Pod {
 	t.Helper()
 	if _, err := (sockets.DiagReader{}).Read([]uint16{1}); err != nil {
 		t.Skipf("inet_diag is refused here: %v", err)
-	}
-	if g, err := sockets.WatchGone([]uint16{1}); err != nil {
-		t.Skipf("the kernel's socket destroy broadcasts cannot be joined here: %v", err)
-	} else {
-		_ = g.Close()
 	}
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	t.Cleanup(app.Close)
@@ -102,7 +104,12 @@ func Start(t testing.TB, regime Regime) *Pod {
 	}
 	_, portText, _ := net.SplitHostPort(sim.InboundAddr(8080))
 	port, _ := strconv.Atoi(portText)
-	p := &Pod{Regime: regime, Sidecar: sim, Admin: admin, Port: port, clients: map[string]*http.Client{}}
+	gone, err := sockets.WatchGone([]uint16{uint16(port)})
+	if err != nil {
+		t.Skipf("the kernel's socket destroy broadcasts cannot be joined here: %v", err)
+	}
+	t.Cleanup(func() { _ = gone.Close() })
+	p := &Pod{Regime: regime, Sidecar: sim, Admin: admin, Port: port, clients: map[string]*http.Client{}, gone: gone}
 	for _, ip := range Clients {
 		d := loopback.Dialer(net.ParseIP(ip), 2*time.Second)
 		transport := &http.Transport{Proxy: nil, DialContext: d.DialContext, MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}
@@ -211,18 +218,21 @@ func (p *Pod) send(t testing.TB, ip string, n int) {
 
 // settle waits until the pod's table shows, of the client pods, open (ESTABLISHED)
 // connections as many as open says and none closing (a close travels in softirq context and
-// the sidecar closes its end once it reads the client's), then at least Every more, so that
-// a connection answered and kept open shows a pool. It gives up after ten seconds: the bound
-// of a machine too loaded to run the test at all.
+// the sidecar closes its end once it reads the client's), and until the kernel has broadcast
+// its record of each connection open at the last settle and gone since; then at least Every
+// more, so that a connection answered and kept open shows a pool. It gives up after ten
+// seconds: the bound of a machine too loaded to run the test at all.
 func (p *Pod) settle(t testing.TB, open map[string]int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	var stillOpen []uint64
 	for {
 		socks, err := (sockets.DiagReader{}).Read([]uint16{uint16(p.Port)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, closing := map[string]int{}, 0
+		stillOpen = stillOpen[:0]
 		for _, s := range socks {
 			ip := s.Remote.Addr().String()
 			if _, ours := open[ip]; !ours {
@@ -230,6 +240,7 @@ func (p *Pod) settle(t testing.TB, open map[string]int) {
 			}
 			if s.State == sockets.Established {
 				got[ip]++
+				stillOpen = append(stillOpen, s.Cookie)
 			} else {
 				closing++
 			}
@@ -246,6 +257,20 @@ func (p *Pod) settle(t testing.TB, open map[string]int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	var closed []uint64
+	for _, cookie := range p.open {
+		if !slices.Contains(stillOpen, cookie) {
+			closed = append(closed, cookie)
+		}
+	}
+	p.gone.Await(closed, time.Until(deadline))
+	final, _ := p.gone.Take()
+	for _, cookie := range closed {
+		if !slices.ContainsFunc(final, func(f sockets.Socket) bool { return f.Cookie == cookie }) {
+			t.Fatalf("the kernel broadcast no record of connection %d within ten seconds of its close", cookie)
+		}
+	}
+	p.open = slices.Clone(stillOpen)
 	time.Sleep(2 * Every)
 }
 
