@@ -59,10 +59,10 @@ func linkerdFaultCases() []faultCase {
 	return []faultCase{
 		{name: "linkerd-metrics-endless-fast-body", item: "1, 2", bound: fmCapDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {
-				return faultSetup{args: withDeadline(linkerdFM(rawServer(t, func(conn net.Conn, _ *http.Request) {
+				return faultSetup{args: withCapDeadline(linkerdFM(rawServer(t, func(conn net.Conn, _ *http.Request) {
 					io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 					writeForever(conn, chunk(strings.Repeat(metricsLine, 64)), 0)
-				})), fmCapDeadline)}
+				})))}
 			},
 			check: contains("response body exceeds")},
 		{name: "linkerd-metrics-chunked-never-ends", item: "1", bound: fmDeadline, reason: "deadline", code: 3,
@@ -99,7 +99,7 @@ func linkerdFaultCases() []faultCase {
 						b.WriteString(line)
 					}
 				}
-				return faultSetup{args: withDeadline(linkerdFM(staticAdmin(t, b.String())), fmCapDeadline)}
+				return faultSetup{args: withCapDeadline(linkerdFM(staticAdmin(t, b.String())))}
 			}},
 		{name: "linkerd-metrics-endless-line", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {

@@ -79,6 +79,13 @@ func graceOf(args []string) time.Duration {
 	return grace
 }
 
+// withCapDeadline is withDeadline(fmCapDeadline) for the cases whose subject is a parse or
+// the body cap, with one attempt allowed 8 s: on a starved machine, reading 16 MiB within the
+// 500 ms of fmFlags' --connect-timeout fails, and the cap would never be reached.
+func withCapDeadline(args []string) []string {
+	return append(withDeadline(args, fmCapDeadline), "--connect-timeout", "8s")
+}
+
 // withDeadline gives a case its own deadline within a grace period that leaves the app its
 // drain.
 func withDeadline(args []string, deadline time.Duration) []string {
@@ -90,7 +97,7 @@ type faultSetup struct {
 	// atStart runs right after the process starts: timed faults are armed relative to it;
 	// atEnd runs once it has exited.
 	atStart, atEnd func()
-	hup            time.Duration // send SIGHUP this long after the start
+	hup            time.Duration // send SIGHUP this long after the hook's "drain started"
 	closedPipes    bool          // stdout and stderr are pipes whose reader is gone
 	// onLog sees each line the hook writes to stderr as it writes it: a fault armed by the
 	// hook's own progress (its phases) rather than by a timer from the process's start.
@@ -164,8 +171,8 @@ func runFault(s faultSetup) faultRun {
 		pr.Close()
 		defer pw.Close()
 		cmd.Stdout, cmd.Stderr = pw, pw
-	} else if s.onLog != nil {
-		cmd.Stderr = io.MultiWriter(&stderr, &lineWriter{line: s.onLog})
+	} else if s.onLog != nil || s.hup > 0 {
+		cmd.Stderr = io.MultiWriter(&stderr, &lineWriter{line: s.watch(cmd)})
 	} else {
 		cmd.Stderr = &stderr
 	}
@@ -179,10 +186,7 @@ func runFault(s faultSetup) faultRun {
 	}
 	sampled := make(chan processSample, 1)
 	go func() { sampled <- sampleProcess(cmd.Process.Pid) }()
-	if s.hup > 0 {
-		timer := time.AfterFunc(s.hup, func() { _ = cmd.Process.Signal(syscall.SIGHUP) })
-		defer timer.Stop()
-	}
+
 	err := cmd.Wait()
 	r.elapsed = time.Since(start)
 	if s.atEnd != nil {
@@ -208,6 +212,21 @@ func runFault(s faultSetup) faultRun {
 		}
 	}
 	return r
+}
+
+// watch is what sees the hook's log lines as they come: the case's onLog, and the SIGHUP
+// sent s.hup after the hook said it started (its signal handlers are set by then; a SIGHUP
+// timed from the process's start could, on a busy machine, come before them and kill it).
+func (s faultSetup) watch(cmd *exec.Cmd) func(string) {
+	var once sync.Once
+	return func(line string) {
+		if s.onLog != nil {
+			s.onLog(line)
+		}
+		if s.hup > 0 && strings.Contains(line, `"msg":"drain started"`) {
+			once.Do(func() { time.AfterFunc(s.hup, func() { _ = cmd.Process.Signal(syscall.SIGHUP) }) })
+		}
+	}
 }
 
 // lineWriter calls line with each complete line written to it.
@@ -650,7 +669,7 @@ func faultCases() []faultCase {
 				body := b.String()
 				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
 				t.Cleanup(srv.Close)
-				return faultSetup{args: withDeadline(fmFlags(srv.URL), fmCapDeadline)}
+				return faultSetup{args: withCapDeadline(fmFlags(srv.URL))}
 			}},
 		{name: "stats-endless-header-value", item: "2", bound: fmDeadline, reason: "deadline", code: 3,
 			setup: func(t *testing.T) faultSetup {

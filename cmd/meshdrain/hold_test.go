@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -60,14 +61,33 @@ func startPilotAgent(t *testing.T) (*pilotAgent, string) {
 
 // appListener is the app: a listener on the loopback, owned by this test's user, which hold
 // is told is not the proxy's (--proxy-uid).
+// appListener listens on a port below the kernel's ephemeral range, as an app's declared
+// containerPort is. A port from that range (127.0.0.1:0) can, once closed, come back as the
+// local port of another test's client connection, which hold would take for the app's own.
 func appListener(t *testing.T) (net.Listener, string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	low := 32768
+	if raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(raw)); len(fields) == 2 {
+			if n, err := strconv.Atoi(fields[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	t.Cleanup(func() { ln.Close() })
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return ln, port
+	for try := 0; try < 200; try++ {
+		port := 20000 + rand.IntN(max(low-20000, 1000))
+		if port >= low {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln, strconv.Itoa(port)
+	}
+	t.Fatalf("no free port below the ephemeral range (%d)", low)
+	return nil, ""
 }
 
 // notOurs is a user that owns none of this test's sockets: the proxy's, for hold.

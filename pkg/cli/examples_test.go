@@ -43,6 +43,7 @@ func TestHelpExamples(t *testing.T) {
 			// hold
 			"meshdrain hold --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1":                                     holdHook,
 			`command: ["/meshdrain/meshdrain", "hold", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"]`: holdHook,
+			"meshdrain hold --grace-period 20s --app-drain 2s --port 8080 --drain-url= --log-format console":               holdHook + "; by hand, it waits for a prestop started beside it and an app on :8080",
 			"- name: istio-proxy": podSpecYAML,
 			"image: auto":         podSpecYAML,
 			"- { name: meshdrain, mountPath: /meshdrain, readOnly: true }": podSpecYAML,
