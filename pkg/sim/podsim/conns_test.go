@@ -196,13 +196,17 @@ func (c connTable) established() map[netip.Addr]int {
 }
 
 // connScenario is a small pod whose clients' plans the tests write by hand, at a time scale
-// where one second of pod time is 300ms: the moments the tests tell apart are 0.3s of pod
-// time (90ms) or more from the events around them.
+// where one second of pod time is 300ms (900ms under the race detector, which slows the
+// world threefold and more): the moments the tests tell apart are 0.3s of pod time (90ms) or
+// more from the events around them.
 func connScenario() Scenario {
 	sc := UserScenario()
 	sc.Clients, sc.QPS = 3, 3
 	sc.Warmup = time.Second
 	sc.TimeScale = 0.3
+	if raceEnabled {
+		sc.TimeScale = 0.9
+	}
 	return sc
 }
 
@@ -224,11 +228,13 @@ func clientAddr(i int) netip.Addr {
 const ms = time.Millisecond
 
 // With client sidecars' pools, the pod's socket table tells which client has applied the
-// removal: each client's idle connection stays established, from its own address, until its
-// EDS update, and is then closed by the client (the TIME_WAIT is on the client's side). A
+// removal: each client's idle connections stay established, from its own address, until its
+// EDS update, and are then closed by the client (the TIME_WAIT is on the client's side). A
 // request during the drain gets Connection: close and its client closes that connection at
 // once, before its EDS update: Envoy does not close it first (it would wait for its
-// drain_timeout), so there is no TIME_WAIT on the pod's side either.
+// drain_timeout), so there is no TIME_WAIT on the pod's side either. A pool holds one
+// connection, or two where a loaded machine made a client's requests overlap: the counts are
+// taken against what each held during the drain.
 func TestClientsLetGoAtTheirEDSUpdate(t *testing.T) {
 	sc := connScenario()
 	// t0 is at 1s; the EDS updates at 2.5s, 3.5s and 4.5s; client 2 sends once more at 1.6s.
@@ -242,8 +248,8 @@ func TestClientsLetGoAtTheirEDSUpdate(t *testing.T) {
 	during := w.table(t, 1300*ms)
 	est := during.established()
 	for _, c := range []netip.Addr{c0, c1, c2} {
-		if est[c] != 1 {
-			t.Errorf("during the drain: %d established connections from %s, want its pooled one; all: %v", est[c], c, est)
+		if est[c] < 1 || est[c] > 2 {
+			t.Errorf("during the drain: %d established connections from %s, want its pool's; all: %v", est[c], c, est)
 		}
 	}
 	if est[netip.MustParseAddr("127.0.0.1")] != 0 {
@@ -251,8 +257,8 @@ func TestClientsLetGoAtTheirEDSUpdate(t *testing.T) {
 	}
 
 	afterClose := w.table(t, 2000*ms)
-	if n := afterClose.podSide(c2, "ESTABLISHED"); n != 0 {
-		t.Errorf("client 2 still has %d connections after its response with Connection: close", n)
+	if n := afterClose.podSide(c2, "ESTABLISHED"); n != est[c2]-1 {
+		t.Errorf("client 2 still has %d of its %d connections after its response with Connection: close, want one fewer", n, est[c2])
 	}
 	if n := afterClose.clientSide(c2, "TIME_WAIT"); n != 1 {
 		t.Errorf("client 2: %d TIME_WAIT on its side, want 1: it closes on Connection: close", n)
@@ -260,27 +266,27 @@ func TestClientsLetGoAtTheirEDSUpdate(t *testing.T) {
 	if n := afterClose.podSide(c2, "TIME_WAIT"); n != 0 {
 		t.Errorf("client 2: %d TIME_WAIT on the pod's side: the pod closed first", n)
 	}
-	if n := afterClose.podSide(c0, "ESTABLISHED"); n != 1 {
-		t.Errorf("client 0 before its EDS update: %d established, want 1", n)
+	if n := afterClose.podSide(c0, "ESTABLISHED"); n != est[c0] {
+		t.Errorf("client 0 before its EDS update: %d established, want its %d", n, est[c0])
 	}
 
 	afterEDS0 := w.table(t, 3000*ms)
 	if n := afterEDS0.podSide(c0, "ESTABLISHED"); n != 0 {
 		t.Errorf("client 0 after its EDS update: %d established, want 0", n)
 	}
-	if n := afterEDS0.clientSide(c0, "TIME_WAIT"); n != 1 {
-		t.Errorf("client 0 after its EDS update: %d TIME_WAIT on its side, want 1 (closed by the client)", n)
+	if n := afterEDS0.clientSide(c0, "TIME_WAIT"); n != est[c0] {
+		t.Errorf("client 0 after its EDS update: %d TIME_WAIT on its side, want %d (closed by the client)", n, est[c0])
 	}
 	if n := afterEDS0.podSide(c0, "TIME_WAIT"); n != 0 {
 		t.Errorf("client 0: %d TIME_WAIT on the pod's side, want 0", n)
 	}
-	if n := afterEDS0.podSide(c1, "ESTABLISHED"); n != 1 {
-		t.Errorf("client 1 before its EDS update: %d established, want 1", n)
+	if n := afterEDS0.podSide(c1, "ESTABLISHED"); n != est[c1] {
+		t.Errorf("client 1 before its EDS update: %d established, want its %d", n, est[c1])
 	}
 
 	afterEDS1 := w.table(t, 4000*ms)
-	if n, tw := afterEDS1.podSide(c1, "ESTABLISHED"), afterEDS1.clientSide(c1, "TIME_WAIT"); n != 0 || tw != 1 {
-		t.Errorf("client 1 after its EDS update: %d established, %d TIME_WAIT on its side; want 0 and 1", n, tw)
+	if n, tw := afterEDS1.podSide(c1, "ESTABLISHED"), afterEDS1.clientSide(c1, "TIME_WAIT"); n != 0 || tw != est[c1] {
+		t.Errorf("client 1 after its EDS update: %d established, %d TIME_WAIT on its side; want 0 and %d", n, tw, est[c1])
 	}
 }
 

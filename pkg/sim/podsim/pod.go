@@ -345,7 +345,8 @@ func (p *podRun) collect() {
 			seen.agentDrainS = p.clock.at(at)
 		}
 	}
-	p.res.Warnings = timingWarnings(p.res, p.strat, p.spec, p.sc, seen)
+	p.res.Lateness = lateness(p.res, p.sc, seen)
+	p.res.Warnings = timingWarnings(p.res, p.strat, p.spec, p.sc.Poll)
 	sort.SliceStable(p.res.Timeline, func(i, j int) bool { return p.res.Timeline[i].AtS < p.res.Timeline[j].AtS })
 }
 

@@ -57,8 +57,10 @@ type Result struct {
 	GracePeriodS float64 `json:"grace_period_s"`
 	// Meshdrain is meshdrain's final event, for the meshdrain strategy.
 	Meshdrain *MeshdrainEvent `json:"meshdrain,omitempty"`
-	// Warnings say where this machine was too busy to keep the scenario's timing: a timer
-	// that fired late by more than lateTolerance of pod time.
+	// Lateness is how late the run's actors ran, where the run measures it.
+	Lateness Lateness `json:"lateness"`
+	// Warnings say where this machine was too busy to keep the scenario's timing: an actor
+	// that ran late by more than lateTolerance of pod time.
 	Warnings []string `json:"warnings,omitempty"`
 	// PreStopError is why the preStop hook failed, if it did.
 	PreStopError string  `json:"prestop_error,omitempty"`
@@ -191,28 +193,79 @@ func meshOf(m mesh.Mesh) mesh.Mesh {
 // the strategy's effect.
 const lateTolerance = 0.25
 
-// observedTiming is what a run measured of its actors' own timing, beside the moments the
-// result records: the clients' worst lateness against their plans, when pilot-agent's drain
-// call at the deletion was answered (or why it failed), and what meshdrain's own log shows of
-// how it kept time.
+// Lateness is how late the run's actors ran, in pod seconds, as far as the run measures them
+// (timingWarnings flags what exceeds lateTolerance): a claim about the run's timing can allow
+// for it, and one about a run that did not keep pod time must.
+type Lateness struct {
+	// ClientSendS is the latest a client sent a request after the time its plan gave it
+	// (ClientSendPlannedS); ClientEDSUpdateS the latest a client applied its EDS update after
+	// its lag (ClientEDSUpdatePlannedS). From the deletion on.
+	ClientSendS             float64 `json:"client_send_s"`
+	ClientSendPlannedS      float64 `json:"client_send_planned_s"`
+	ClientEDSUpdateS        float64 `json:"client_eds_update_s"`
+	ClientEDSUpdatePlannedS float64 `json:"client_eds_update_planned_s"`
+	// AgentDrainS is when pilot-agent's drain call at the deletion was answered (it is due
+	// at once), AgentDrainError why it failed: pilot-agent goes on without its drain, and the
+	// sidecar then does not drain as the scenario says. Neither where nothing drains the
+	// sidecar at the deletion.
+	AgentDrainS     *float64 `json:"agent_drain_s,omitempty"`
+	AgentDrainError string   `json:"agent_drain_error,omitempty"`
+	// MeshdrainProcessS is the pod time meshdrain's process took beyond its own clock, which
+	// starts in its main function and stops at its final event: its exec, start-up and exit.
+	// MeshdrainPollS is how much further apart than --poll its polls came on average while it
+	// waited for the clients (whatever ended the wait but the sidecar going away, after which
+	// it holds --min-wait without polling). MeshdrainAdminTimeouts counts its admin requests
+	// that timed out: the emulated sidecar, in the simulator's process, did not answer within
+	// --connect-timeout.
+	MeshdrainProcessS      float64 `json:"meshdrain_process_s,omitempty"`
+	MeshdrainPollS         float64 `json:"meshdrain_poll_s,omitempty"`
+	MeshdrainAdminTimeouts int     `json:"meshdrain_admin_timeouts,omitempty"`
+}
+
+// observedTiming is what a run measured of its actors' own timing, in real time: the
+// clients' worst lateness against their plans, when pilot-agent's drain call at the deletion
+// was answered (or why it failed), and meshdrain's admin requests that timed out.
 type observedTiming struct {
 	lateSend, lateRemoval clientLateness
 	// agentDrainS is when pilot-agent's drain call was answered, in pod time; agentDrainErr
-	// why it failed; agentDrained whether a drain call at the deletion ended at all.
+	// why it failed; agentDrained whether a drain call at the deletion was answered.
 	agentDrainS   float64
 	agentDrainErr error
 	agentDrained  bool
-	// adminTimeouts counts meshdrain's admin requests that timed out (meshdrainTiming).
 	adminTimeouts int
+}
+
+// lateness turns what the run observed, and meshdrain's final event, into pod seconds.
+func lateness(res Result, sc Scenario, seen observedTiming) Lateness {
+	l := Lateness{
+		ClientSendS: roundS(seen.lateSend.by.Seconds() / sc.TimeScale), ClientSendPlannedS: roundS(seen.lateSend.plannedS),
+		ClientEDSUpdateS: roundS(seen.lateRemoval.by.Seconds() / sc.TimeScale), ClientEDSUpdatePlannedS: roundS(seen.lateRemoval.plannedS),
+		MeshdrainAdminTimeouts: seen.adminTimeouts,
+	}
+	switch {
+	case seen.agentDrainErr != nil:
+		l.AgentDrainError = seen.agentDrainErr.Error()
+	case seen.agentDrained:
+		l.AgentDrainS = &seen.agentDrainS
+	}
+	if ev := res.Meshdrain; ev != nil && res.PreStopError == "" {
+		l.MeshdrainProcessS = roundS(max(res.AppStopS-ev.ElapsedPodS, 0))
+		switch polls, _ := ev.Raw["polls"].(float64); ev.Reason {
+		case "quiet", "quiet-streams", "deadline":
+			if polls > 0 {
+				l.MeshdrainPollS = roundS(max(ev.ElapsedPodS/polls-sc.Poll.Seconds(), 0))
+			}
+		}
+	}
+	return l
 }
 
 // timingWarnings compares the moments fixed by the scenario with when they happened, for
 // every actor whose timing a claim rests on: the kubelet's and pilot-agent's timers, the
 // sleep, pilot-agent's drain at the deletion, the clients' sends and EDS updates, and
-// meshdrain's process (its start, its polls, its admin requests). Each is a way a busy
-// machine makes a run other than its scenario.
-func timingWarnings(res Result, strat Strategy, spec SidecarSpec, sc Scenario, seen observedTiming) []string {
-	scale := sc.TimeScale
+// meshdrain's process (its start and exit, its polls, its admin requests). Each is a way a
+// busy machine makes a run other than its scenario.
+func timingWarnings(res Result, strat Strategy, spec SidecarSpec, poll time.Duration) []string {
 	var w []string
 	const busy = "this machine was too busy to keep pod time; rerun, or raise --time-scale"
 	late := func(what string, want, got float64) {
@@ -229,46 +282,23 @@ func timingWarnings(res Result, strat Strategy, spec SidecarSpec, sc Scenario, s
 	if strat.Kind == StrategyNone {
 		late("the app got SIGTERM", 0, res.AppStopS)
 	}
-	switch {
-	case seen.agentDrainErr != nil:
-		w = append(w, fmt.Sprintf("pilot-agent's drain call at the deletion failed (%v), so the sidecar did not drain as the scenario says: %s", seen.agentDrainErr, busy))
-	case seen.agentDrained:
-		late("pilot-agent's drain call was answered", 0, seen.agentDrainS)
+	l := res.Lateness
+	if l.AgentDrainError != "" {
+		w = append(w, fmt.Sprintf("pilot-agent's drain call at the deletion failed (%s), so the sidecar did not drain as the scenario says: %s", l.AgentDrainError, busy))
 	}
-	if l := seen.lateSend; l.by.Seconds()/scale > lateTolerance {
-		late("a client sent a request", l.plannedS, l.plannedS+l.by.Seconds()/scale)
+	if l.AgentDrainS != nil {
+		late("pilot-agent's drain call was answered", 0, *l.AgentDrainS)
 	}
-	if l := seen.lateRemoval; l.by.Seconds()/scale > lateTolerance {
-		late("a client applied its EDS update", l.plannedS, l.plannedS+l.by.Seconds()/scale)
+	late("a client sent a request", l.ClientSendPlannedS, l.ClientSendPlannedS+l.ClientSendS)
+	late("a client applied its EDS update", l.ClientEDSUpdatePlannedS, l.ClientEDSUpdatePlannedS+l.ClientEDSUpdateS)
+	if l.MeshdrainProcessS > lateTolerance {
+		w = append(w, fmt.Sprintf("meshdrain's process took %.2fs beyond its own clock (exec, start-up, exit): %s", l.MeshdrainProcessS, busy))
 	}
-	return append(w, meshdrainTiming(res, sc.Poll, seen.adminTimeouts, busy)...)
-}
-
-// meshdrainTiming is what meshdrain's final event and log show of how its process kept pod
-// time. Its clock starts in its main function and stops at its final event: the pod time the
-// kubelet saw beyond that is its exec, its start-up and its exit's notice. Its polls follow
-// one another a poll apart (and a fetch) while it waits for the clients, whatever ends the
-// wait but the sidecar going away (then it holds --min-wait without polling). Its admin
-// requests time out only when the emulator, in this same process, could not answer within
-// --connect-timeout.
-func meshdrainTiming(res Result, poll time.Duration, adminTimeouts int, busy string) []string {
-	ev := res.Meshdrain
-	if ev == nil || res.PreStopError != "" {
-		return nil
+	if l.MeshdrainPollS > lateTolerance {
+		w = append(w, fmt.Sprintf("meshdrain polled every %.2fs on average instead of %.2fs: %s", poll.Seconds()+l.MeshdrainPollS, poll.Seconds(), busy))
 	}
-	var w []string
-	if overhead := res.AppStopS - ev.ElapsedPodS; overhead > lateTolerance {
-		w = append(w, fmt.Sprintf("meshdrain's process took %.2fs beyond its own clock (exec, start-up, exit): %s", overhead, busy))
-	}
-	polls, _ := ev.Raw["polls"].(float64)
-	switch ev.Reason {
-	case "quiet", "quiet-streams", "deadline":
-		if every := ev.ElapsedPodS / polls; polls > 0 && every > poll.Seconds()+lateTolerance {
-			w = append(w, fmt.Sprintf("meshdrain polled every %.2fs on average instead of %.2fs: %s", every, poll.Seconds(), busy))
-		}
-	}
-	if adminTimeouts > 0 {
-		w = append(w, fmt.Sprintf("meshdrain's admin requests timed out %d times (the emulated sidecar did not answer within --connect-timeout): %s", adminTimeouts, busy))
+	if l.MeshdrainAdminTimeouts > 0 {
+		w = append(w, fmt.Sprintf("meshdrain's admin requests timed out %d times (the emulated sidecar did not answer within --connect-timeout): %s", l.MeshdrainAdminTimeouts, busy))
 	}
 	return w
 }

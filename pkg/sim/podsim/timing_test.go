@@ -15,8 +15,8 @@ func TestTimingWarnings(t *testing.T) {
 	sc.TimeScale = 0.2
 	spec := IstioDefaultSidecar()
 	meshdrain := Strategy{Kind: StrategyMeshdrain}
-	// A meshdrain row that kept time: its process took 0.1s beyond its clock, polled every
-	// 0.2s (plus fetches) for 8.5s.
+	// A meshdrain row that kept time: its process took 0.1s beyond its clock, and it polled
+	// every 0.2s (plus fetches) for 8.5s.
 	timely := func() Result {
 		return Result{AppStopS: 8.6, GracePeriodS: 30, SidecarExit: 5.02, Meshdrain: &MeshdrainEvent{
 			Reason: "quiet", ElapsedPodS: 8.5, Raw: map[string]any{"polls": 40.0}}}
@@ -65,13 +65,22 @@ func TestTimingWarnings(t *testing.T) {
 		if c.strat.Kind != "" {
 			strat = c.strat
 		}
-		w := timingWarnings(res, strat, spec, sc, seen)
+		res.Lateness = lateness(res, sc, seen)
+		w := timingWarnings(res, strat, spec, sc.Poll)
 		switch {
 		case c.want == "" && len(w) > 0:
 			t.Errorf("%s: warnings %q, want none", c.name, w)
 		case c.want != "" && (len(w) != 1 || !strings.HasPrefix(w[0], c.want) || !strings.Contains(w[0], "raise --time-scale")):
 			t.Errorf("%s: warnings %q, want one that starts %q and says to raise the time scale", c.name, w, c.want)
 		}
+	}
+	// What a claim allows for is in the result, in pod seconds.
+	res := timely()
+	seen := onTime
+	seen.lateSend.by = 100 * time.Millisecond
+	res.Lateness = lateness(res, sc, seen)
+	if l := res.Lateness; l.ClientSendS != 0.5 || l.ClientSendPlannedS != 3 || l.MeshdrainProcessS != 0.1 || l.AgentDrainS == nil || *l.AgentDrainS != 0.05 {
+		t.Errorf("lateness %+v: want a client's send 0.5s late, planned at 3s; meshdrain's process 0.1s; pilot-agent's drain at 0.05s", l)
 	}
 }
 

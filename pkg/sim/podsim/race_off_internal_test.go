@@ -1,0 +1,5 @@
+//go:build !race
+
+package podsim
+
+const raceEnabled = false

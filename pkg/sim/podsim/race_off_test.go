@@ -1,0 +1,5 @@
+//go:build !race
+
+package podsim_test
+
+const raceEnabled = false
