@@ -71,32 +71,43 @@ type RegimeSeen struct {
 	Span string
 }
 
-// Judge is the drain regime and, unless it is (b), why, in one line. (b) is the counter
+// Judge is the drain regime and, unless it is (b), why, in one line with its fix: the final
+// event's drain_regime and drain_regime_why (Verdict).
+func (s RegimeSeen) Judge() (Regime, string) {
+	regime, why, fix := s.Verdict()
+	if fix != "" {
+		why += ": " + fix
+	}
+	return regime, why
+}
+
+// Verdict is the drain regime, and unless it is (b) why and what to check. (b) is the counter
 // standing where it stood at the first read: at 0, or above 0 (a drain before the first read,
 // or a listener update long ago, which drains a changed filter chain's connections) and then
 // seen answering without telling a connection to close. It is exactly the case in which
 // prestop's evidence takes a pooling client's close for a departure (evidence.Table with
 // Undrained); a drain that has answered no request cannot show, so a pod that answered none
 // reads (b) from a count of 0.
-func (s RegimeSeen) Judge() (Regime, string) {
+func (s RegimeSeen) Verdict() (regime Regime, why, fix string) {
 	span := s.Span
 	if span == "" {
 		span = "before meshdrain's drain call"
 	}
 	switch {
 	case !s.DrainAtEnd:
-		return RegimeA, "regime a: --drain-at start: meshdrain drains when its hook starts"
+		return RegimeA, "regime a: --drain-at start: meshdrain drains when its hook starts", ""
 	case !s.Exposed:
 		return RegimeUnknown, "the sidecar does not count the connections it tells to close (http.<prefix>.downstream_cx_drain_close), " +
-			"so whether its own drain was deferred cannot be seen: add http.inbound_ to the pod annotation sidecar.istio.io/statsInclusionPrefixes"
+				"so whether its own drain was deferred cannot be seen",
+			"add http.inbound_ to the pod annotation sidecar.istio.io/statsInclusionPrefixes"
 	case s.Rise > 0:
-		return RegimeA, fmt.Sprintf("regime a: the sidecar's own drain was not deferred (http.<prefix>.downstream_cx_drain_close rose by %.0f %s): "+
-			"check the istio-proxy override (%s) and that istio-proxy's preStop runs meshdrain hold", s.Rise, span, OverridesCheck)
+		return RegimeA, fmt.Sprintf("regime a: the sidecar's own drain was not deferred (http.<prefix>.downstream_cx_drain_close rose by %.0f %s)", s.Rise, span),
+			fmt.Sprintf("check the istio-proxy override (%s) and that istio-proxy's preStop runs meshdrain hold", OverridesCheck)
 	case s.AtFirst > 0 && !s.Answered:
 		return RegimeUnknown, fmt.Sprintf("the sidecar had told %.0f connections to close before the first read (its own drain at the deletion, "+
-			"or a listener update long ago), and no answer %s showed it not draining: whether its own drain was deferred cannot be told", s.AtFirst, span)
+			"or a listener update long ago), and no answer %s showed it not draining: whether its own drain was deferred cannot be told", s.AtFirst, span), ""
 	}
-	return RegimeB, ""
+	return RegimeB, "", ""
 }
 
 // RegimeWatch gathers a RegimeSeen from successive reads of the sidecar's stats. Not safe for
@@ -133,6 +144,10 @@ func (w *RegimeWatch) Observe(t Traffic, exposed bool) {
 
 // Seen is what the reads so far showed; DrainAtEnd and Span are the caller's to set.
 func (w *RegimeWatch) Seen() RegimeSeen { return w.seen }
+
+// AnswerPending says the last read showed a request answered since the first, which a next
+// read's closes would confirm as answered without a drain.
+func (w *RegimeWatch) AnswerPending() bool { return w.answeredAt && !w.seen.Answered }
 
 // Began says whether a read was observed.
 func (w *RegimeWatch) Began() bool { return w.began }
