@@ -18,6 +18,7 @@ type checkOptions struct {
 	appDrain                 time.Duration
 	terminationDrainDuration time.Duration
 	proxyWaitBeforeExit      time.Duration
+	drainAt                  string
 }
 
 func newCheckCommand(s streams) *cobra.Command {
@@ -42,7 +43,15 @@ func newCheckCommand(s streams) *cobra.Command {
   - with --grace-period: prestop's deadline (grace - app-drain - 1s) leaves time, and with
     --termination-drain-duration the classic sidecar outlives the app (the sidecar cannot tell
     its own terminationDrainDuration: pass the value of the pod's proxy config); for a classic
-    Linkerd proxy --proxy-wait-before-exit does the same for its preStop sleep.
+    Linkerd proxy --proxy-wait-before-exit does the same for its preStop sleep,
+  - with --drain-at end (the pod's prestop runs --drain-at end: regime (b), the sidecar's own
+    drain deferred by the istio-proxy override that runs meshdrain hold): the sidecar is not
+    draining before meshdrain's call. It counts the connections it tells to close
+    (http.<prefix>.downstream_cx_drain_close); when some were, check samples again and fails
+    if the count rises (regime a: the override is missing), as prestop's final event would
+    say drain_regime "a". terminationDrainDuration then only bounds a fallback (hold keeps
+    a classic proxy's SIGTERM until the app has let go), so regime (a)'s rule that it outlive
+    the app's latest exit is not applied.
 
 A Linkerd proxy needs no annotation for its metrics, but writes a port's series only once
 traffic has used it and drops them after 10 minutes idle: a --port with no series fails
@@ -58,8 +67,11 @@ environment is checked with the same settings.`,
 		Example: `  # In CI, after deploying (fails with the annotation to add when Istio hides the stats):
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080
 
-  # Also verify the termination timing of a classic Istio sidecar:
+  # Also verify the termination timing of a classic Istio sidecar (regime a, --drain-at start):
   meshdrain check --grace-period 52s --app-drain 5s --termination-drain-duration 52s
+
+  # A pod in regime (b), as plan writes it by default (prestop --drain-at end, meshdrain hold):
+  meshdrain check --port 8080 --drain-at end --grace-period 52s --app-drain 5s
 
   # A classic Linkerd proxy, with its proxy-wait-before-exit-seconds:
   meshdrain check --mesh linkerd --port 8080 --grace-period 52s --app-drain 5s --proxy-wait-before-exit 51s
@@ -82,6 +94,7 @@ environment is checked with the same settings.`,
 	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM (as prestop's --app-drain)")
 	f.DurationVar(&o.terminationDrainDuration, "termination-drain-duration", 0, "the pod's proxy config terminationDrainDuration (classic Istio sidecars), to verify it outlives the app")
 	f.DurationVar(&o.proxyWaitBeforeExit, "proxy-wait-before-exit", 0, "the pod's config.alpha.linkerd.io/proxy-wait-before-exit-seconds (classic Linkerd proxies), to verify it outlives the app")
+	f.StringVar(&o.drainAt, "drain-at", "", "the pod's prestop --drain-at: end checks regime (b) (the sidecar must not drain before meshdrain's call; terminationDrainDuration only bounds a fallback); start or empty: regime (a)")
 	return cmd
 }
 
@@ -103,7 +116,12 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 	if o.proxyWaitBeforeExit > 0 && o.gracePeriod == 0 {
 		return usageError("--proxy-wait-before-exit is judged against the app's latest exit: give --grace-period too")
 	}
+	if o.drainAt != "" && o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
+		return usageError("--drain-at %q: want %s or %s, as the pod's prestop", o.drainAt, drainAtStart, drainAtEnd)
+	}
 	switch {
+	case o.sidecar.mesh == mesh.Linkerd && o.drainAt == drainAtEnd:
+		return usageError("--drain-at end defers an Envoy sidecar's drain (regime b); a Linkerd proxy gets no drain call")
 	case o.sidecar.mesh == mesh.Linkerd && o.terminationDrainDuration > 0:
 		return usageError("--termination-drain-duration is Istio's pilot-agent setting; a classic Linkerd proxy has --proxy-wait-before-exit")
 	case (o.sidecar.mesh == mesh.Istio || o.sidecar.mesh == mesh.Envoy) && o.proxyWaitBeforeExit > 0:
@@ -121,6 +139,7 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 		AppDrain:                 o.appDrain,
 		TerminationDrainDuration: o.terminationDrainDuration,
 		ProxyWaitBeforeExit:      o.proxyWaitBeforeExit,
+		DrainAtEnd:               o.drainAt == drainAtEnd,
 		Output:                   output,
 		Timeout:                  o.sidecar.connectTimeout,
 	})

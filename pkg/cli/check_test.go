@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
@@ -28,6 +29,9 @@ func TestCheckCommandExitCodes(t *testing.T) {
 		{"short terminationDrainDuration", envoysim.Config{}, []string{"--grace-period", "30s", "--app-drain", "5s", "--termination-drain-duration", "5s"},
 			ExitFailure, `proxy.istio.io/config: '{"terminationDrainDuration": "30s"}'`},
 		{"grace period unverifiable", envoysim.Config{}, []string{"--grace-period", "30s"}, ExitOK, "cannot be read from the sidecar"},
+		// Regime (b): the sidecar does not drain, and terminationDrainDuration bounds only a fallback.
+		{"regime b", envoysim.Config{}, []string{"--port", "8080", "--drain-at", "end", "--grace-period", "52s", "--app-drain", "5s", "--termination-drain-duration", "6s"},
+			ExitOK, "OK    regime b (--drain-at end): the sidecar tells no connection to close"},
 		{"draining", envoysim.Config{}, nil, ExitFailure, "server state DRAINING"},
 	}
 	for _, c := range cases {
@@ -102,6 +106,8 @@ func TestCheckCommandUsageErrors(t *testing.T) {
 		{"check", "--termination-drain-duration", "5s"},
 		{"check", "--grace-period", "-1s"},
 		{"check", "--connect-timeout", "0s"},
+		{"check", "--drain-at", "later"},
+		{"check", "--mesh", "linkerd", "--drain-at", "end"},
 	} {
 		if code, _, errOut := runMain(t, args...); code != ExitUsage || errOut == "" {
 			t.Errorf("%v: exit %d (stderr %q), want %d with a message", args, code, errOut, ExitUsage)
@@ -118,4 +124,50 @@ func adminPost(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
+}
+
+// Issue 26: a pod configured for regime (b) whose sidecar drains on its own (the istio-proxy
+// override missing, here a drain already running before the check) fails with the fix, read
+// from the pod's environment as prestop's own settings would be.
+func TestCheckCommandSidecarDrainsOnItsOwn(t *testing.T) {
+	sim := startSim(t, envoysim.Config{}, 2)
+	if code, _ := adminPost(t, sim.AdminURL()+"/drain_listeners?inboundonly&graceful"); code != 200 {
+		t.Fatalf("drain_listeners: %d", code)
+	}
+	// Requests keep reaching the pod while check samples it, each answer telling its
+	// connection to close.
+	send := func() {
+		resp, err := http.Get("http://" + sim.InboundAddr(8080) + "/")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	send()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				send()
+			}
+		}
+	}()
+	t.Setenv("MESHDRAIN_DRAIN_AT", "end")
+	code, out, errOut := runMain(t, "check", "--admin", sim.AdminURL(), "--port", "8080")
+	close(stop)
+	<-done
+	want := "FAIL  regime a: the sidecar's own drain was not deferred (http.<prefix>.downstream_cx_drain_close rose by "
+	if code != ExitFailure || !strings.Contains(out, want) || !strings.Contains(out, "fix: check the istio-proxy override (") {
+		t.Errorf("exit %d, want 1 with %q and the override's fix:\n%s%s", code, want, out, errOut)
+	}
+	// Checked for regime (a), the same pod has no such problem: its drain is expected there.
+	code, out, _ = runMain(t, "check", "--admin", sim.AdminURL(), "--port", "8080", "--drain-at", "start")
+	if code != ExitOK || strings.Contains(out, "regime") {
+		t.Errorf("--drain-at start: exit %d, want 0 without a regime item:\n%s", code, out)
+	}
 }

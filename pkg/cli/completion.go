@@ -26,11 +26,12 @@ func enumFlags() map[string]map[string][]string {
 			"drain-at":        {drainAtStart, drainAtEnd},
 		},
 		"hold":   {"log-format": logFormats},
-		"status": {"output": output.Formats, "mesh": mesh.Names(mesh.Choices...)},
+		"status": {"output": output.Formats, "mesh": mesh.Names(mesh.Choices...), "drain-at": {drainAtStart, drainAtEnd}},
 		"check": {
 			"output":     output.Formats,
 			"mesh":       mesh.Names(mesh.Choices...),
 			"min-signal": {string(status.MinRequests), string(status.MinCompletions), string(status.MinConnections)},
+			"drain-at":   {drainAtStart, drainAtEnd},
 		},
 		"plan":    {"output": output.Formats, "sidecar": sidecarCompletions(), "mesh": meshCompletions()},
 		"version": {"output": output.Formats},

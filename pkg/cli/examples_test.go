@@ -59,6 +59,7 @@ func TestHelpExamples(t *testing.T) {
 			// check
 			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080":                                  inPodSidecar,
 			"meshdrain check --grace-period 52s --app-drain 5s --termination-drain-duration 52s":                        liveSidecar,
+			"meshdrain check --port 8080 --drain-at end --grace-period 52s --app-drain 5s":                              liveSidecar,
 			"meshdrain check --mesh linkerd --port 8080 --grace-period 52s --app-drain 5s --proxy-wait-before-exit 51s": "reads a live Linkerd proxy's admin API (127.0.0.1:4191)",
 			"meshdrain check --min-signal completions -o json":                                                          liveSidecar,
 		},

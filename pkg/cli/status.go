@@ -109,6 +109,7 @@ type statusOptions struct {
 	interval      time.Duration
 	clients       bool
 	listenerPorts []int
+	drainAt       string
 }
 
 func newStatusCommand(s streams) *cobra.Command {
@@ -134,7 +135,12 @@ otherwise, and a line per client whose state changed (-o json: one JSON object p
 yaml: one YAML document per sample). The rate is the counter's change between two samples, so
 the first sample has none. The drain line says whether the sidecar drains (its own drain or
 prestop's): a draining Envoy stays LIVE, and shows it only by telling connections to close
-(http.<prefix>.downstream_cx_drain_close), from the sample that first saw it.
+(http.<prefix>.downstream_cx_drain_close), from the sample that first saw it. The regime line
+judges it as prestop's final event judges drain_regime: "a" when the count rose since status's
+first sample, that is the sidecar draining on its own before prestop --drain-at end has
+decided (its own drain comes only then, just before the app is told to stop) and the
+istio-proxy override missing; "b so far" while it has not; "unknown" where the count is not
+exposed. --drain-at start says the pod's prestop drains at its start: regime (a) by design.
 
 --clients (on by default) adds the clients of the sidecar's inbound listener (Istio's 15006,
 or --inbound-listener-port), one line per client address, from the socket table of the network
@@ -179,6 +185,7 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
 	f.DurationVar(&o.interval, "interval", o.interval, "time between two samples with --watch")
 	f.BoolVar(&o.clients, "clients", true, "show the inbound listener's clients from this network namespace's socket table (run status in the pod)")
 	f.IntSliceVar(&o.listenerPorts, "inbound-listener-port", nil, "the sidecar's inbound listener port(s) whose clients to show (default: the listener its stats name, Istio's 15006)")
+	f.StringVar(&o.drainAt, "drain-at", "", "the pod's prestop --drain-at: start is regime (a) by design; end or empty: the regime line says whether the sidecar drains on its own before meshdrain's call")
 	return cmd
 }
 
@@ -189,6 +196,9 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 	}
 	if o.interval <= 0 {
 		return usageError("--interval must be positive, got %v", o.interval)
+	}
+	if o.drainAt != "" && o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
+		return usageError("--drain-at %q: want %s or %s, as the pod's prestop", o.drainAt, drainAtStart, drainAtEnd)
 	}
 	sc, admin, sel, err := o.sidecar.sidecar()
 	if err != nil {
@@ -208,6 +218,7 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 		SampleTimeout: o.sidecar.connectTimeout,
 		Terminal:      isTerminal(s.out),
 		Clients:       clients,
+		DrainAtStart:  o.drainAt == drainAtStart,
 	})
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: err}

@@ -91,7 +91,8 @@ func TestStatusCommandProfiles(t *testing.T) {
 			}
 
 			code, text, _ := runMain(t, append([]string{"status", "--admin", sim.AdminURL()}, c.args...)...)
-			if code != ExitOK || !strings.Contains(text, "signal:  http-requests") || !strings.Contains(text, "REQUESTS") {
+			if code != ExitOK || !strings.Contains(text, "signal:  http-requests") || !strings.Contains(text, "REQUESTS") ||
+				!strings.Contains(text, "regime:  b so far: no connection told to close") {
 				t.Errorf("text output (exit %d):\n%s", code, text)
 			}
 		})
@@ -141,6 +142,7 @@ func TestStatusCommandUsageErrors(t *testing.T) {
 		{"status", "--port", "8080", "--cluster", "local_app"},
 		{"status", "--admin", "https://127.0.0.1:15000"},
 		{"status", "extra"},
+		{"status", "--drain-at", "later"},
 	} {
 		if code, _, errOut := runMain(t, args...); code != ExitUsage || errOut == "" {
 			t.Errorf("%v: exit %d (stderr %q), want %d with a message", args, code, errOut, ExitUsage)

@@ -184,6 +184,11 @@ type Result struct {
 	// there was none ("off", "unavailable: ..."); Clients is the last poll's.
 	ClientEvidence string
 	Clients        *ClientCounts
+	// Regime is the drain regime the watch saw before meshdrain's drain call, and RegimeWhy
+	// why, unless it is (b) (RegimeSeen.Judge); "" when not judged (the watch never started,
+	// or the sidecar gets no drain call).
+	Regime    Regime
+	RegimeWhy string
 }
 
 // ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
@@ -225,6 +230,9 @@ type coordinator struct {
 	watchStarted bool
 	// clients is Config.Clients while it can be read.
 	clients ClientEvidence
+	// regime follows the sidecar's drain closes from the watch's first read to the drain
+	// call at its end (DrainAtEnd): every observation is made before it.
+	regime RegimeWatch
 
 	fresh      freshness
 	arrivals   arrivalLog
@@ -526,8 +534,10 @@ func (c *coordinator) poll(ctx, parent context.Context, fetch func(context.Conte
 
 // observation is the rule's view of a poll, with the clients' evidence when there is some.
 func (c *coordinator) observation(ctx context.Context, snap mesh.Snapshot, r mesh.Reading) Observation {
+	traffic := TrafficOf(snap, r)
+	c.regime.Observe(traffic, DrainClosesExposed(snap))
 	return Observation{At: c.clock.Now().Sub(c.start), Signal: r.Signal, Arrivals: r.Arrivals, Active: r.Active, Uptime: snap.ServerUptime,
-		Clients: c.clientCounts(ctx, TrafficOf(snap, r))}
+		Clients: c.clientCounts(ctx, traffic)}
 }
 
 // account reports what the rule saw: arrivals after the drain call, the window in force,
@@ -628,6 +638,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		c.runActions(parent)
 	}
 	c.result.ActionsTook = c.clock.Now().Sub(actionsStart)
+	c.judgeRegime()
 	fields := []zap.Field{
 		zap.String("reason", string(reason)),
 		zap.Int64("elapsed_ms", c.result.Elapsed.Milliseconds()),
@@ -654,6 +665,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
 	}
 	fields = append(fields, c.clientFields()...)
+	fields = append(fields, c.regimeFields()...)
 	fields = append(fields, c.outcomeFields()...)
 	if c.result.WindowTerm == TermGaps || c.result.WindowTerm == TermRate {
 		c.log.Warn("inbound traffic is sparse: its own pauses stretched the quiet window beyond --quiet; a sparse client that learns of the deletion later than --min-wait can still send after the app stopped",

@@ -43,15 +43,13 @@ type Table struct {
 	table    clientTable
 	lastRead time.Time
 	last     drain.ClientCounts
-	// atRead is the traffic at the last read; drainClosesAtBegin the sidecar's drain closes
-	// when the drain began, and arrivalsAtBegin its arrivals then.
-	atRead             drain.Traffic
-	drainClosesAtBegin float64
-	arrivalsAtBegin    *float64
-	// drainedBefore: Undrained, the sidecar had told connections to close before the drain
-	// began; until it is seen answering without doing so (answeredSince, then a poll whose
-	// counter still stands), no close is taken for a departure (confirmUndrained).
-	drainedBefore, answeredSince bool
+	// atRead is the traffic at the last read.
+	atRead drain.Traffic
+	// regime follows the sidecar's drain closes from the drain's start (drain.RegimeWatch,
+	// the definition of the final event's drain_regime): Undrained, a rise gives the evidence
+	// up, and a count above zero at the start keeps every close from passing for a departure
+	// until the sidecar is seen answering without telling a connection to close (unconfirmed).
+	regime drain.RegimeWatch
 	// prevPoll is the traffic at the previous poll.
 	prevPoll drain.Traffic
 }
@@ -90,15 +88,13 @@ func (t *Table) Begin(ctx context.Context, snap mesh.Snapshot) error {
 	}
 	t.lastRead = t.Now()
 	t.atRead = drain.TrafficOf(snap, snap.Read())
-	t.drainClosesAtBegin = valueOr0(t.atRead.DrainCloses)
-	t.arrivalsAtBegin = t.atRead.Arrivals
 	// A drain-close count already above zero: the sidecar told connections to close before
 	// this first read, either now (its own drain at the deletion, which --drain-at end
 	// assumes turned off, came first) or long ago (a listener update drains the connections
 	// of a changed filter chain). Taken for a baseline, a drain of now would show no rise
 	// until the clients send again, and the closes it caused before this read would pass
-	// for departures meanwhile.
-	t.drainedBefore = t.Undrained && t.drainClosesAtBegin > 0
+	// for departures meanwhile (drainedBefore).
+	t.regime.Observe(t.atRead, drain.DrainClosesExposed(snap))
 	t.table.begin(t.lastRead)
 	if t.Undrained {
 		// A connection answered and still open a read interval later is a pool's: a client
@@ -115,13 +111,13 @@ func (t *Table) Begin(ctx context.Context, snap mesh.Snapshot) error {
 // or closed since the last read, and sums the clients by state. Between reads it returns the
 // last read's counts, marked Stale once requests have arrived since.
 func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts, error) {
-	if t.Undrained && Drains(&t.drainClosesAtBegin, now.DrainCloses) {
+	t.regime.Observe(now, now.DrainCloses != nil)
+	if seen := t.regime.Seen(); t.Undrained && seen.Rise > 0 {
 		// Its clients close right after a response that said Connection: close: a close
 		// is no longer a departure. The coordinator drops the evidence and says why.
 		t.table.close()
-		return drain.ClientCounts{}, fmt.Errorf("the sidecar drains although meshdrain defers its drain (--drain-at end): it told %.0f connections to close (http.<prefix>.downstream_cx_drain_close), so a client's close may follow that and not its endpoint update; check that the sidecar's own drain at the deletion is turned off (docs/decision-rule.md)", valueOr0(now.DrainCloses)-t.drainClosesAtBegin)
+		return drain.ClientCounts{}, fmt.Errorf("the sidecar drains although meshdrain defers its drain (--drain-at end): it told %.0f connections to close (http.<prefix>.downstream_cx_drain_close), so a client's close may follow that and not its endpoint update; check that the sidecar's own drain at the deletion is turned off (docs/decision-rule.md)", seen.Rise)
 	}
-	t.confirmUndrained(now)
 	at := t.Now()
 	arrived := moved(now.Arrivals, t.atRead.Arrivals)
 	busy := changed(now, t.prevPoll)
@@ -141,30 +137,20 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 	return t.unconfirmed(t.last), nil
 }
 
-// confirmUndrained ends drainedBefore once the sidecar is seen not draining: a poll showed a
-// request that arrived after the drain began answered (more requests answered than had
-// arrived by then), and a later poll, whose counter stands where it stood at the start (the
-// guard in Counts has passed), shows that answer told no connection to close. A draining
-// sidecar tells one on every answer with Istio's immediate drain strategy (docs/facts.md §2).
-// The later poll makes sure the counter is read after the answer, whatever order the stats
-// were read in.
-func (t *Table) confirmUndrained(now drain.Traffic) {
-	if !t.drainedBefore || now.DrainCloses == nil {
-		return
-	}
-	if t.answeredSince {
-		t.drainedBefore = false
-		return
-	}
-	if now.Arrivals != nil && now.Active != nil && t.arrivalsAtBegin != nil {
-		t.answeredSince = *now.Arrivals-*now.Active > *t.arrivalsAtBegin
-	}
+// drainedBefore says, Undrained, that the sidecar had told connections to close before the
+// drain began, and has not been seen answering without doing so since (a poll showed a
+// request that arrived after the drain began answered, and a later one that the counter still
+// stands: drain.RegimeWatch). A draining sidecar tells one on every answer with Istio's
+// immediate drain strategy (docs/facts.md §2).
+func (t *Table) drainedBefore() bool {
+	seen := t.regime.Seen()
+	return t.Undrained && seen.AtFirst > 0 && !seen.Answered
 }
 
 // unconfirmed counts the clients that left as sending while drainedBefore: their closes may
 // have followed the sidecar's Connection: close, and silence judges them.
 func (t *Table) unconfirmed(c drain.ClientCounts) drain.ClientCounts {
-	if t.drainedBefore {
+	if t.drainedBefore() {
 		c.Sending += c.Left
 		c.Left = 0
 	}
@@ -174,13 +160,6 @@ func (t *Table) unconfirmed(c drain.ClientCounts) drain.ClientCounts {
 // Close stops watching the kernel's records of freed connections; Begin's context ending
 // does it too.
 func (t *Table) Close() { t.table.close() }
-
-// Drains says whether the sidecar has drained since it had told then connections to close:
-// it tells a connection to close (http.<prefix>.downstream_cx_drain_close: Connection: close
-// on a response, or GOAWAY) only while it drains, and a drain, once begun, does not end. This
-// is the one definition of "the sidecar drains" for prestop's --drain-at end guard and for
-// status. nil counts are 0: Envoy leaves a counter it has not used out of a usedonly poll.
-func Drains(then, now *float64) bool { return valueOr0(now) > valueOr0(then) }
 
 // sidecarsSockets says which of the sockets on ports are the sidecar's: those owned by the
 // user that owns the inbound listener the stats name (Istio's 15006, owned by the proxy's
@@ -273,15 +252,6 @@ func (t *Table) every() time.Duration {
 		return t.Every
 	}
 	return ReadEvery
-}
-
-// valueOr0 is v, 0 when unknown: a counter Envoy has not used yet is absent from a usedonly
-// poll.
-func valueOr0(v *float64) float64 {
-	if v == nil {
-		return 0
-	}
-	return *v
 }
 
 // moved says whether a counter or gauge differs from its value at the last read, or either

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +65,12 @@ type CheckOptions struct {
 	// TerminationDrainDuration is pilot-agent's setting from the pod's proxy config (0: not
 	// given). No admin endpoint shows it, so it can only be verified when the operator says it.
 	TerminationDrainDuration time.Duration
+	// DrainAtEnd: the pod's prestop runs --drain-at end, in regime (b), with istio-proxy's
+	// preStop running meshdrain hold: check then fails a sidecar that drains before
+	// meshdrain's call, and terminationDrainDuration only bounds a fallback (hold holds a
+	// classic proxy's SIGTERM until the app has let go), so regime (a)'s rule that it outlive
+	// the app's latest exit does not apply.
+	DrainAtEnd bool
 	// ProxyWaitBeforeExit is a classic Linkerd proxy's preStop sleep,
 	// config.alpha.linkerd.io/proxy-wait-before-exit-seconds (0: not given). The proxy does not
 	// show it either.
@@ -185,35 +192,112 @@ func Evaluate(ctx context.Context, sc Sampler, o CheckOptions) CheckResult {
 		res.Checks = append(res.Checks, signalItems(r, o.MinSignal)...)
 	}
 	if res.Status != nil {
-		if it, ok := failuresCheck(ctx, sc, o, timeout, *res.Status); ok {
-			res.Checks = append(res.Checks, it)
-		}
+		res.Checks = append(res.Checks, secondSampleItems(ctx, sc, o, timeout, *res.Status)...)
 	}
 	res.Checks = append(res.Checks, timingItems(res.Status, o)...)
 	res.OK = len(res.Problems()) == 0
 	return res
 }
 
-// failuresCheck samples the sidecar a second time, FailureWindow after first, when first
-// shows 5xx since the sidecar started, and judges whether it answers them now.
-func failuresCheck(ctx context.Context, sc Sampler, o CheckOptions, timeout time.Duration, first Report) (Item, bool) {
+// secondSampleItems judge what moves between two samples, FailureWindow apart: whether the
+// sidecar answers 5xx now, when the first shows some since it started, and with --drain-at end
+// whether it drains now, when the first shows connections told to close. The second sample
+// is taken only when one of them needs it, and once for both.
+func secondSampleItems(ctx context.Context, sc Sampler, o CheckOptions, timeout time.Duration, first Report) []Item {
 	window := o.FailureWindow
 	if window <= 0 {
 		window = DefaultFailureWindow
 	}
-	if !first.failuresSeen() {
-		return serverErrorsItem(first, nil, nil, window)
+	checkRegime := o.DrainAtEnd && first.Mesh != mesh.Linkerd
+	var second *Report
+	var secondErr error
+	if first.failuresSeen() || (checkRegime && first.drainSeen.Known && first.drainSeen.Closes > 0) {
+		second, secondErr = sampleAgain(ctx, sc, o, timeout, window)
 	}
+	var items []Item
+	if first.failuresSeen() {
+		if it, ok := serverErrorsItem(first, second, secondErr, window); ok {
+			items = append(items, it)
+		}
+	} else if it, ok := serverErrorsItem(first, nil, nil, window); ok {
+		items = append(items, it)
+	}
+	if checkRegime {
+		reads := []Report{first}
+		if second != nil {
+			reads = append(reads, *second)
+			// The answer a second sample shows may have come after its closes were read: a
+			// third one, whose closes are read after it, settles it (drain.RegimeWatch).
+			if seen := regimeOf(reads, window); seen.answerPending && seen.Rise == 0 {
+				if third, err := sampleAgain(ctx, sc, o, timeout, window); err == nil {
+					reads = append(reads, *third)
+				}
+			}
+		}
+		items = append(items, regimeItem(reads, window))
+	}
+	return items
+}
+
+// sampleAgain takes the second sample, window after the first.
+func sampleAgain(ctx context.Context, sc Sampler, o CheckOptions, timeout, window time.Duration) (*Report, error) {
 	if !wait(ctx, o.Clock, window) {
-		return serverErrorsItem(first, nil, ctx.Err(), window)
+		return nil, ctx.Err()
 	}
 	sampleCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	second, err := sc.Sample(sampleCtx, o.AdminURL, o.Selector, o.Clock.Now())
-	cancel()
 	if err != nil {
-		return serverErrorsItem(first, nil, err, window)
+		return nil, err
 	}
-	return serverErrorsItem(first, &second, nil, window)
+	return &second, nil
+}
+
+// checkedRegime is what check's samples show of the drain regime, for a pod configured for
+// regime (b) (--drain-at end); answerPending says another sample would confirm an answer.
+type checkedRegime struct {
+	drain.RegimeSeen
+	answerPending bool
+}
+
+func regimeOf(reads []Report, window time.Duration) checkedRegime {
+	var w drain.RegimeWatch
+	for _, r := range reads {
+		w.Observe(r.traffic, r.drainSeen.Known)
+	}
+	seen := w.Seen()
+	seen.DrainAtEnd, seen.Span = true, "at check's sample"
+	if len(reads) > 1 {
+		seen.Span = fmt.Sprintf("in %s over %d samples", time.Duration(len(reads)-1)*window, len(reads))
+	}
+	return checkedRegime{RegimeSeen: seen, answerPending: w.AnswerPending()}
+}
+
+// regimeItem judges a pod configured for regime (b) (--drain-at end) as prestop's final event
+// judges its drain regime (drain.RegimeSeen.Verdict), over check's samples: the first, and
+// more only when it shows connections told to close. Before the deletion nothing may drain
+// the sidecar, so connections told to close between two samples are its own drain running,
+// or the pod already terminating without the istio-proxy override: prestop would fall back to
+// regime (a).
+func regimeItem(reads []Report, window time.Duration) Item {
+	seen := regimeOf(reads, window)
+	regime, why, fix := seen.Verdict()
+	it := Item{Name: "drain-regime", Message: why, Fix: fix}
+	switch regime {
+	case drain.RegimeB:
+		it.Status = Pass
+		it.Message = "regime b (--drain-at end): the sidecar tells no connection to close (http.<prefix>.downstream_cx_drain_close " +
+			strconv.FormatFloat(seen.AtFirst, 'f', -1, 64) + ", not rising): its own drain does not run before meshdrain's; " +
+			"at the deletion prestop's final event says drain_regime"
+	case drain.RegimeA:
+		it.Status = Fail
+	default:
+		it.Status = Warn
+		if it.Fix == "" {
+			it.Fix = "run the check while requests reach the pod: an answer that tells no connection to close shows the sidecar is not draining"
+		}
+	}
+	return it
 }
 
 // adminErrorItem says why the sidecar could not be read, and what to do about it.
@@ -423,6 +507,13 @@ func timingItems(r *Report, o CheckOptions) []Item {
 	setting := fmt.Sprintf(`set the pod annotation proxy.istio.io/config: '{"terminationDrainDuration": "%ds"}' (needs a pod restart), `+
 		`or use native sidecars or EXIT_ON_ZERO_ACTIVE_CONNECTIONS`, int(needed/time.Second))
 	switch {
+	case o.DrainAtEnd && o.TerminationDrainDuration > 0:
+		items = append(items, Item{Name: "termination-drain-duration", Status: Pass,
+			Message: fmt.Sprintf("terminationDrainDuration %s: in regime (b) (--drain-at end) meshdrain hold keeps a classic proxy's SIGTERM until the app has let go "+
+				"and asks pilot-agent to drain, so the proxy exits at once; this only bounds the fallback where that call fails (plan sizes it --app-drain + %s), "+
+				"and regime (a)'s rule that it outlive the app's latest exit at t0+%s does not apply", o.TerminationDrainDuration, plan.KillMargin, appExit)})
+	case o.DrainAtEnd:
+		// Istio's default 5 s is only the fallback's bound too: nothing to warn about.
 	case o.TerminationDrainDuration > 0 && o.TerminationDrainDuration < needed:
 		items = append(items, Item{Name: "termination-drain-duration", Status: Fail,
 			Message: fmt.Sprintf("terminationDrainDuration %s is shorter than the app's latest exit at t0+%s (prestop deadline %s + app drain %s) plus %s: "+
@@ -440,9 +531,15 @@ func timingItems(r *Report, o CheckOptions) []Item {
 	}
 	if r != nil && r.DrainTime != "" {
 		if drainTime, err := time.ParseDuration(r.DrainTime); err == nil && drainTime < appExit {
+			// In regime (b) the drain starts at meshdrain's decision; only a sidecar that
+			// drains at the deletion anyway (the fallback) starts it at t0, as plan says.
+			where := ""
+			if o.DrainAtEnd {
+				where = "where the sidecar drains at the deletion anyway, "
+			}
 			items = append(items, Item{Name: "drain-time", Status: Warn,
-				Message: fmt.Sprintf("Envoy drain_time %s (Istio drainDuration) ends before the app's latest exit at t0+%s: after the graceful drain "+
-					"at t0 the inbound listeners stop accepting at t0+%s while late clients may still send", drainTime, appExit, drainTime),
+				Message: fmt.Sprintf("Envoy drain_time %s (Istio drainDuration) ends before the app's latest exit at t0+%s: %safter the graceful drain "+
+					"at t0 the inbound listeners stop accepting at t0+%s while late clients may still send", drainTime, appExit, where, drainTime),
 				Fix: fmt.Sprintf(`set proxy.istio.io/config: '{"drainDuration": "%ds"}'`, int(ceilSecond(appExit)/time.Second))})
 		}
 	}

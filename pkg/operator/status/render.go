@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 )
@@ -47,6 +48,9 @@ func WriteText(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "listeners: %s active, %s\n", num(lm.Active), stopped)
 	}
 	fmt.Fprintf(&b, "drain:   %s\n", drainText(r.Drain))
+	if r.DrainRegime != "" {
+		fmt.Fprintf(&b, "regime:  %s\n", regimeText(r))
+	}
 	fmt.Fprintf(&b, "naming:  %s (mesh: %s)\n", r.Naming, r.Mesh)
 	fmt.Fprintf(&b, "signal:  %s\n\n", r.Signal)
 
@@ -98,6 +102,9 @@ func WriteLine(w io.Writer, r Report) error {
 	}
 	if r.Mesh != mesh.Linkerd {
 		fmt.Fprintf(&b, " drain=%s", drainToken(r.Drain))
+	}
+	if r.DrainRegime != "" {
+		fmt.Fprintf(&b, " regime=%s", r.DrainRegime)
 	}
 	for _, p := range r.Inbound {
 		fmt.Fprintf(&b, " | port=%s name=%s requests=%s rate=%s active=%s connections=%s 5xx=%s 5xx_rate=%s", portText(p.Port), p.Name,
@@ -214,6 +221,31 @@ func drainText(d *Drain) string {
 		return fmt.Sprintf("DRAINING since before %s, status's first sample (%s)", d.Since.UTC().Format(time.RFC3339), told)
 	}
 	return fmt.Sprintf("DRAINING since %s, first seen (%s)", d.Since.UTC().Format(time.RFC3339), told)
+}
+
+// regimeText is the text report's regime line: what the samples show of who drains, judged
+// as prestop's final event judges it (Report.DrainRegime).
+func regimeText(r Report) string {
+	seen := r.regimeSeen
+	regime, why, fix := seen.Verdict()
+	switch {
+	case regime == drain.RegimeB && seen.AtFirst > 0:
+		return fmt.Sprintf("b so far: the sidecar told %s connections to close before status's first sample (a drain, or a listener update), "+
+			"and has answered since without telling one to close: it is not draining", strconv.FormatFloat(seen.AtFirst, 'f', -1, 64))
+	case regime == drain.RegimeB:
+		return "b so far: no connection told to close " + RegimeSpan + ": the sidecar's own drain has not run (in regime b nothing drains before prestop --drain-at end decides)"
+	case regime == drain.RegimeA && seen.DrainAtEnd:
+		// With --drain-at end the only drain before prestop's decision is the sidecar's own;
+		// prestop's own drain comes at its decision, just before the app is told to stop.
+		return fmt.Sprintf("a: the sidecar drains on its own (http.<prefix>.downstream_cx_drain_close rose by %s %s): unless prestop --drain-at end "+
+			"has already decided (its own drain comes then, just before the app is told to stop), %s", strconv.FormatFloat(seen.Rise, 'f', -1, 64), RegimeSpan, fix)
+	case regime == drain.RegimeA:
+		return "a: prestop --drain-at start drains when its hook starts"
+	}
+	if fix != "" {
+		why += ": " + fix
+	}
+	return "unknown: " + why
 }
 
 // drainToken is the drain as one token of a --watch line: no, unknown, or since when.

@@ -82,6 +82,12 @@ type Report struct {
 	// end): its server state stays LIVE and its listeners active while it does. nil when its
 	// stats cannot tell (no HTTP connection manager stats: http.<prefix>.*).
 	Drain *Drain `json:"drain"`
+	// DrainRegime is the drain regime from what the samples so far show, judged as prestop's
+	// final event judges it (drain.RegimeSeen.Judge: a rise of the drain closes before
+	// meshdrain's drain call is the sidecar draining on its own), and DrainRegimeWhy why,
+	// unless it is (b). Empty for a Linkerd proxy, which gets no drain call.
+	DrainRegime    drain.Regime `json:"drain_regime,omitempty"`
+	DrainRegimeWhy string       `json:"drain_regime_why,omitempty"`
 	// UnknownPorts are --port values the sidecar has no inbound endpoint for, when it has
 	// stats for others (InboundPorts): a typo would otherwise look like a quiet port.
 	UnknownPorts []int `json:"unknown_ports,omitempty"`
@@ -104,6 +110,8 @@ type Report struct {
 	// traffic and drainSeen are what the stats say for the clients' judgement.
 	traffic   drain.Traffic
 	drainSeen evidence.DrainSeen
+	// regimeSeen is what DrainRegime was judged from.
+	regimeSeen drain.RegimeSeen
 	// generic records that --cluster/--http-prefix were given, for the hints and the check.
 	generic bool
 	// portsAsked are the --port values, for the check.
@@ -126,8 +134,8 @@ type ListenerManager struct {
 // Drain is the sidecar's drain as its stats show it: a draining Envoy tells each connection
 // that carries a request to close (Connection: close, GOAWAY) and counts it in
 // http.<prefix>.downstream_cx_drain_close; nothing else in its admin API says it drains
-// (evidence.Drains is the one definition, which prestop's --drain-at end guard uses too). A
-// drain that has answered no request yet does not show.
+// (drain.SidecarDrains is the one definition, which prestop's --drain-at end guard uses too).
+// A drain that has answered no request yet does not show.
 type Drain struct {
 	Draining bool `json:"draining"`
 	// ConnectionsToldToClose is downstream_cx_drain_close summed over the inbound ports.

@@ -35,6 +35,10 @@ type Options struct {
 	// Clients, when set, adds the clients of the inbound listener to each sample, from the
 	// socket table of the network namespace status runs in (the pod's, under kubectl exec).
 	Clients ClientWatch
+	// DrainAtStart: the pod's prestop drains when its hook starts (--drain-at start), so the
+	// pod is in regime (a) by its configuration. Otherwise the regime line judges whether the
+	// sidecar drains on its own before meshdrain's drain call, which regime (b) forbids.
+	DrainAtStart bool
 }
 
 // ClientWatch follows the inbound listener's clients (evidence.Watch in the pod), judged as
@@ -70,11 +74,13 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
+	regime := regimeWatch{drainAtEnd: !o.DrainAtStart}
 	if !o.Watch {
 		r, err := sample(ctx, sc, o)
 		if err != nil {
 			return err
 		}
+		regime.fill(&r)
 		return write(out, r, o)
 	}
 
@@ -93,6 +99,7 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 		} else {
 			r = withRates(prev, r)
 			drainSince.fill(&r)
+			regime.fill(&r)
 			prev = &r
 			if werr := write(out, r, o); werr != nil {
 				return werr
@@ -146,6 +153,28 @@ func (d *drainWatch) fill(r *Report) {
 		d.since, d.before = &at, d.samples == 1
 	}
 	r.Drain.Since, r.Drain.BeforeFirstSample = d.since, d.before
+}
+
+// regimeWatch judges the drain regime from every sample of a status run: the first is the
+// baseline, as meshdrain's first read is prestop's. A failed sample leaves it as it was (the
+// rise it keeps is the most seen, so a restarted sidecar hides nothing).
+type regimeWatch struct {
+	drainAtEnd bool
+	reads      drain.RegimeWatch
+}
+
+// RegimeSpan names status's samples in the regime's why.
+const RegimeSpan = "since status's first sample"
+
+// fill sets the report's regime from the samples so far, this one included.
+func (w *regimeWatch) fill(r *Report) {
+	if r.Mesh == mesh.Linkerd {
+		return
+	}
+	w.reads.Observe(r.traffic, r.drainSeen.Known)
+	r.regimeSeen = w.reads.Seen()
+	r.regimeSeen.DrainAtEnd, r.regimeSeen.Span = w.drainAtEnd, RegimeSpan
+	r.DrainRegime, r.DrainRegimeWhy = r.regimeSeen.Judge()
 }
 
 func write(out io.Writer, r Report, o Options) error {
