@@ -229,9 +229,13 @@ func CheckCommand(p Plan, dir string, ports []int) []string {
 	}
 	cmd = append(cmd, "--grace-period="+fmtD(p.GracePeriod), "--app-drain="+fmtD(p.AppDrain))
 	// In regime (b) terminationDrainDuration is not the proxy's life (hold is): check's rule
-	// that it outlive the app's latest exit is regime (a)'s.
+	// that it outlive the app's latest exit is regime (a)'s. check instead verifies that the
+	// sidecar's own drain is deferred (the override applied).
 	if p.TerminationDrainDuration > 0 && !p.defers() {
 		cmd = append(cmd, "--termination-drain-duration="+fmtD(p.TerminationDrainDuration))
+	}
+	if p.defers() {
+		cmd = append(cmd, "--drain-at=end")
 	}
 	if p.WaitBeforeExit > 0 {
 		cmd = append(cmd, "--proxy-wait-before-exit="+fmtD(p.WaitBeforeExit))
