@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,8 +77,17 @@ func TestPrestopLinkerdNativeQuiet(t *testing.T) {
 func TestPrestopLinkerdClassicSIGTERM(t *testing.T) {
 	pod := startLinkerdPod(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
 	pod.traffic(t)
-	time.AfterFunc(400*time.Millisecond, pod.proxy.Terminate)
-	res := runBinary(t, nil, append(linkerdFlags(pod.proxy.AdminURL()), "--grace-period", "30s", "--app-drain", "5s")...)
+	// SIGTERM 0.3 s into the hook's watch, right after a request was answered: the proxy
+	// goes away under traffic, however late a busy machine started the hook.
+	var once sync.Once
+	res := runBinaryWatching(append(linkerdFlags(pod.proxy.AdminURL()), "--grace-period", "30s", "--app-drain", "5s"), nil, func(line string) {
+		if strings.Contains(line, `"phase":"watch"`) {
+			once.Do(func() { time.AfterFunc(300*time.Millisecond, func() { pod.onNextAnswer(pod.proxy.Terminate) }) })
+		}
+	})
+	if res.startErr != nil {
+		t.Fatal(res.startErr)
+	}
 	final := res.final(t)
 	if res.code != 5 || final["reason"] != "sidecar-gone-busy" {
 		t.Fatalf("exit %d\n%s", res.code, res.stderr)
