@@ -468,6 +468,15 @@ type emulation struct {
 	afterAnswer func()
 }
 
+// afterAnswers runs f right after n more requests have been answered.
+func (e *emulation) afterAnswers(n int, f func()) {
+	if n <= 1 {
+		e.onNextAnswer(f)
+		return
+	}
+	e.onNextAnswer(func() { e.afterAnswers(n-1, f) })
+}
+
 // onNextAnswer runs f right after the next request is answered: a sidecar that goes away
 // then goes away with a request just served, however a busy machine spaced the requests.
 func (e *emulation) onNextAnswer(f func()) {
