@@ -58,7 +58,7 @@ type Result struct {
 	// Meshdrain is meshdrain's final event, for the meshdrain strategy.
 	Meshdrain *MeshdrainEvent `json:"meshdrain,omitempty"`
 	// Lateness is how late the run's actors ran, where the run measures it.
-	Lateness Lateness `json:"lateness"`
+	Lateness Lateness `json:"lateness,omitzero"`
 	// Warnings say where this machine was too busy to keep the scenario's timing: an actor
 	// that ran late by more than lateTolerance of pod time.
 	Warnings []string `json:"warnings,omitempty"`
