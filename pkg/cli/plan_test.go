@@ -164,7 +164,7 @@ func TestPlanFromFile(t *testing.T) {
 		"holdApplicationUntilProxyStarts)",
 		"replaces the preStop of container web, httpGet :8080/shutdown (--replace-prestop)",
 		"kubectl exec -n shop deployment/web -c web -- /meshdrain/meshdrain check --port=8080 --grace-period=15s",
-		"--drain-at=end\n", // regime (b): check verifies that the sidecar's own drain is deferred
+		"--drain-at=end\n",                   // regime (b): check verifies that the sidecar's own drain is deferred
 		"current grace period 30s is enough", // read from the manifest
 	} {
 		if !strings.Contains(out, want) {
