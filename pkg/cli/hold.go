@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -191,19 +190,8 @@ func loadHold(args, environ []string) *holdSetup {
 	if o.help {
 		return setup
 	}
-	if parseErr != nil {
-		setup.problems = append(setup.problems, usageError("%v", parseErr))
-	}
-	sources, envErrs := applyEnv(fs, lookup, flagsNotFromEnv)
-	setup.problems = append(setup.problems, envErrs...)
-	for _, name := range unknownEnv(fs, env) {
-		msg := fmt.Sprintf("%s is not a hold setting (misspelt?); the variables are MESHDRAIN_<FLAG>, e.g. MESHDRAIN_GRACE_PERIOD", name)
-		if o.validate {
-			setup.problems = append(setup.problems, errors.New(msg))
-		} else {
-			setup.warnings = append(setup.warnings, msg)
-		}
-	}
+	sources, problems, warnings := hookSettings("hold", fs, parseErr, env, lookup, o.validate)
+	setup.problems, setup.warnings = append(setup.problems, problems...), append(setup.warnings, warnings...)
 	if parseErr != nil {
 		return setup
 	}

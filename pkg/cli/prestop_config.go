@@ -67,19 +67,8 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	if o.help {
 		return setup
 	}
-	if parseErr != nil {
-		setup.problems = append(setup.problems, usageError("%v", parseErr))
-	}
-	sources, envErrs := applyEnv(fs, lookup, flagsNotFromEnv)
-	setup.problems = append(setup.problems, envErrs...)
-	for _, name := range unknownEnv(fs, env) {
-		msg := fmt.Sprintf("%s is not a prestop setting (misspelt?); the variables are MESHDRAIN_<FLAG>, e.g. MESHDRAIN_GRACE_PERIOD", name)
-		if o.validate {
-			setup.problems = append(setup.problems, errors.New(msg))
-		} else {
-			setup.warnings = append(setup.warnings, msg)
-		}
-	}
+	sources, problems, warnings := hookSettings("prestop", fs, parseErr, env, lookup, o.validate)
+	setup.problems, setup.warnings = append(setup.problems, problems...), append(setup.warnings, warnings...)
 	if parseErr != nil {
 		// The options are only partly parsed: checking them would report the wrong things.
 		return setup
@@ -160,6 +149,27 @@ func (setup *prestopSetup) adminURLs() []string {
 func CheckPrestopConfig(ctx context.Context, args, environ []string) (warnings []string, problems []error) {
 	setup := loadPrestop(ctx, append(append([]string(nil), args...), "--validate"), environ)
 	return setup.warnings, setup.problems
+}
+
+// hookSettings is how a hook (prestop, hold) completes its flags once parsed: a parse error is
+// a problem, MESHDRAIN_<FLAG> variables fill in the flags not given (a bad value is a problem),
+// and an unknown MESHDRAIN_* variable is a warning, a problem with --validate. Every problem
+// is collected, none stops the others. sources says where each flag's value came from.
+func hookSettings(hook string, fs *pflag.FlagSet, parseErr error, env map[string]string, lookup func(string) (string, bool), validate bool) (sources map[string]string, problems []error, warnings []string) {
+	if parseErr != nil {
+		problems = append(problems, usageError("%v", parseErr))
+	}
+	sources, envErrs := applyEnv(fs, lookup, flagsNotFromEnv)
+	problems = append(problems, envErrs...)
+	for _, name := range unknownEnv(fs, env) {
+		msg := fmt.Sprintf("%s is not a %s setting (misspelt?); the variables are MESHDRAIN_<FLAG>, e.g. MESHDRAIN_GRACE_PERIOD", name, hook)
+		if validate {
+			problems = append(problems, errors.New(msg))
+		} else {
+			warnings = append(warnings, msg)
+		}
+	}
+	return sources, problems, warnings
 }
 
 func envMap(environ []string) map[string]string {
