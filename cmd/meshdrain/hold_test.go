@@ -139,9 +139,11 @@ func TestHoldWithPrestop(t *testing.T) {
 
 	prestop := runBinary(t, nil, append(fastFlags(srv.URL), "--hold-channel", channel, "--drain-at", "end",
 		"--grace-period", holdGrace.String(), "--app-drain", holdAppDrain.String())...)
-	// The kubelet's SIGTERM to the app: it finishes its work and closes its listener.
-	appStopped := time.Now().Add(300 * time.Millisecond)
-	time.Sleep(time.Until(appStopped))
+	// The kubelet's SIGTERM to the app: it finishes its work and closes its listener. The
+	// time is taken as the listener closes, not as planned: a busy machine may wake this
+	// test late, and hold cannot see the app go before it does.
+	time.Sleep(300 * time.Millisecond)
+	appStopped := time.Now()
 	app.Close()
 	h := <-holding
 
@@ -159,11 +161,12 @@ func TestHoldWithPrestop(t *testing.T) {
 	if len(admin.drains) != 1 {
 		t.Errorf("prestop's own drain calls %v, want one at its end", admin.drains)
 	}
-	if h.res.exited.Before(appStopped) || h.res.exited.After(appStopped.Add(2*time.Second)) {
-		t.Errorf("hold returned %v after the app stopped, want after it and promptly", h.res.exited.Sub(appStopped))
+	// The upper bounds allow the time a busy machine kept hold off the CPU.
+	if h.res.exited.Before(appStopped) || h.res.exited.After(appStopped.Add(2*time.Second+h.res.allowance())) {
+		t.Errorf("hold returned %v after the app stopped (%v waiting for a CPU), want after it and promptly", h.res.exited.Sub(appStopped), h.res.runDelay)
 	}
-	if took := h.res.exited.Sub(h.started); took > holdBound+time.Second {
-		t.Errorf("hold took %v, its bound is %v", took, holdBound)
+	if took := h.res.exited.Sub(h.started); took > holdBound+time.Second+h.res.allowance() {
+		t.Errorf("hold took %v (%v waiting for a CPU), its bound is %v", took, h.res.runDelay, holdBound)
 	}
 }
 
@@ -178,8 +181,9 @@ func TestHoldWithoutPrestop(t *testing.T) {
 	if h.res.code != 0 || final["reason"] != "app-gone" || final["prestop"] != "absent" || len(agent.calls()) != 1 {
 		t.Errorf("hold exit %d, drain calls %d, final %v", h.res.code, len(agent.calls()), final)
 	}
-	if took := h.res.exited.Sub(h.started); took < time.Second || took > 3*time.Second {
-		t.Errorf("hold took %v, want --prestop-wait (1s) and a few reads", took)
+	// Well before hold's bound (5 s), allowing the time a busy machine kept hold off the CPU.
+	if took := h.res.exited.Sub(h.started); took < time.Second || took > 3*time.Second+h.res.allowance() {
+		t.Errorf("hold took %v (%v waiting for a CPU), want --prestop-wait (1s) and a few reads", took, h.res.runDelay)
 	}
 }
 
@@ -208,8 +212,10 @@ func TestHoldPrestopKilled(t *testing.T) {
 	if h.res.code != 0 || final["reason"] != "released" || final["prestop"] != "gone" || len(agent.calls()) != 1 {
 		t.Errorf("hold exit %d, drain calls %d, final %v", h.res.code, len(agent.calls()), final)
 	}
-	if late := h.res.exited.Sub(killed); late > 2*time.Second {
-		t.Errorf("hold returned %v after prestop was killed, want promptly", late)
+	// Well before hold's bound (5 s from its start), allowing the time a busy machine kept
+	// hold off the CPU.
+	if late := h.res.exited.Sub(killed); late > 2*time.Second+h.res.allowance() {
+		t.Errorf("hold returned %v after prestop was killed (%v waiting for a CPU), want promptly", late, h.res.runDelay)
 	}
 }
 

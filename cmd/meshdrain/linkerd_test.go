@@ -177,8 +177,10 @@ func TestPrestopMeshAuto(t *testing.T) {
 
 	start := time.Now()
 	res = runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", localhttptest.RefusingURL(t), "--connect-timeout", "300ms", "--min-wait", "0")
-	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" || res.exited.Sub(start) > 2*time.Second+res.runDelay {
-		t.Errorf("auto, nothing: exit %d after %v\n%s", res.code, res.exited.Sub(start), res.stderr)
+	// Well before the deadline (24 s) or the fallback wait (5 s), allowing the time a busy
+	// machine kept the hook off the CPU.
+	if res.code != 0 || res.final(t)["reason"] != "no-sidecar" || res.exited.Sub(start) > 2*time.Second+res.allowance() {
+		t.Errorf("auto, nothing: exit %d after %v (%v of it waiting for a CPU)\n%s", res.code, res.exited.Sub(start), res.runDelay, res.stderr)
 	}
 
 	res = runBinary(t, []string{"MESHDRAIN_FALLBACK_WAIT=300ms"}, "prestop", "--mesh", "auto", "--admin", staticAdmin(t, "hello"))

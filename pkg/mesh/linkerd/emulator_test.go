@@ -143,8 +143,10 @@ func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 	if res.ActiveAtEnd == nil || *res.ActiveAtEnd != 0 {
 		t.Errorf("active at end %s", show(res.ActiveAtEnd))
 	}
-	if took := time.Since(start); took < stopAfter || took > 3*time.Second {
-		t.Errorf("decided after %s: before the traffic stopped or at the deadline", took)
+	// Not at the deadline: the reason above says the quiet window ended the wait, which a
+	// wall-clock bound below the deadline would say only on an idle machine.
+	if took := time.Since(start); took < stopAfter {
+		t.Errorf("decided after %s: before the traffic stopped", took)
 	}
 	if res.LastArrival < stopAfter-100*time.Millisecond {
 		t.Errorf("last arrival at %s, traffic ran for %s", res.LastArrival, stopAfter)

@@ -192,17 +192,27 @@ func TestRepeatedDrainWithoutSkipExitStopsListenersAtTheFirstDrainsEnd(t *testin
 		})
 	}
 
-	// Second call during the first drain: the stop waits for the first drain's end.
-	s := startSidecar(t, Config{DrainTime: 80 * time.Millisecond}, appAddr(app))
+	// Second call during the first drain: the stop waits for the first drain's end. A refused
+	// dial is a stop before that end only if it came back before the drain time could have
+	// run out, measured from before the first call: a busy machine may hold this test back
+	// past it (then the stop proves nothing, and the drain time is long enough for that to be
+	// rare).
+	const firstDrain = 500 * time.Millisecond
+	s := startSidecar(t, Config{DrainTime: firstDrain}, appAddr(app))
+	drained := time.Now()
 	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful&skip_exit")
 	if code, body := adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful"); code != 200 || body != "OK\n" {
 		t.Fatalf("repeated drain = %d %q", code, body)
 	}
 	c, err := dialRaw(t, s.InboundAddr(8080))
-	if err != nil {
-		t.Fatalf("listener stopped before the drain time: %v", err)
+	switch since := time.Since(drained); {
+	case err == nil:
+		_ = c.conn.Close()
+	case since < firstDrain:
+		t.Fatalf("listener stopped %v after the first drain call, before its drain time %v: %v", since, firstDrain, err)
+	default:
+		t.Logf("the dial came %v after the first drain call, past its drain time: the stop's timing is not checked", since)
 	}
-	_ = c.conn.Close()
 	mustStop(s)
 
 	// Second call after the first drain's end: the listeners stop at once.

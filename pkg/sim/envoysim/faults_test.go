@@ -86,7 +86,7 @@ func TestFaultDieMidDrain(t *testing.T) {
 	s.Faults().DieMidDrain(20 * time.Millisecond)
 	stillRunning(t, s, 30*time.Millisecond)
 	adminDo(t, s, "POST", "/drain_listeners?inboundonly&graceful")
-	waitDone(t, s, time.Second)
+	waitDone(t, s, 10*time.Second)
 	if s.ExitReason() != "crashed mid-drain" {
 		t.Errorf("exit reason %q", s.ExitReason())
 	}
@@ -99,7 +99,7 @@ func TestFaultAdminRefuseBreaksPilotAgentDrain(t *testing.T) {
 	s := startSidecar(t, Config{TerminationDrainDuration: 30 * time.Millisecond}, appAddr(startApp(t, nil)))
 	_ = s.Faults().AdminRefuse()
 	s.Terminate()
-	waitDone(t, s, time.Second)
+	waitDone(t, s, 10*time.Second)
 	if s.draining() {
 		t.Error("drain happened although the admin port refused")
 	}

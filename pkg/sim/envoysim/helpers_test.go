@@ -97,10 +97,12 @@ func urlQuery(s string) string {
 	return strings.NewReplacer("%", "%25", "|", "%7C", "&", "%26", "+", "%2B", "#", "%23", ";", "%3B", " ", "%20", `\`, "%5C", "$", "%24", "^", "%5E").Replace(s)
 }
 
-// eventually polls cond every few milliseconds for up to two seconds.
+// eventually polls cond every few milliseconds for up to ten seconds: a guard for what
+// happens within milliseconds on an idle machine, long enough for a busy one, and below
+// every later time (a default drain time) that a case rules out.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tick := time.NewTimer(0)
 	defer tick.Stop()
