@@ -92,9 +92,11 @@ func TestPrestopLinkerdClassicSIGTERM(t *testing.T) {
 	pod := startLinkerdPod(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
 	pod.traffic(t)
 	// SIGTERM 0.3 s into the hook's watch, right after a request was answered: the proxy
-	// goes away under traffic, however late a busy machine started the hook.
+	// goes away under traffic, however late a busy machine started the hook. A 2 s quiet
+	// window: a sender that a busy machine pauses for longer than 400 ms must not let the
+	// hook call the traffic over before the proxy goes.
 	var once sync.Once
-	res := runBinaryWatching(append(linkerdFlags(pod.proxy.AdminURL()), "--grace-period", "30s", "--app-drain", "5s"), nil, func(line string) {
+	res := runBinaryWatching(append(linkerdFlags(pod.proxy.AdminURL()), "--grace-period", "30s", "--app-drain", "5s", "--quiet", "2s"), nil, func(line string) {
 		if strings.Contains(line, `"phase":"watch"`) {
 			once.Do(func() { time.AfterFunc(300*time.Millisecond, func() { pod.onNextAnswer(pod.proxy.Terminate) }) })
 		}
