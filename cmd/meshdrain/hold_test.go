@@ -176,7 +176,10 @@ func TestHoldWithoutPrestop(t *testing.T) {
 	agent, drainURL := startPilotAgent(t)
 	app, port := appListener(t)
 	app.Close()
-	h := <-startHold(holdArgs(holdChannel(), port, drainURL))
+	// --app-drain 3s: the reads that show the port never had a listener must fit after
+	// --prestop-wait (1 s) on a busy machine, before the app's drain (counted from hold's
+	// start when no prestop reports) would end the hold anyway.
+	h := <-startHold(append(holdArgs(holdChannel(), port, drainURL), "--app-drain", "3s"))
 	final := holdFinal(t, h.res)
 	if h.res.code != 0 || final["reason"] != "app-gone" || final["prestop"] != "absent" || len(agent.calls()) != 1 {
 		t.Errorf("hold exit %d, drain calls %d, final %v", h.res.code, len(agent.calls()), final)
