@@ -101,25 +101,24 @@ func TestSimulateEndToEnd(t *testing.T) {
 		t.Errorf("sleep:15s stopped the app at %.2fs, not later than meshdrain's %.2fs", s15.AppStopS, md.AppStopS)
 	}
 	// Envoy is killed at 5 s with late clients still sending: every strategy loses requests
-	// in flight, and meshdrain says so (exit 5). That is the scenario only where pilot-agent
-	// killed Envoy when it should.
+	// in flight, and meshdrain says so (exit 5). That is the scenario where pilot-agent killed
+	// Envoy within a second of 5 s (it counts terminationDrainDuration from when its drain
+	// call returns, which a loaded machine delays): the late clients thin out after 5 s, the
+	// last stops at 7.58 s, and a kill a second late still meets several of them sending.
+	const killedInTime = 6.0
 	for _, name := range []string{"sleep:5s/istio-default", "sleep:15s/istio-default", "meshdrain/istio-default"} {
 		r := results[name]
 		switch {
-		case r.SidecarExit > 5+lateTolerance:
+		case r.SidecarExit > killedInTime:
 			t.Errorf("%s: pilot-agent killed Envoy at %.2fs instead of 5s even at time scale %g: the scenario did not happen on this machine", name, r.SidecarExit, r.Scale)
 		case r.ClientFailures == 0:
 			t.Errorf("%s: no client failures, but Envoy was killed at %.2fs with late clients' requests in flight", name, r.SidecarExit)
 		}
 	}
-	if r := results["meshdrain/istio-default"]; r.SidecarExit <= 5+lateTolerance && (r.Meshdrain == nil || r.Meshdrain.Reason != "sidecar-gone-busy" || r.Meshdrain.ExitCode != 5) {
+	if r := results["meshdrain/istio-default"]; r.SidecarExit <= killedInTime && (r.Meshdrain == nil || r.Meshdrain.Reason != "sidecar-gone-busy" || r.Meshdrain.ExitCode != 5) {
 		t.Errorf("meshdrain/istio-default final event = %+v, want reason sidecar-gone-busy, exit 5", r.Meshdrain)
 	}
 }
-
-// lateTolerance is the simulator's: how late, in pod seconds, an actor may run before its row
-// says it did not keep pod time.
-const lateTolerance = 0.25
 
 // timeScales are the time scales an end-to-end test replays its scenario at, in turn, until a
 // replay keeps pod time: base (twice that under the race detector, which slows whatever runs
