@@ -24,18 +24,19 @@ build: ## Build the pod binary (bin/meshdrain: static, stripped) and the test wo
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(SIM_BIN) ./cmd/meshdrain-sim
 
 # The simulations keep pod time on real timers: they run after the rest, one package at a
-# time, so that the other packages' tests do not starve them on a 2-core machine.
+# time, so that the other packages' tests do not starve them on a 2-core machine. On a busy
+# machine their replays at larger time scales take longer than go test's 10-minute default.
 SIM_PKGS := ./pkg/sim/podsim ./pkg/sim/simcli
 
 test: lint ## Run every test (unit, integration, end-to-end), the race detector on the concurrent packages, and the size check
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /pkg/sim/podsim -e /pkg/sim/simcli)
-	$(GO) test -count=1 -p 1 $(SIM_PKGS)
+	$(GO) test -count=1 -timeout 20m -p 1 $(SIM_PKGS)
 	$(MAKE) test-race
 	$(MAKE) size
 
 test-race: ## Run the tests of the concurrent packages under the race detector
 	$(GO) test -race -count=1 $$($(GO) list ./pkg/... | grep -v -e /pkg/sim/podsim -e /pkg/sim/simcli)
-	$(GO) test -race -count=1 -p 1 $(SIM_PKGS)
+	$(GO) test -race -count=1 -timeout 20m -p 1 $(SIM_PKGS)
 
 test-loaded: ## Run make test beside a CPU load on every core (RUNS=3 for three runs): the gate must pass on a busy machine
 	@bash scripts/test-loaded.sh
