@@ -60,9 +60,10 @@ func TestPrestopLinkerdNativeQuiet(t *testing.T) {
 	if n, _ := final["frozen_answers"].(float64); n != 0 {
 		t.Errorf("a live proxy's answers counted frozen: %v", final)
 	}
-	late := res.exited.Sub(pod.last())
-	if late < quiet || late > quiet+4*poll {
-		t.Errorf("exited %v after the last request, want within [quiet, quiet+4 polls] = [%v, %v]", late, quiet, quiet+4*poll)
+	// The upper bound allows the time a busy machine kept the hook off the CPU.
+	late, allow := res.exited.Sub(pod.last()), res.allowance()
+	if late < quiet || late > quiet+4*poll+allow {
+		t.Errorf("exited %v after the last request, want within [quiet, quiet+4 polls + %v waited for a CPU] = [%v, %v]", late, allow, quiet, quiet+4*poll+allow)
 	}
 	if pod.proxy.State() != linkerdsim.StateRunning {
 		t.Errorf("proxy state %s: prestop must not stop a Linkerd proxy", pod.proxy.State())
