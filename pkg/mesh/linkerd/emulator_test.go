@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,8 +81,9 @@ func value0(v *float64) float64 {
 	return *v
 }
 
-// traffic sends requests to addr every interval until stop is closed.
-func traffic(t *testing.T, addr string, interval time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+// traffic sends requests to addr every interval until stop is closed, one at a time; served,
+// if not nil, counts those answered.
+func traffic(t *testing.T, addr string, interval time.Duration, stop <-chan struct{}, served *atomic.Int64) *sync.WaitGroup {
 	t.Helper()
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -99,6 +101,9 @@ func traffic(t *testing.T, addr string, interval time.Duration, stop <-chan stru
 			if resp, err := hc.Get("http://" + addr + "/"); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				if served != nil {
+					served.Add(1)
+				}
 			}
 		}
 	}()
@@ -123,7 +128,7 @@ func drainConfig() drain.Config {
 func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 	s := startEmulated(t, linkerdsim.Config{})
 	stop := make(chan struct{})
-	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop)
+	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop, nil)
 	stopAfter := 300 * time.Millisecond
 	time.AfterFunc(stopAfter, func() { close(stop) })
 	s.Terminate() // t0: nothing happens to a native sidecar
@@ -162,15 +167,50 @@ func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 func TestClassicSidecarBlindsTheDrain(t *testing.T) {
 	s := startEmulated(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
 	stop := make(chan struct{})
-	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop)
+	var served atomic.Int64
+	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop, &served)
 	defer func() { close(stop); wg.Wait() }()
-	time.AfterFunc(100*time.Millisecond, s.Terminate)
 
-	res := drain.Run(context.Background(), drainConfig(), newClient(t, s.AdminURL(), Options{}))
+	proxy := &sigtermOnSeenTraffic{Sidecar: newClient(t, s.AdminURL(), Options{}), served: &served, terminate: s.Terminate}
+	res := drain.Run(context.Background(), drainConfig(), proxy)
 	if res.Reason != drain.ReasonSidecarGoneBusy || res.ExitCode() != 5 {
 		t.Errorf("reason %s exit %d, want sidecar-gone-busy, 5", res.Reason, res.ExitCode())
 	}
 	if res.RecentArrivals == nil || *res.RecentArrivals == 0 {
 		t.Errorf("recent arrivals %s: the traffic cut by the SIGTERM is not reported", show(res.RecentArrivals))
 	}
+}
+
+// sigtermOnSeenTraffic gives the proxy its SIGTERM once a read it has answered shows requests
+// served since the coordinator's first read: the coordinator has then seen live traffic when
+// the admin port goes, however a busy machine spaced the requests and the reads (a timer from
+// the start can end the proxy before the coordinator has read twice).
+type sigtermOnSeenTraffic struct {
+	mesh.Sidecar
+	served    *atomic.Int64
+	terminate func()
+
+	mu            sync.Mutex
+	reads         int
+	firstAnswered int64 // served when the first read was answered
+	terminated    bool
+}
+
+func (p *sigtermOnSeenTraffic) Inbound(ctx context.Context, sel mesh.Selector) (mesh.Snapshot, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	servedBefore := p.served.Load()
+	snap, err := p.Sidecar.Inbound(ctx, sel)
+	p.reads++
+	// The first read counts at most firstAnswered requests and the one then in flight; this
+	// one counts every request answered before it was sent. Two more answered: it shows one
+	// the first did not.
+	switch {
+	case p.reads == 1:
+		p.firstAnswered = p.served.Load()
+	case err == nil && !p.terminated && servedBefore >= p.firstAnswered+2:
+		p.terminate()
+		p.terminated = true
+	}
+	return snap, err
 }
