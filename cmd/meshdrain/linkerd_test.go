@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -127,7 +129,9 @@ func sigtermOnSeenTraffic(t *testing.T, pod *linkerdPod) string {
 	}
 	var arm sync.Once
 	var answered atomic.Bool
-	gate := &atPoll{next: httputil.NewSingleHostReverseProxy(target), due: func(poll int32) bool {
+	admin := httputil.NewSingleHostReverseProxy(target)
+	admin.ErrorLog = log.New(io.Discard, "", 0) // reads cut by the port's close are the point
+	gate := &atPoll{next: admin, due: func(poll int32) bool {
 		if poll >= 4 {
 			arm.Do(func() { pod.onNextAnswer(func() { answered.Store(true) }) })
 		}
