@@ -1,9 +1,15 @@
 package main
 
 import (
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,19 +97,7 @@ func TestPrestopLinkerdNativeQuiet(t *testing.T) {
 func TestPrestopLinkerdClassicSIGTERM(t *testing.T) {
 	pod := startLinkerdPod(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
 	pod.traffic(t)
-	// SIGTERM 0.3 s into the hook's watch, right after a request was answered: the proxy
-	// goes away under traffic, however late a busy machine started the hook. A 2 s quiet
-	// window: a sender that a busy machine pauses for longer than 400 ms must not let the
-	// hook call the traffic over before the proxy goes.
-	var once sync.Once
-	res := runBinaryWatching(append(linkerdFlags(pod.proxy.AdminURL()), "--grace-period", "30s", "--app-drain", "5s", "--quiet", "2s"), nil, func(line string) {
-		if strings.Contains(line, `"phase":"watch"`) {
-			once.Do(func() { time.AfterFunc(300*time.Millisecond, func() { pod.onNextAnswer(pod.proxy.Terminate) }) })
-		}
-	})
-	if res.startErr != nil {
-		t.Fatal(res.startErr)
-	}
+	res := runBinary(t, nil, append(linkerdFlags(sigtermOnSeenTraffic(t, pod)), "--grace-period", "30s", "--app-drain", "5s")...)
 	final := res.final(t)
 	if res.code != 5 || final["reason"] != "sidecar-gone-busy" {
 		t.Fatalf("exit %d\n%s", res.code, res.stderr)
@@ -133,6 +127,35 @@ func TestPrestopLinkerdClassicSIGTERM(t *testing.T) {
 	if res.code != 0 || res.final(t)["reason"] != "sidecar-gone" {
 		t.Errorf("after the clients left: exit %d\n%s", res.code, res.stderr)
 	}
+}
+
+// sigtermOnSeenTraffic is the admin address of pod's classic proxy as the hook reaches it,
+// and gives the proxy its SIGTERM once the hook has seen live traffic: from its 4th read on,
+// once a request has been answered, the next read (which counts that request) is the last
+// one answered; then the admin port refuses and the proxy stops. A timer from the test's
+// start can end the proxy before a hook that a busy machine started late has read twice,
+// and the case would test a proxy gone under traffic the hook never saw.
+func sigtermOnSeenTraffic(t *testing.T, pod *linkerdPod) string {
+	target, err := url.Parse(pod.proxy.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var arm sync.Once
+	var answered atomic.Bool
+	admin := httputil.NewSingleHostReverseProxy(target)
+	admin.ErrorLog = log.New(io.Discard, "", 0) // reads cut by the port's close are the point
+	gate := &atPoll{next: admin, due: func(poll int32) bool {
+		if poll >= 4 {
+			arm.Do(func() { pod.onNextAnswer(func() { answered.Store(true) }) })
+		}
+		return answered.Load()
+	}}
+	srv := httptest.NewServer(gate)
+	t.Cleanup(srv.Close)
+	// The admin port goes first: the proxy's own, closed by its SIGTERM, would answer the
+	// hook's next read through this gate as a 502, not as a port that refuses.
+	gate.f = func() { srv.Close(); pod.proxy.Terminate() }
+	return srv.URL
 }
 
 // A proxy no request has reached yet (or for 10 minutes) has no series for the app's port:

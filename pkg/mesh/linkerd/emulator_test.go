@@ -80,8 +80,36 @@ func value0(v *float64) float64 {
 	return *v
 }
 
-// traffic sends requests to addr every interval until stop is closed.
-func traffic(t *testing.T, addr string, interval time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+// answered is what traffic got answers to: how many requests, and when the last of them was
+// sent (the proxy counts a request as it starts: no later than that).
+type answered struct {
+	mu       sync.Mutex
+	n        int64
+	lastSent time.Time
+}
+
+func (a *answered) add(sent time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.n++
+	a.lastSent = sent
+}
+
+func (a *answered) count() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
+
+func (a *answered) last() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastSent
+}
+
+// traffic sends requests to addr every interval until stop is closed, one at a time, and
+// records those answered in seen, if not nil.
+func traffic(t *testing.T, addr string, interval time.Duration, stop <-chan struct{}, seen *answered) *sync.WaitGroup {
 	t.Helper()
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -96,9 +124,13 @@ func traffic(t *testing.T, addr string, interval time.Duration, stop <-chan stru
 				return
 			case <-ticker.C:
 			}
+			sent := time.Now()
 			if resp, err := hc.Get("http://" + addr + "/"); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				if seen != nil {
+					seen.add(sent)
+				}
 			}
 		}
 	}()
@@ -123,13 +155,15 @@ func drainConfig() drain.Config {
 func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 	s := startEmulated(t, linkerdsim.Config{})
 	stop := make(chan struct{})
-	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop)
+	var seen answered
+	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop, &seen)
 	stopAfter := 300 * time.Millisecond
 	time.AfterFunc(stopAfter, func() { close(stop) })
 	s.Terminate() // t0: nothing happens to a native sidecar
 
 	start := time.Now()
-	res := drain.Run(context.Background(), drainConfig(), newClient(t, s.AdminURL(), Options{}))
+	proxy := &firstReadTimed{Sidecar: newClient(t, s.AdminURL(), Options{})}
+	res := drain.Run(context.Background(), drainConfig(), proxy)
 	wg.Wait()
 	if res.Reason != drain.ReasonQuiet || res.Signal != mesh.SignalHTTPRequests || res.Naming != NamingLinkerd {
 		t.Fatalf("reason %s signal %s naming %s", res.Reason, res.Signal, res.Naming)
@@ -148,9 +182,35 @@ func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 	if took := time.Since(start); took < stopAfter {
 		t.Errorf("decided after %s: before the traffic stopped", took)
 	}
-	if res.LastArrival < stopAfter-100*time.Millisecond {
-		t.Errorf("last arrival at %s, traffic ran for %s", res.LastArrival, stopAfter)
+	// The read that showed the last request came after it was sent, and the coordinator's
+	// start before its first read: its last arrival is at least that far from the start,
+	// however a busy machine spaced the requests (a figure from the timer that stopped them
+	// is not: a starved sender's last request can come well before it).
+	if least := seen.last().Sub(proxy.firstRead()); res.LastArrival < least {
+		t.Errorf("last arrival at %s, but a request was sent %s after the first read", res.LastArrival, least)
 	}
+}
+
+// firstReadTimed notes when the coordinator first read the proxy: after its start.
+type firstReadTimed struct {
+	mesh.Sidecar
+	mu    sync.Mutex
+	first time.Time
+}
+
+func (p *firstReadTimed) Inbound(ctx context.Context, sel mesh.Selector) (mesh.Snapshot, error) {
+	p.mu.Lock()
+	if p.first.IsZero() {
+		p.first = time.Now()
+	}
+	p.mu.Unlock()
+	return p.Sidecar.Inbound(ctx, sel)
+}
+
+func (p *firstReadTimed) firstRead() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first
 }
 
 // TestClassicSidecarBlindsTheDrain is a classic proxy without proxy-wait-before-exit-seconds:
@@ -162,15 +222,50 @@ func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 func TestClassicSidecarBlindsTheDrain(t *testing.T) {
 	s := startEmulated(t, linkerdsim.Config{Injection: linkerdsim.InjectionClassic})
 	stop := make(chan struct{})
-	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop)
+	var seen answered
+	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop, &seen)
 	defer func() { close(stop); wg.Wait() }()
-	time.AfterFunc(100*time.Millisecond, s.Terminate)
 
-	res := drain.Run(context.Background(), drainConfig(), newClient(t, s.AdminURL(), Options{}))
+	proxy := &sigtermOnSeenTraffic{Sidecar: newClient(t, s.AdminURL(), Options{}), served: &seen, terminate: s.Terminate}
+	res := drain.Run(context.Background(), drainConfig(), proxy)
 	if res.Reason != drain.ReasonSidecarGoneBusy || res.ExitCode() != 5 {
 		t.Errorf("reason %s exit %d, want sidecar-gone-busy, 5", res.Reason, res.ExitCode())
 	}
 	if res.RecentArrivals == nil || *res.RecentArrivals == 0 {
 		t.Errorf("recent arrivals %s: the traffic cut by the SIGTERM is not reported", show(res.RecentArrivals))
 	}
+}
+
+// sigtermOnSeenTraffic gives the proxy its SIGTERM once a read it has answered shows requests
+// served since the coordinator's first read: the coordinator has then seen live traffic when
+// the admin port goes, however a busy machine spaced the requests and the reads (a timer from
+// the start can end the proxy before the coordinator has read twice).
+type sigtermOnSeenTraffic struct {
+	mesh.Sidecar
+	served    *answered
+	terminate func()
+
+	mu            sync.Mutex
+	reads         int
+	firstAnswered int64 // served when the first read was answered
+	terminated    bool
+}
+
+func (p *sigtermOnSeenTraffic) Inbound(ctx context.Context, sel mesh.Selector) (mesh.Snapshot, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	servedBefore := p.served.count()
+	snap, err := p.Sidecar.Inbound(ctx, sel)
+	p.reads++
+	// The first read counts at most firstAnswered requests and the one then in flight; this
+	// one counts every request answered before it was sent. Two more answered: it shows one
+	// the first did not.
+	switch {
+	case p.reads == 1:
+		p.firstAnswered = p.served.count()
+	case err == nil && !p.terminated && servedBefore >= p.firstAnswered+2:
+		p.terminate()
+		p.terminated = true
+	}
+	return snap, err
 }
