@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
@@ -330,10 +327,7 @@ func salvageProxyHold(args []string, lookup func(string) (string, bool)) time.Du
 // runHoldCommand is hold from its raw arguments.
 func runHoldCommand(ctx context.Context, s streams, cmd *cobra.Command, args, environ []string) error {
 	start := time.Now()
-	// A closed stdout or stderr must not end the hold (see runPrestopCommand).
-	sigpipe := make(chan os.Signal, 1)
-	signal.Notify(sigpipe, syscall.SIGPIPE)
-	defer signal.Stop(sigpipe)
+	defer surviveClosedPipes()()
 
 	setup := loadHold(args, environ)
 	if setup.opts.help {
@@ -348,16 +342,8 @@ func runHoldCommand(ctx context.Context, s streams, cmd *cobra.Command, args, en
 
 func runHold(ctx context.Context, s streams, setup *holdSetup, start time.Time) error {
 	o := setup.opts
-	level := zapcore.InfoLevel
-	if o.verbose {
-		level = zapcore.DebugLevel
-	}
-	logger, closeLog, logFileErr := newPrestopLogger(o.logFormat, o.logFile, s.err, level)
+	logger, closeLog, logFileErr := newHookLogger("hold", o.logFormat, o.logFile, s.err, o.verbose, setup.warnings)
 	defer closeLog()
-	logger = logger.With(zap.String("component", "hold"))
-	for _, w := range setup.warnings {
-		logger.Warn(w)
-	}
 	if len(setup.problems) > 0 {
 		res := hold.FailSafe(ctx, hold.FailSafeConfig{Problems: setup.problems, Hold: setup.bound, Start: start, Logger: logger})
 		return &ExitError{Code: res.ExitCode()}

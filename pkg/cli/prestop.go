@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -252,6 +253,31 @@ func wrapRow(head, text string) string {
 	return b.String()
 }
 
+// surviveClosedPipes keeps a hook going when its stdout or stderr is closed (the pipe of
+// whoever started it went away): with SIGPIPE notified, such writes fail with EPIPE instead
+// of killing the process, and the logger ignores them. It returns the undo.
+func surviveClosedPipes() (stop func()) {
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	return func() { signal.Stop(sigpipe) }
+}
+
+// newHookLogger is a hook's logger (prestop's, hold's): its format and file, debug with
+// verbose, every event tagged with the hook's component, and the settings' warnings logged
+// first.
+func newHookLogger(component, format, file string, stderr io.Writer, verbose bool, warnings []string) (*zap.Logger, func(), error) {
+	level := zapcore.InfoLevel
+	if verbose {
+		level = zapcore.DebugLevel
+	}
+	logger, closeLog, fileErr := newPrestopLogger(format, file, stderr, level)
+	logger = logger.With(zap.String("component", component))
+	for _, w := range warnings {
+		logger.Warn(w)
+	}
+	return logger, closeLog, fileErr
+}
+
 // runPrestopCommand is prestop from its raw arguments: load and check the configuration,
 // then either report it (--validate), hold the app (a start error), or drain.
 func runPrestopCommand(ctx context.Context, s streams, cmd *cobra.Command, args, environ []string) error {
@@ -262,12 +288,7 @@ func runPrestopCommand(ctx context.Context, s streams, cmd *cobra.Command, args,
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(prestopMemoryLimit)
 	}
-	// A closed stdout or stderr (the pipe of whoever started the hook went away) must not
-	// end the wait: with SIGPIPE notified, such writes fail with EPIPE instead of killing the
-	// process, and the logger ignores them.
-	sigpipe := make(chan os.Signal, 1)
-	signal.Notify(sigpipe, syscall.SIGPIPE)
-	defer signal.Stop(sigpipe)
+	defer surviveClosedPipes()()
 
 	setup := loadPrestop(ctx, args, environ)
 	if setup.opts.help {
@@ -282,16 +303,8 @@ func runPrestopCommand(ctx context.Context, s streams, cmd *cobra.Command, args,
 
 func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.Time) error {
 	o := setup.opts
-	level := zapcore.InfoLevel
-	if o.verbose {
-		level = zapcore.DebugLevel
-	}
-	logger, closeLog, logFileErr := newPrestopLogger(o.logFormat, o.logFile, s.err, level)
+	logger, closeLog, logFileErr := newHookLogger("prestop", o.logFormat, o.logFile, s.err, o.verbose, setup.warnings)
 	defer closeLog()
-	logger = logger.With(zap.String("component", "prestop"))
-	for _, w := range setup.warnings {
-		logger.Warn(w)
-	}
 	report := startHoldReport(setup, start)
 	if len(setup.problems) > 0 {
 		return endPrestop(report, drain.FailSafe(ctx, drain.FailSafeConfig{Problems: setup.problems, Hold: setup.hold, Start: start, Logger: logger}))
