@@ -244,7 +244,9 @@ type holder struct {
 	// known); the app's drain counts from it.
 	appStopAt time.Time
 	decidedAt time.Time
-	result    Result
+	// releasingReads counts the full reads of the socket table since hold decided.
+	releasingReads int
+	result         Result
 }
 
 func newHolder(cfg Config) *holder {
@@ -386,6 +388,7 @@ func (h *holder) look(now time.Time) {
 	read := h.app.readListeners
 	if h.phase == phaseReleasing {
 		read = h.app.readAll
+		h.releasingReads++
 	}
 	wasVisible := h.app.visible()
 	fresh, err := read(now)
@@ -436,7 +439,9 @@ func (h *holder) step(ctx context.Context, now time.Time) Reason {
 		return ReasonReleased
 	case h.result.Prestop == PrestopAbsent && h.app.neverThere():
 		return ReasonAppGone
-	case !now.Before(h.releaseBy()):
+	case !now.Before(h.releaseBy()) && (h.releasingReads >= drain.MinQuietPolls || !now.Before(h.end)):
+		// The reads that can show the app gone or let go come first, however late a busy
+		// machine ran them: ending on the clock alone would name the wrong reason.
 		if h.result.Prestop == PrestopOverdue || h.result.Prestop == PrestopUnreported || h.running() {
 			return ReasonDeadline
 		}
@@ -502,9 +507,8 @@ func (h *holder) releaseBy() time.Time {
 		return h.end
 	}
 	// The app's drain may be over before hold decided (no hook: it was told at the start);
-	// the reads that can show the app gone still come first.
-	confirmed := h.decidedAt.Add(drain.MinQuietPolls * h.cfg.Poll)
-	return minTime(h.end, maxTime(stop.Add(h.cfg.AppDrain), confirmed))
+	// step still waits for the reads that can show the app gone.
+	return minTime(h.end, stop.Add(h.cfg.AppDrain))
 }
 
 // nextWait is how long to sleep: a poll, or less if a deadline comes first.

@@ -79,6 +79,9 @@ type podTable struct {
 	// brokenAt: every read from then on fails as a table that cannot be read.
 	brokenAt time.Duration
 	reads    int
+	// slowListing, when set, makes each listing of the listeners take that long on the fake
+	// clock: a busy machine's late timer.
+	slowListing time.Duration
 }
 
 func (p *podTable) at() time.Duration { return p.clock.Now().Sub(t0) }
@@ -97,6 +100,9 @@ func sock(local, remote string, state sockets.State, uid uint32, inode uint64) s
 func (p *podTable) Listeners(ports []uint16) ([]sockets.Socket, error) {
 	if err := p.broken(); err != nil {
 		return nil, err
+	}
+	if p.slowListing > 0 {
+		p.clock.(*clock.Fake).Advance(p.slowListing)
 	}
 	// The proxy's own listener on the app's port never counts (it is not the app's).
 	socks := []sockets.Socket{sock("0.0.0.0:15006", "0.0.0.0:0", sockets.Listen, proxyUID, 7)}
@@ -254,6 +260,14 @@ func TestHoldNoPrestopAppGoneShortAppDrain(t *testing.T) {
 	c := runHold(t, nil, &podTable{}, func(cfg *Config) { cfg.AppDrain = time.Second })
 	c.want(t, ReasonAppGone, PrestopAbsent, 0)
 	within(t, "release", c.result.Elapsed, DefaultPrestopWait, DefaultPrestopWait+3*poll)
+}
+
+// The same on a busy machine, where each read of the table ends more than two polls after it
+// began: the reason is still taken from the reads that show the app gone, not from the clock
+// that ran past the app's drain meanwhile.
+func TestHoldNoPrestopAppGoneSlowReads(t *testing.T) {
+	c := runHold(t, nil, &podTable{slowListing: 3 * poll}, func(cfg *Config) { cfg.AppDrain = time.Second })
+	c.want(t, ReasonAppGone, PrestopAbsent, 0)
 }
 
 // Fault: no hook is configured in the app container: the app got its SIGTERM at the
