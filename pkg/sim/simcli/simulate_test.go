@@ -92,16 +92,25 @@ func TestSimulateHeadlineAndSVG(t *testing.T) {
 		t.Skip("runs the simulator for about 10 s with a freshly built meshdrain")
 	}
 	bin := buildMeshdrain(t, t.TempDir())
-	svgDir := filepath.Join(t.TempDir(), "pictures")
 	// Every client stops sending at 6 s: Envoy's kill at 5 s under Istio's defaults cuts
 	// requests whatever the preStop does; with the recommended sidecar meshdrain stops the app
-	// after 6 s plus its quiet window, sooner than the sleep of 8 s.
-	code, out, errOut := runMain(t, "simulate", "--meshdrain-bin", bin, "--strategy", "sleep:8s,meshdrain",
-		"--qps", "200", "--clients", "10", "--eds-lag", "6s", "--time-scale", "0.2", "--svg", svgDir)
-	if code != ExitOK {
-		t.Fatalf("simulate: exit %d\n%s\n%s", code, errOut, out)
+	// after 6 s plus its quiet window, sooner than the sleep of 8 s. A run whose timers fired
+	// late (its WARNING lines) is replayed at a larger time scale; the last one is judged
+	// whatever it says.
+	var svgDir, out string
+	for _, scale := range []string{"0.2", "0.5", "1"} {
+		svgDir = filepath.Join(t.TempDir(), "pictures")
+		code, stdout, errOut := runMain(t, "simulate", "--meshdrain-bin", bin, "--strategy", "sleep:8s,meshdrain",
+			"--qps", "200", "--clients", "10", "--eds-lag", "6s", "--time-scale", scale, "--svg", svgDir)
+		if code != ExitOK {
+			t.Fatalf("simulate: exit %d\n%s\n%s", code, errOut, stdout)
+		}
+		out = stdout
+		t.Logf("simulate at time scale %s:\n%s", scale, out)
+		if !strings.Contains(out, "WARNING") {
+			break
+		}
 	}
-	t.Logf("simulate:\n%s", out)
 
 	table := strings.Index(out, "\n   STRATEGY")
 	if !strings.HasPrefix(out, "meshdrain against the best sleep, per sidecar setting") || table < 0 {
@@ -134,20 +143,16 @@ func TestSimulateHeadlineAndSVG(t *testing.T) {
 	if want := "app stopped at " + md[2] + "s"; !strings.Contains(headline["recommended"], want) {
 		t.Errorf("recommended headline %q does not say %q, the table's APP STOP", headline["recommended"], want)
 	}
-	if strings.Contains(out, "WARNING") {
-		t.Log("timers fired late on this machine: the verdicts are not checked")
-	} else {
-		if md[0] == "0" && md[1] == "0" && !strings.HasPrefix(headline["recommended"], "meshdrain clean, app stopped at") {
-			t.Errorf("recommended headline %q: the table shows a clean meshdrain", headline["recommended"])
+	if md[0] == "0" && md[1] == "0" && !strings.HasPrefix(headline["recommended"], "meshdrain clean, app stopped at") {
+		t.Errorf("recommended headline %q: the table shows a clean meshdrain", headline["recommended"])
+	}
+	for _, strategy := range []string{"sleep:8s", "meshdrain"} {
+		if want := strategy + " lost " + rows[strategy+"/istio-default"][1]; !strings.Contains(headline["istio-default"], want) {
+			t.Errorf("istio-default headline %q lacks %q", headline["istio-default"], want)
 		}
-		for _, strategy := range []string{"sleep:8s", "meshdrain"} {
-			if want := strategy + " lost " + rows[strategy+"/istio-default"][1]; !strings.Contains(headline["istio-default"], want) {
-				t.Errorf("istio-default headline %q lacks %q", headline["istio-default"], want)
-			}
-		}
-		if !strings.Contains(headline["istio-default"], "fix the sidecar first: meshdrain plan.") {
-			t.Errorf("istio-default headline %q: Envoy is killed at 5 s while clients send until 6 s", headline["istio-default"])
-		}
+	}
+	if !strings.Contains(headline["istio-default"], "fix the sidecar first: meshdrain plan.") {
+		t.Errorf("istio-default headline %q: Envoy is killed at 5 s while clients send until 6 s", headline["istio-default"])
 	}
 	// A timeline starts with its own line, "\nSTRATEGY, sidecar SIDECAR:" (a WARNING line
 	// names the run the same way, after "WARNING ").
