@@ -38,7 +38,7 @@ test-race: ## Run the tests of the concurrent packages under the race detector
 	$(GO) test -race -count=1 $$($(GO) list ./pkg/... | grep -v -e /pkg/sim/podsim -e /pkg/sim/simcli)
 	$(GO) test -race -count=1 -timeout 20m -p 1 $(SIM_PKGS)
 
-test-loaded: ## Run make test beside a CPU load on every core (RUNS=3 for three runs): the gate must pass on a busy machine
+test-loaded: ## Run make test beside a CPU load on every core (RUNS=3 for three runs; RACE_RUNS=5 adds go test -race ./...): the gate must pass on a busy machine
 	@bash scripts/test-loaded.sh
 
 size: build ## Check that the binary is static and at most 12 MiB
