@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,13 +158,28 @@ func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 	stop := make(chan struct{})
 	var seen answered
 	wg := traffic(t, s.InboundAddr(8080), 10*time.Millisecond, stop, &seen)
-	stopAfter := 300 * time.Millisecond
-	time.AfterFunc(stopAfter, func() { close(stop) })
 	s.Terminate() // t0: nothing happens to a native sidecar
 
-	start := time.Now()
 	proxy := &firstReadTimed{Sidecar: newClient(t, s.AdminURL(), Options{})}
-	res := drain.Run(context.Background(), drainConfig(), proxy)
+	// The traffic stops once the coordinator has watched 6 requests answered, however slowly
+	// a busy machine runs the sender: a timer from the start would stop it after fewer. A
+	// quiet window of 1 s keeps a starved sender's pauses from passing for the end.
+	var stoppedAt atomic.Int64
+	go func() {
+		defer close(stop)
+		limit := time.Now().Add(20 * time.Second)
+		for proxy.firstRead().IsZero() && time.Now().Before(limit) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		for from := seen.count(); seen.count() < from+6 && time.Now().Before(limit); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		stoppedAt.Store(time.Now().UnixNano())
+	}()
+	cfg := drainConfig()
+	cfg.Quiet, cfg.Deadline = time.Second, 10*time.Second
+	res := drain.Run(context.Background(), cfg, proxy)
+	decided := time.Now()
 	wg.Wait()
 	if res.Reason != drain.ReasonQuiet || res.Signal != mesh.SignalHTTPRequests || res.Naming != NamingLinkerd {
 		t.Fatalf("reason %s signal %s naming %s", res.Reason, res.Signal, res.Naming)
@@ -179,8 +195,8 @@ func TestCoordinatorDrainsBehindANativeSidecar(t *testing.T) {
 	}
 	// Not at the deadline: the reason above says the quiet window ended the wait, which a
 	// wall-clock bound below the deadline would say only on an idle machine.
-	if took := time.Since(start); took < stopAfter {
-		t.Errorf("decided after %s: before the traffic stopped", took)
+	if stopped := time.Unix(0, stoppedAt.Load()); decided.Before(stopped) {
+		t.Errorf("decided %s before the traffic stopped", stopped.Sub(decided))
 	}
 	// The read that showed the last request came after it was sent, and the coordinator's
 	// start before its first read: its last arrival is at least that far from the start,
