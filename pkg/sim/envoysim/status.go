@@ -86,4 +86,3 @@ func (s *Sidecar) exitIfDrainedNow() bool {
 
 // ExitAfterDrainNow is the exit reason of a SIGTERM that came after /drain.
 const ExitAfterDrainNow = "SIGTERM after /drain: exited at once"
-
