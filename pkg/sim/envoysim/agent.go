@@ -108,6 +108,10 @@ func (s *Sidecar) wait(d time.Duration) bool {
 	}
 }
 
+// ExitTerminationDrainDuration is the exit reason of pilot-agent's kill of Envoy at the end
+// of terminationDrainDuration.
+const ExitTerminationDrainDuration = "terminationDrainDuration elapsed"
+
 // runClassic is pilot-agent's default termination: drain, sleep terminationDrainDuration,
 // kill Envoy whatever is in flight; after a /drain (DrainNow), exit at once.
 func (s *Sidecar) runClassic() {
@@ -117,7 +121,7 @@ func (s *Sidecar) runClassic() {
 	s.agentDrain(false)
 	s.log.Info("pilot-agent: graceful termination period starting", zap.Duration("termination_drain_duration", s.cfg.TerminationDrainDuration))
 	if s.wait(s.cfg.TerminationDrainDuration) {
-		s.exit("terminationDrainDuration elapsed")
+		s.exit(ExitTerminationDrainDuration)
 	}
 }
 

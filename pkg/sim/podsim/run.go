@@ -62,6 +62,10 @@ type Result struct {
 	// Warnings say where this machine was too busy to keep the scenario's timing: an actor
 	// that ran late by more than lateTolerance of pod time.
 	Warnings []string `json:"warnings,omitempty"`
+	// Hold is meshdrain hold's final event, where istio-proxy's preStop runs it (regime b as
+	// plan writes it); HoldError why that hook failed, if it did.
+	Hold      *HoldEvent `json:"hold,omitempty"`
+	HoldError string     `json:"hold_error,omitempty"`
 	// PreStopError is why the preStop hook failed, if it did.
 	PreStopError string  `json:"prestop_error,omitempty"`
 	Timeline     []Event `json:"timeline"`
@@ -273,7 +277,8 @@ func timingWarnings(res Result, strat Strategy, spec SidecarSpec, poll time.Dura
 			w = append(w, fmt.Sprintf("%s at %.2fs instead of %.2fs: %s", what, got, want, busy))
 		}
 	}
-	if spec.Mesh != mesh.Linkerd && spec.Mode == SidecarClassic && res.SidecarExit > 0 && res.SidecarExit < res.GracePeriodS {
+	// Behind a hold, pilot-agent's timer starts only at the SIGTERM hold's return brings.
+	if spec.Mesh != mesh.Linkerd && spec.Mode == SidecarClassic && !spec.holds() && res.SidecarExit > 0 && res.SidecarExit < res.GracePeriodS {
 		late("pilot-agent killed Envoy", spec.TerminationDrainDuration.Seconds(), res.SidecarExit)
 	}
 	if strat.Kind == StrategySleep && strat.Sleep.Seconds() < res.GracePeriodS {
