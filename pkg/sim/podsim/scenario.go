@@ -397,6 +397,9 @@ func PlanInput(sc Scenario) plan.Input {
 		Sidecar:            plan.Classic,
 		CurrentGracePeriod: sc.GracePeriod,
 		DrainDuration:      45 * time.Second,
+		// `plan --grace-period` keeps a longer grace period in force (and derives the hook's
+		// deadline from it) unless --lower-grace-period.
+		KeepLonger: plan.Bounds{GracePeriod: sc.GracePeriod},
 	}
 	if !sc.EDSLag.Constant() {
 		in.EDSLagMedian, in.Clients = sc.EDSLag.Median, sc.Clients
@@ -499,7 +502,7 @@ func (spec *SidecarSpec) takeGracePeriod(sc Scenario, p plan.Plan) string {
 		spec.GracePeriod = p.GracePeriod
 		return fmt.Sprintf("grace period raised from %s to %s (the plan needs it)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
 	}
-	return fmt.Sprintf("grace period kept at %s (the plan needs %s)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
+	return fmt.Sprintf("grace period kept at %s (the plan needs %s)", fmtD(sc.GracePeriod), fmtD(p.SufficientGracePeriod))
 }
 
 // clientsNote is the --clients part of a recommended sidecar's note.
