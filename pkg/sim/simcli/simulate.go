@@ -115,8 +115,10 @@ is also drawn as an SVG timeline (the app serving, the sidecar alive, the window
 clients still send, the failures, the moment the app was told to stop) into --svg DIR, with an
 index.html that shows them together; simulate prints where.
 
---sidecar takes istio-default, recommended, or classic | exit-on-zero | native with the
-Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
+--sidecar takes istio-default, recommended (what 'meshdrain plan' writes by default: regime
+(b), istio-proxy's preStop the real 'meshdrain hold', classic), recommended-native (the same,
+native), regime-a (plan --defer-sidecar-drain=false), or classic | exit-on-zero | native with
+the Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
 
 --mesh linkerd replays the same pod in a Linkerd mesh: its proxy is the linkerd2-proxy
 emulator (no drain call; it stops accepting only at SIGTERM), its clients retry nothing, and
