@@ -38,7 +38,8 @@ func printMatrix(w io.Writer, rows []row, seeds []uint64, timeScale float64, wal
 	fmt.Fprintf(w, "meshdrain benchmark matrix: seeds %s, time scale %g, the sidecar meshdrain plan writes by default (regime b: istio-proxy's preStop\n",
 		strings.Join(seedText, ","), timeScale)
 	fmt.Fprintf(w, "meshdrain hold; classic, and meshdrain also native), client retries 0; %.0fs of runs.\n", wall.Seconds())
-	fmt.Fprintf(w, "Times are pod seconds from the deletion; a cell is the app-stop time · requests lost (by Envoy flag), as ranges over the seeds.\n")
+	fmt.Fprintf(w, "Times are pod seconds from the deletion; a cell is the app-stop time · requests lost (by Envoy flag) · when the pod was gone,\n")
+	fmt.Fprintf(w, "as ranges over the seeds.\n")
 	fmt.Fprintf(w, "Pod gone: deletion to the last container's exit, with meshdrain behind plan's route, classic · native · today's regime (a)\n")
 	fmt.Fprintf(w, "(plan --defer-sidecar-drain=false, classic: the proxy lives its terminationDrainDuration).\n\n")
 	fmt.Fprintf(w, "| traffic | floor | own longest gap | %s | meshdrain native | meshdrain − floor (classic · native) | pod gone (classic · native · regime a) | meshdrain ended | targets |\n", strings.Join(strategies, " | "))
@@ -81,8 +82,16 @@ func seconds(rs []podsim.Result, f func(podsim.Result) float64) string {
 	return span(collect(rs, f), "%.1f") + "s"
 }
 
-// cell is one strategy's app-stop time and losses over the seeds.
+// cell is one strategy's app-stop time, losses and pod-gone time over the seeds.
 func cell(rs []podsim.Result) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	return stopAndLost(rs) + " · gone " + seconds(rs, func(r podsim.Result) float64 { return r.PodGoneS })
+}
+
+// stopAndLost is the app-stop time and the losses (by Envoy flag) over the seeds.
+func stopAndLost(rs []podsim.Result) string {
 	stop := span(collect(rs, func(r podsim.Result) float64 { return r.AppStopS }), "%.1f") + "s"
 	lost := span(collect(rs, func(r podsim.Result) float64 { return float64(r.ClientFailures) }), "%.0f")
 	var kinds []string
