@@ -45,6 +45,9 @@ type HoldEvent struct {
 	Reason      string  `json:"reason"`
 	Prestop     string  `json:"prestop"`
 	ElapsedPodS float64 `json:"elapsed_pod_s"`
+	// ReturnedS is when the kubelet saw the hook return, in pod time from the deletion (zero
+	// when it was killed with its container).
+	ReturnedS   float64 `json:"returned_s,omitempty"`
 	DrainCalled bool    `json:"drain_called"`
 	ExitCode    int     `json:"exit_code"`
 	// Args are the flags hold ran with (durations already scaled).

@@ -286,6 +286,7 @@ func (p *podRun) startHold(ctx context.Context) error {
 func (p *podRun) holdHasReturned(now time.Time) {
 	p.holdReturned = true
 	ev := p.recordHold()
+	ev.ReturnedS = p.clock.at(now)
 	p.log(now, "meshdrain hold", "returned: reason=%s (prestop %s) after %.2fs, drain called %t, exit %d", ev.Reason, ev.Prestop, ev.ElapsedPodS, ev.DrainCalled, ev.ExitCode)
 	if p.sideExited || p.graceOver {
 		return

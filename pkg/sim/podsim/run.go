@@ -221,7 +221,11 @@ type Lateness struct {
 	// it holds --min-wait without polling). MeshdrainAdminTimeouts counts its admin requests
 	// that timed out: the emulated sidecar, in the simulator's process, did not answer within
 	// --connect-timeout.
-	MeshdrainProcessS      float64 `json:"meshdrain_process_s,omitempty"`
+	MeshdrainProcessS float64 `json:"meshdrain_process_s,omitempty"`
+	// HoldProcessS is the same for meshdrain hold, the proxy's preStop: the pod time from the
+	// deletion to its return beyond its own clock. The proxy's SIGTERM, and so the pod's end,
+	// waits for it.
+	HoldProcessS           float64 `json:"hold_process_s,omitempty"`
 	MeshdrainPollS         float64 `json:"meshdrain_poll_s,omitempty"`
 	MeshdrainAdminTimeouts int     `json:"meshdrain_admin_timeouts,omitempty"`
 }
@@ -251,6 +255,9 @@ func lateness(res Result, sc Scenario, seen observedTiming) Lateness {
 		l.AgentDrainError = seen.agentDrainErr.Error()
 	case seen.agentDrained:
 		l.AgentDrainS = &seen.agentDrainS
+	}
+	if h := res.Hold; h != nil && h.ReturnedS > 0 && res.HoldError == "" {
+		l.HoldProcessS = roundS(max(h.ReturnedS-h.ElapsedPodS, 0))
 	}
 	if ev := res.Meshdrain; ev != nil && res.PreStopError == "" {
 		l.MeshdrainProcessS = roundS(max(res.AppStopS-ev.ElapsedPodS, 0))
@@ -298,6 +305,9 @@ func timingWarnings(res Result, strat Strategy, spec SidecarSpec, poll time.Dura
 	late("a client applied its EDS update", l.ClientEDSUpdatePlannedS, l.ClientEDSUpdatePlannedS+l.ClientEDSUpdateS)
 	if l.MeshdrainProcessS > lateTolerance {
 		w = append(w, fmt.Sprintf("meshdrain's process took %.2fs beyond its own clock (exec, start-up, exit): %s", l.MeshdrainProcessS, busy))
+	}
+	if l.HoldProcessS > lateTolerance {
+		w = append(w, fmt.Sprintf("meshdrain hold's process took %.2fs beyond its own clock (exec, start-up, exit): %s", l.HoldProcessS, busy))
 	}
 	if l.MeshdrainPollS > lateTolerance {
 		w = append(w, fmt.Sprintf("meshdrain polled every %.2fs on average instead of %.2fs: %s", poll.Seconds()+l.MeshdrainPollS, poll.Seconds(), busy))
