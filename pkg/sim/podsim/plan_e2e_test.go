@@ -166,5 +166,13 @@ func TestRegimeBPodGone(t *testing.T) {
 		if b.PodGoneS >= a.PodGoneS {
 			t.Errorf("%s: pod gone at %.2fs, not before regime (a)'s %.2fs", name, b.PodGoneS, a.PodGoneS)
 		}
+		// And the proxy ends at its SIGTERM, not terminationDrainDuration later: the pod is gone
+		// within hold's two reads in a row after the app's exit (three polls, as the first may
+		// come just before it), plus what hold's process measured beyond its own clock.
+		const holdPoll = 0.2
+		if bound, allow := b.AppExitS+3*holdPoll+0.25, b.Lateness.HoldProcessS; b.PodGoneS > bound+allow {
+			t.Errorf("%s: pod gone at %.2fs, later than the app's exit %.2fs + 3 hold polls + 0.25s (%.2fs), + %.2fs hold's process measured beyond its clock (time scale %g)",
+				name, b.PodGoneS, b.AppExitS, bound, allow, b.Scale)
+		}
 	}
 }
