@@ -110,11 +110,11 @@ func (m matrix) runFallbackSeed(ctx context.Context, tr podsim.Traffic, shape fa
 		sc.ClientConns = shape.conns
 	}
 	sc.Retries, sc.Seed, sc.TimeScale, sc.MeshdrainBinary = 0, seed, m.timeScale, m.meshdrainBin
-	a, err := podsim.RecommendedSidecar(sc)
+	a, err := podsim.RegimeASidecar(sc)
 	if err != nil {
 		return fallbackRun{}, err
 	}
-	b, err := podsim.RecommendedDeferredSidecar(sc)
+	b, err := podsim.RecommendedSidecar(sc)
 	if err != nil {
 		return fallbackRun{}, err
 	}

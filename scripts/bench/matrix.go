@@ -70,8 +70,9 @@ func (m matrix) runShape(ctx context.Context, tr podsim.Traffic) (row, error) {
 }
 
 // runSeed replays one shape with one seed under every strategy, with the sidecar `meshdrain
-// plan` recommends for it and no client retries, so that every request the pod fails is
-// counted. It says on stderr what the run saw, as it goes: a full matrix lasts many minutes.
+// plan` writes for it by default (regime b, classic) and no client retries, so that every
+// request the pod fails is counted; then meshdrain behind plan's native route and its opt-out
+// (regime a). It says on stderr what the run saw, as it goes: a full matrix lasts many minutes.
 func (m matrix) runSeed(ctx context.Context, tr podsim.Traffic, seed uint64) ([]podsim.Result, error) {
 	sc := tr.Apply(podsim.UserScenario())
 	sc.Retries, sc.Seed, sc.TimeScale, sc.MeshdrainBinary = 0, seed, m.timeScale, m.meshdrainBin
@@ -90,21 +91,21 @@ func (m matrix) runSeed(ctx context.Context, tr podsim.Traffic, seed uint64) ([]
 		}
 	}
 	if hasMeshdrain(m.strategies) {
-		b, err := m.runDeferred(ctx, sc)
+		routes, err := m.runRoutes(ctx, sc)
 		if err != nil {
-			return nil, fmt.Errorf("%s seed %d, regime (b): %w", tr.Name, seed, err)
+			return nil, fmt.Errorf("%s seed %d, plan's native route and regime (a): %w", tr.Name, seed, err)
 		}
-		for _, res := range b {
-			fmt.Fprintf(os.Stderr, "bench: %-13s seed %d: regime (b): meshdrain stop %.2fs (%s), lost %d\n", tr.Name, seed, res.AppStopS, endOf(res), res.ClientFailures)
+		for _, res := range routes {
+			fmt.Fprintf(os.Stderr, "bench: %-13s seed %d: %s: meshdrain stop %.2fs (%s), pod gone %.2fs, lost %d\n", tr.Name, seed, res.Strategy, res.AppStopS, endOf(res), res.PodGoneS, res.ClientFailures)
 		}
-		results = append(results, b...)
+		results = append(results, routes...)
 	}
 	for _, md := range results {
 		if md.Strategy != "meshdrain" {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "bench: %-13s seed %d: floor %.2fs, meshdrain stop %.2fs (%s), lost %d; %.0fs\n",
-			tr.Name, seed, md.LastClientLagS, md.AppStopS, endOf(md), md.ClientFailures, time.Since(started).Seconds())
+		fmt.Fprintf(os.Stderr, "bench: %-13s seed %d: floor %.2fs, meshdrain stop %.2fs (%s), pod gone %.2fs, lost %d; %.0fs\n",
+			tr.Name, seed, md.LastClientLagS, md.AppStopS, endOf(md), md.PodGoneS, md.ClientFailures, time.Since(started).Seconds())
 	}
 	return results, nil
 }

@@ -35,11 +35,15 @@ func printMatrix(w io.Writer, rows []row, seeds []uint64, timeScale float64, wal
 	for i, s := range seeds {
 		seedText[i] = strconv.FormatUint(s, 10)
 	}
-	fmt.Fprintf(w, "meshdrain benchmark matrix: seeds %s, time scale %g, recommended sidecar (meshdrain plan), client retries 0; %.0fs of runs.\n",
-		strings.Join(seedText, ","), timeScale, wall.Seconds())
-	fmt.Fprintf(w, "Times are pod seconds from the deletion; a cell is the app-stop time · requests lost (by Envoy flag), as ranges over the seeds.\n\n")
-	fmt.Fprintf(w, "| traffic | floor | own longest gap | %s | meshdrain − floor | meshdrain ended | targets |\n", strings.Join(strategies, " | "))
-	fmt.Fprintf(w, "|---|---|---|%s---|---|---|\n", strings.Repeat("---|", len(strategies)))
+	fmt.Fprintf(w, "meshdrain benchmark matrix: seeds %s, time scale %g, the sidecar meshdrain plan writes by default (regime b: istio-proxy's preStop\n",
+		strings.Join(seedText, ","), timeScale)
+	fmt.Fprintf(w, "meshdrain hold; classic, and meshdrain also native), client retries 0; %.0fs of runs.\n", wall.Seconds())
+	fmt.Fprintf(w, "Times are pod seconds from the deletion; a cell is the app-stop time · requests lost (by Envoy flag) · when the pod was gone,\n")
+	fmt.Fprintf(w, "as ranges over the seeds.\n")
+	fmt.Fprintf(w, "Pod gone: deletion to the last container's exit, with meshdrain behind plan's route, classic · native · today's regime (a)\n")
+	fmt.Fprintf(w, "(plan --defer-sidecar-drain=false, classic: the proxy lives its terminationDrainDuration).\n\n")
+	fmt.Fprintf(w, "| traffic | floor | own longest gap | %s | meshdrain native | meshdrain − floor (classic · native) | pod gone (classic · native · regime a) | meshdrain ended | targets |\n", strings.Join(strategies, " | "))
+	fmt.Fprintf(w, "|---|---|---|%s---|---|---|---|---|\n", strings.Repeat("---|", len(strategies)))
 	for _, r := range rows {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(matrixRow(r), " | "))
 	}
@@ -56,18 +60,38 @@ func matrixRow(r row) []string {
 	for _, s := range strategies {
 		cells = append(cells, cell(r.results[s]))
 	}
+	cells = append(cells, cell(r.results[native]))
 	var ends []string
 	for _, m := range md {
 		ends = append(ends, endOf(m))
 	}
+	toFloor := func(r podsim.Result) float64 { return r.AppStopS - r.LastClientLagS }
+	gone := func(r podsim.Result) float64 { return r.PodGoneS }
 	return append(cells,
-		span(collect(md, func(r podsim.Result) float64 { return r.AppStopS - r.LastClientLagS }), "%.1f")+"s",
+		seconds(md, toFloor)+" · "+seconds(r.results[native], toFloor),
+		seconds(md, gone)+" · "+seconds(r.results[native], gone)+" · "+seconds(r.results[regimeA], gone),
 		strings.Join(dedupe(ends), "; "),
 		verdict(r))
 }
 
-// cell is one strategy's app-stop time and losses over the seeds.
+// seconds is a figure of the runs over the seeds, "-" without runs.
+func seconds(rs []podsim.Result, f func(podsim.Result) float64) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	return span(collect(rs, f), "%.1f") + "s"
+}
+
+// cell is one strategy's app-stop time, losses and pod-gone time over the seeds.
 func cell(rs []podsim.Result) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	return stopAndLost(rs) + " · gone " + seconds(rs, func(r podsim.Result) float64 { return r.PodGoneS })
+}
+
+// stopAndLost is the app-stop time and the losses (by Envoy flag) over the seeds.
+func stopAndLost(rs []podsim.Result) string {
 	stop := span(collect(rs, func(r podsim.Result) float64 { return r.AppStopS }), "%.1f") + "s"
 	lost := span(collect(rs, func(r podsim.Result) float64 { return float64(r.ClientFailures) }), "%.0f")
 	var kinds []string

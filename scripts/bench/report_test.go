@@ -91,6 +91,15 @@ func sampleRows(t *testing.T) []row {
 	}
 	// A plan's sleep that ends before the last request.
 	rows[1].results["meshdrain"][0].LastRequestS = 7.9
+	// Plan's native route and regime (a) beside the classic default: pod gone as it goes, one
+	// native run after regime (a)'s and one stop later than the floor allows.
+	gone := func(r podsim.Result, at float64) podsim.Result { r.PodGoneS = at; return r }
+	steady := rows[0].results
+	steady["meshdrain"][0], steady["meshdrain"][1] = gone(steady["meshdrain"][0], 6.5), gone(steady["meshdrain"][1], 9.3)
+	steady[native] = []podsim.Result{gone(result(native, 6.1, 5.3, 0.1, nil, drained("quiet", "clients-left")), 6.4),
+		gone(result(native, 9.6, 8, 0.2, nil, drained("quiet", "rate")), 53.2)}
+	steady[regimeA] = []podsim.Result{gone(result(regimeA, 7.4, 5.3, 0.1, nil, drained("quiet", "quiet")), 52.0),
+		gone(result(regimeA, 9.1, 8, 0.2, nil, drained("quiet", "quiet")), 52.1)}
 	return rows
 }
 

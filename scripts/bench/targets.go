@@ -16,15 +16,38 @@ var evidenceShapes = map[string]bool{"sparse": true, "clients-500": true, "clien
 // evidenceSlack is 1.2 s plus one poll (200 ms).
 const evidenceSlack = 1.4
 
-// verdict checks meshdrain's regime (a) runs in the matrix table: nothing lost, and no later
-// than the best loss-free sleep.
+// Issue 26's targets for the matrix table, plan's default route (regime b), classic and
+// native: nothing lost in any shape; in these shapes meshdrain stops within stopSlack of the
+// floor; and in every shape the pod is gone no later than behind today's route, regime (a),
+// in the same seed.
+var stopShapes = map[string]bool{"steady": true, "bursts": true, "client-bursts": true, "sparse": true, "late-client": true,
+	"clients-500": true, "clients-2000": true}
+
+const stopSlack = 1.2
+
+// verdict checks plan's default route in the matrix table against issue 26's targets.
 func verdict(r row) string {
-	return judge(targetMisses(r, "meshdrain", false))
+	var notes []string
+	a := r.results[regimeA]
+	for _, route := range []struct{ key, label string }{{"meshdrain", "classic"}, {native, "native"}} {
+		for i, m := range r.results[route.key] {
+			if m.ClientFailures > 0 {
+				notes = append(notes, fmt.Sprintf("%s lost %d", route.label, m.ClientFailures))
+			}
+			if stopShapes[r.traffic.Name] && m.AppStopS-m.LastClientLagS > stopSlack {
+				notes = append(notes, fmt.Sprintf("%s %.1fs after the floor > %.1fs", route.label, m.AppStopS-m.LastClientLagS, stopSlack))
+			}
+			if i < len(a) && m.PodGoneS > a[i].PodGoneS {
+				notes = append(notes, fmt.Sprintf("%s pod gone %.1fs > regime (a) %.1fs", route.label, m.PodGoneS, a[i].PodGoneS))
+			}
+		}
+	}
+	return judge(notes)
 }
 
-// evidenceVerdict checks both regimes against the targets.
+// evidenceVerdict checks both regimes against issue 21's targets.
 func evidenceVerdict(r row) string {
-	return judge(append(targetMisses(r, "meshdrain", false), targetMisses(r, deferred, true)...))
+	return judge(append(targetMisses(r, regimeA, false), targetMisses(r, "meshdrain", true)...))
 }
 
 func judge(notes []string) string {

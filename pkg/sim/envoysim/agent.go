@@ -108,13 +108,20 @@ func (s *Sidecar) wait(d time.Duration) bool {
 	}
 }
 
+// ExitTerminationDrainDuration is the exit reason of pilot-agent's kill of Envoy at the end
+// of terminationDrainDuration.
+const ExitTerminationDrainDuration = "terminationDrainDuration elapsed"
+
 // runClassic is pilot-agent's default termination: drain, sleep terminationDrainDuration,
-// kill Envoy whatever is in flight.
+// kill Envoy whatever is in flight; after a /drain (DrainNow), exit at once.
 func (s *Sidecar) runClassic() {
+	if s.exitIfDrainedNow() {
+		return
+	}
 	s.agentDrain(false)
 	s.log.Info("pilot-agent: graceful termination period starting", zap.Duration("termination_drain_duration", s.cfg.TerminationDrainDuration))
 	if s.wait(s.cfg.TerminationDrainDuration) {
-		s.exit("terminationDrainDuration elapsed")
+		s.exit(ExitTerminationDrainDuration)
 	}
 }
 
@@ -122,6 +129,9 @@ func (s *Sidecar) runClassic() {
 // poll the listeners' active connections every ExitOnZeroPoll and exit at zero, when the stat
 // is absent, or after five failed polls in a row (istio/istio pkg/envoy/agent.go).
 func (s *Sidecar) runExitOnZero() {
+	if s.exitIfDrainedNow() {
+		return
+	}
 	s.agentDrain(false)
 	var deadline <-chan time.Time
 	if s.cfg.ExitOnZeroDeadline > 0 {

@@ -120,7 +120,10 @@ type Config struct {
 	// sidecar.istio.io/statsInclusionPrefixes annotation does.
 	InclusionPrefixes []string
 	AdminAddr         string // default "127.0.0.1:0"
-	Inbound           []InboundPort
+	// StatusAddr is where pilot-agent's status port (Istio's 15020) listens, with its POST
+	// /drain (DrainNow); "" (the default): none. "127.0.0.1:0" picks a free port (StatusURL).
+	StatusAddr string
+	Inbound    []InboundPort
 	// BindAddress is the address in Istio's inbound HTTP prefix, "0.0.0.0" (default) or a
 	// pod IP; it only changes names.
 	BindAddress   string

@@ -44,6 +44,7 @@ type Sidecar struct {
 	start time.Time
 
 	admin     *adminServer
+	status    *statusServer // pilot-agent's status port; nil without Config.StatusAddr
 	inbound   []inboundSocket
 	listeners map[string]*listenerStats
 	server    serverStats
@@ -64,6 +65,10 @@ type Sidecar struct {
 	// agentDrainErr why it failed (AgentDrain).
 	agentDrainedAt time.Time
 	agentDrainErr  error
+	// drainedNow is pilot-agent's skipDrain: /drain was called (DrainNow), so its SIGTERM
+	// ends the proxy at once; drainedNowAt is when.
+	drainedNow   bool
+	drainedNowAt time.Time
 
 	appExited     chan struct{}
 	appExitedOnce sync.Once
@@ -116,6 +121,12 @@ func Start(cfg Config) (*Sidecar, error) {
 	s.admin, err = startAdmin(s)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.StatusAddr != "" {
+		if s.status, err = startStatus(s); err != nil {
+			s.exit("start failed")
+			return nil, fmt.Errorf("status port: %w", err)
+		}
 	}
 	for i, in := range cfg.Inbound {
 		var l inboundSocket
@@ -317,6 +328,7 @@ func (s *Sidecar) exit(reason string) {
 	if s.admin != nil {
 		s.admin.close()
 	}
+	s.status.close()
 	s.mu.Lock()
 	s.exitedAt = time.Now()
 	s.mu.Unlock()

@@ -27,7 +27,12 @@ func startEmulatedSidecar(sc Scenario, spec SidecarSpec, strat Strategy, appAddr
 		SidecarExitOnZero: envoysim.AgentExitOnZero,
 		SidecarNative:     envoysim.AgentNative,
 	}[spec.Mode]
+	status := ""
+	if spec.holds() {
+		status = "127.0.0.1:0" // pilot-agent's status port, for hold's POST /drain
+	}
 	s, err := envoysim.Start(envoysim.Config{
+		StatusAddr:               status,
 		Profile:                  envoysim.ProfileIstioLegacy,
 		Inclusion:                inclusion,
 		Inbound:                  []envoysim.InboundPort{{Port: sc.Port, AppAddr: appAddr, Protocol: sc.Protocol}},

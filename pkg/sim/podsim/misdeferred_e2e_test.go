@@ -24,7 +24,7 @@ func TestDeferredDrainThatIsNotDeferred(t *testing.T) {
 		// in the test's own process, race-built under -race, and any traffic shows the drain.
 		sc := podsim.UserScenario()
 		sc.QPS, sc.Clients, sc.TimeScale, sc.Retries, sc.Seed, sc.MeshdrainBinary = 200, 20, scale, 0, 1, bin
-		spec, err := podsim.RecommendedSidecar(sc)
+		spec, err := podsim.RegimeASidecar(sc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func TestDeferredDrainThatIsNotDeferred(t *testing.T) {
 	// a pod meshdrain watches. A replay that kept pod time is that; one that did not, even at
 	// real time, is if pilot-agent's drain call was answered before the last client stopped
 	// and requests arrived after meshdrain's watch began.
-	r := rows["meshdrain/recommended"]
+	r := rows["meshdrain/regime-a"]
 	if l := r.Lateness; l.AgentDrainS == nil || *l.AgentDrainS >= r.LastClientLagS || r.Meshdrain.RequestsAfterDrain == 0 {
 		t.Fatalf("pilot-agent's drain call at the deletion answered at %v (error %q; the last client stopped at %.2fs), %.0f requests after meshdrain's watch began, at time scale %g: the scenario did not happen",
 			l.AgentDrainS, l.AgentDrainError, r.LastClientLagS, r.Meshdrain.RequestsAfterDrain, r.Scale)

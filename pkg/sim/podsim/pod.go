@@ -2,6 +2,7 @@ package podsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 )
 
 // runPod is the kubelet for one pod deletion: it starts the pod and its clients, deletes
@@ -61,9 +63,11 @@ type podRun struct {
 	stopClients context.CancelFunc
 	clientsDone chan struct{} // closed once every client has stopped
 	hook        *preStop
+	// hold is the proxy container's preStop (`meshdrain hold`), where the sidecar runs one.
+	hold *proxyHold
 
 	// What the kubelet has seen since t0.
-	appStopped, appExited, sideExited, graceOver bool
+	appStopped, appExited, sideExited, graceOver, holdReturned bool
 }
 
 // newPodRun fills in what the plans already fix: the floor (the last client's endpoint
@@ -71,6 +75,9 @@ type podRun struct {
 func newPodRun(sc Scenario, plans []clientPlan, strat Strategy, spec SidecarSpec) *podRun {
 	grace := sc.grace(spec)
 	longest, last := trafficPauses(plans)
+	if spec.holds() {
+		spec.holdChannel = newHoldChannel()
+	}
 	return &podRun{sc: sc, plans: plans, strat: strat, spec: spec, grace: grace, proxy: proxyName(spec),
 		res: Result{Strategy: strat.String(), Sidecar: spec.Name, DrainRegime: drainRegime(spec, strat), GracePeriodS: grace.Seconds(),
 			LastClientLagS: roundS(lastLag(plans).Seconds()), LastRequestS: roundS((last - sc.Warmup).Seconds()),
@@ -126,6 +133,10 @@ func (p *podRun) release() {
 	if p.hook != nil {
 		p.hook.kill()
 	}
+	if p.hold != nil {
+		p.hold.kill()
+		<-p.hold.done
+	}
 	if p.stopClients != nil {
 		p.stopClients()
 	}
@@ -146,7 +157,12 @@ func (p *podRun) release() {
 func (p *podRun) deletePod(ctx context.Context) error {
 	now := time.Now()
 	p.log(now, "kubelet", "pod deleted: endpoint removal starts (clients learn within %.2fs); preStop %s starts", lastLag(p.plans).Seconds(), p.strat)
-	if !p.spec.DeferDrain {
+	switch {
+	case p.spec.holds():
+		if err := p.startHold(ctx); err != nil {
+			return err
+		}
+	case !p.spec.DeferDrain:
 		p.side.Terminate()
 	}
 	p.log(now, p.proxy, "%s", sidecarOnDeletion(p.spec))
@@ -167,6 +183,10 @@ func sidecarOnDeletion(spec SidecarSpec) string {
 		return fmt.Sprintf("preStop: sleep %s (proxy-wait-before-exit-seconds), serving meanwhile", fmtD(spec.WaitBeforeExit))
 	case spec.Mesh == mesh.Linkerd:
 		return "SIGTERM: stops accepting in both directions, finishes the requests in hand"
+	case spec.holds() && spec.Mode == SidecarNative:
+		return "native sidecar, preStop meshdrain hold: no drain; Envoy serves as before until meshdrain drains it, and is SIGTERMed once the app has exited and hold has returned"
+	case spec.holds():
+		return "classic sidecar, preStop meshdrain hold: no SIGTERM, no drain; Envoy serves as before until meshdrain drains it, and pilot-agent gets its SIGTERM when hold returns"
 	case spec.Mode == SidecarNative && spec.DeferDrain:
 		return "native sidecar, preStop overridden: no drain; Envoy serves as before until meshdrain drains it and the app has exited"
 	case spec.Mode == SidecarNative:
@@ -184,6 +204,10 @@ func drainRegime(spec SidecarSpec, strat Strategy) string {
 	switch {
 	case spec.Mesh == mesh.Linkerd:
 		return "no drain regime: Linkerd has no drain call; the proxy stops accepting at its SIGTERM"
+	case spec.holds() && strat.Kind == StrategyMeshdrain:
+		return "drain regime (b): the sidecar's drain is deferred by meshdrain hold until meshdrain's --drain-at end"
+	case spec.holds():
+		return "drain regime (b) without meshdrain: meshdrain hold drains the sidecar (pilot-agent /drain) once the app's hook is over"
 	case spec.DeferDrain && strat.Kind == StrategyMeshdrain:
 		return "drain regime (b): the sidecar's drain is deferred until meshdrain's --drain-at end"
 	case spec.DeferDrain:
@@ -205,6 +229,10 @@ func (p *podRun) terminate(ctx context.Context) error {
 	graceTimer := time.NewTimer(p.sc.scale(p.grace))
 	defer graceTimer.Stop()
 	hookDone, appDone, sideDone := p.hook.done, p.app.Done(), p.side.Done()
+	var holdDone chan struct{}
+	if p.hold != nil {
+		holdDone = p.hold.done
+	}
 	for !(p.appExited && p.sideExited) {
 		select {
 		case <-ctx.Done():
@@ -218,6 +246,9 @@ func (p *podRun) terminate(ctx context.Context) error {
 		case <-sideDone:
 			sideDone = nil
 			p.sidecarHasExited(time.Now())
+		case <-holdDone:
+			holdDone = nil
+			p.holdHasReturned(time.Now())
 		case <-graceTimer.C:
 			p.gracePeriodOver(time.Now())
 		}
@@ -227,7 +258,60 @@ func (p *podRun) terminate(ctx context.Context) error {
 		p.hook.kill()
 		<-hookDone
 	}
+	if holdDone != nil {
+		p.hold.kill()
+		<-holdDone
+		p.recordHold()
+	}
 	return nil
+}
+
+// startHold runs istio-proxy's preStop, meshdrain hold, at t0: it is told the app's real
+// port and pilot-agent's /drain on the emulator's status port.
+func (p *podRun) startHold(ctx context.Context) error {
+	status, ok := p.side.(interface{ StatusURL() string })
+	if !ok || status.StatusURL() == "" {
+		return fmt.Errorf("sidecar %s runs meshdrain hold but has no pilot-agent status port", p.spec.Name)
+	}
+	h, err := startHold(ctx, p.sc, holdArgs(p.sc, p.spec, p.spec.holdChannel, status.StatusURL()+"/drain", listenerPort(p.app.Addr())))
+	if err != nil {
+		return err
+	}
+	p.hold = h
+	return nil
+}
+
+// holdHasReturned is the end of the proxy's preStop: a classic proxy gets its SIGTERM now, a
+// native one once the app has exited too (KEP-753: preStop, then its turn, then SIGTERM).
+func (p *podRun) holdHasReturned(now time.Time) {
+	p.holdReturned = true
+	ev := p.recordHold()
+	ev.ReturnedS = p.clock.at(now)
+	p.log(now, "meshdrain hold", "returned: reason=%s (prestop %s) after %.2fs, drain called %t, exit %d", ev.Reason, ev.Prestop, ev.ElapsedPodS, ev.DrainCalled, ev.ExitCode)
+	if p.sideExited || p.graceOver {
+		return
+	}
+	switch {
+	case p.spec.Mode != SidecarNative:
+		p.side.Terminate()
+		p.log(now, "kubelet", "the proxy's preStop returned: SIGTERM to pilot-agent")
+	case p.appExited:
+		p.side.AppExited()
+		p.log(now, "kubelet", "the proxy's preStop returned and the app has exited: SIGTERM to the native sidecar")
+	}
+}
+
+// recordHold puts hold's final event into the result.
+func (p *podRun) recordHold() *HoldEvent {
+	ev := p.hold.event
+	if ev == nil {
+		ev = &HoldEvent{Reason: "(no final event)"}
+	}
+	p.res.Hold = ev
+	if p.hold.err != nil && !errors.Is(p.hold.err, errPreStopKilled) {
+		p.res.HoldError = p.hold.err.Error()
+	}
+	return ev
 }
 
 // preStopReturned records how the hook ended and sends the app its SIGTERM: the kubelet
@@ -256,7 +340,7 @@ func (p *podRun) appHasExited() {
 	exitedAt := p.app.ExitedAt()
 	p.res.AppExitS = p.clock.at(exitedAt)
 	p.log(exitedAt, "app", "exited")
-	if p.spec.Mode == SidecarNative && !p.sideExited {
+	if p.spec.Mode == SidecarNative && !p.sideExited && (p.hold == nil || p.holdReturned) {
 		p.side.AppExited()
 		p.log(time.Now(), "kubelet", "app exited: SIGTERM to the native sidecar, %s exits", p.proxy)
 	}
@@ -269,6 +353,8 @@ func (p *podRun) sidecarHasExited(now time.Time) {
 	p.sideExited = true
 	p.res.SidecarExit = p.clock.at(now)
 	switch {
+	case p.spec.holds() && !p.graceOver && p.side.ExitReason() != envoysim.ExitTerminationDrainDuration:
+		p.log(now, p.proxy, "Envoy exited (%s)", p.side.ExitReason())
 	case p.killedWithTheGracePeriod() && !p.graceOver:
 		// pilot-agent's timer fired a hair before the kubelet's: the same kill.
 		p.killedTogether(now)
@@ -290,6 +376,9 @@ func (p *podRun) gracePeriodOver(now time.Time) {
 	p.res.Killed = true
 	p.log(now, "kubelet", "grace period %s over: SIGKILL", fmtD(p.grace))
 	p.hook.kill()
+	if p.hold != nil {
+		p.hold.kill()
+	}
 	if !p.appExited {
 		p.app.Kill()
 		p.res.KilledDetail = append(p.res.KilledDetail, fmt.Sprintf("app by kubelet at %.1fs", p.clock.at(now)))

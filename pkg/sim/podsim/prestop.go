@@ -58,7 +58,8 @@ type preStop struct {
 
 // meshdrainArgs are the flags a pod with this scenario and sidecar would give meshdrain,
 // every duration multiplied by the time scale. The deadline is always passed explicitly,
-// because meshdrain's derived default subtracts an unscaled second.
+// because meshdrain's derived default subtracts an unscaled second. Where the sidecar is
+// plan's regime (b), plan's own prestop flags (spec.PlanPrestopArgs) take the place of these.
 func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort int) []string {
 	grace := sc.grace(spec)
 	appDrain := sc.AppDrain
@@ -112,6 +113,12 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 	}
 	if spec.MeshdrainClientEvidence != "" {
 		args = append(args, "--client-evidence", spec.MeshdrainClientEvidence)
+	}
+	// The pod's own channel to its hold; none where the proxy runs no hold, so that a prestop
+	// never reports to another pod's (or this machine's) hold.
+	args = append(args, "--hold-channel", spec.holdChannel)
+	if spec.PlanPrestopArgs != nil {
+		args = planArgs(args, spec.PlanPrestopArgs, sc)
 	}
 	return args
 }

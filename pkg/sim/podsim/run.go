@@ -62,6 +62,10 @@ type Result struct {
 	// Warnings say where this machine was too busy to keep the scenario's timing: an actor
 	// that ran late by more than lateTolerance of pod time.
 	Warnings []string `json:"warnings,omitempty"`
+	// Hold is meshdrain hold's final event, where istio-proxy's preStop runs it (regime b as
+	// plan writes it); HoldError why that hook failed, if it did.
+	Hold      *HoldEvent `json:"hold,omitempty"`
+	HoldError string     `json:"hold_error,omitempty"`
 	// PreStopError is why the preStop hook failed, if it did.
 	PreStopError string  `json:"prestop_error,omitempty"`
 	Timeline     []Event `json:"timeline"`
@@ -217,7 +221,11 @@ type Lateness struct {
 	// it holds --min-wait without polling). MeshdrainAdminTimeouts counts its admin requests
 	// that timed out: the emulated sidecar, in the simulator's process, did not answer within
 	// --connect-timeout.
-	MeshdrainProcessS      float64 `json:"meshdrain_process_s,omitempty"`
+	MeshdrainProcessS float64 `json:"meshdrain_process_s,omitempty"`
+	// HoldProcessS is the same for meshdrain hold, the proxy's preStop: the pod time from the
+	// deletion to its return beyond its own clock. The proxy's SIGTERM, and so the pod's end,
+	// waits for it.
+	HoldProcessS           float64 `json:"hold_process_s,omitempty"`
 	MeshdrainPollS         float64 `json:"meshdrain_poll_s,omitempty"`
 	MeshdrainAdminTimeouts int     `json:"meshdrain_admin_timeouts,omitempty"`
 }
@@ -248,6 +256,9 @@ func lateness(res Result, sc Scenario, seen observedTiming) Lateness {
 	case seen.agentDrained:
 		l.AgentDrainS = &seen.agentDrainS
 	}
+	if h := res.Hold; h != nil && h.ReturnedS > 0 && res.HoldError == "" {
+		l.HoldProcessS = roundS(max(h.ReturnedS-h.ElapsedPodS, 0))
+	}
 	if ev := res.Meshdrain; ev != nil && res.PreStopError == "" {
 		l.MeshdrainProcessS = roundS(max(res.AppStopS-ev.ElapsedPodS, 0))
 		switch polls, _ := ev.Raw["polls"].(float64); ev.Reason {
@@ -273,7 +284,8 @@ func timingWarnings(res Result, strat Strategy, spec SidecarSpec, poll time.Dura
 			w = append(w, fmt.Sprintf("%s at %.2fs instead of %.2fs: %s", what, got, want, busy))
 		}
 	}
-	if spec.Mesh != mesh.Linkerd && spec.Mode == SidecarClassic && res.SidecarExit > 0 && res.SidecarExit < res.GracePeriodS {
+	// Behind a hold, pilot-agent's timer starts only at the SIGTERM hold's return brings.
+	if spec.Mesh != mesh.Linkerd && spec.Mode == SidecarClassic && !spec.holds() && res.SidecarExit > 0 && res.SidecarExit < res.GracePeriodS {
 		late("pilot-agent killed Envoy", spec.TerminationDrainDuration.Seconds(), res.SidecarExit)
 	}
 	if strat.Kind == StrategySleep && strat.Sleep.Seconds() < res.GracePeriodS {
@@ -293,6 +305,9 @@ func timingWarnings(res Result, strat Strategy, spec SidecarSpec, poll time.Dura
 	late("a client applied its EDS update", l.ClientEDSUpdatePlannedS, l.ClientEDSUpdatePlannedS+l.ClientEDSUpdateS)
 	if l.MeshdrainProcessS > lateTolerance {
 		w = append(w, fmt.Sprintf("meshdrain's process took %.2fs beyond its own clock (exec, start-up, exit): %s", l.MeshdrainProcessS, busy))
+	}
+	if l.HoldProcessS > lateTolerance {
+		w = append(w, fmt.Sprintf("meshdrain hold's process took %.2fs beyond its own clock (exec, start-up, exit): %s", l.HoldProcessS, busy))
 	}
 	if l.MeshdrainPollS > lateTolerance {
 		w = append(w, fmt.Sprintf("meshdrain polled every %.2fs on average instead of %.2fs: %s", poll.Seconds()+l.MeshdrainPollS, poll.Seconds(), busy))

@@ -330,6 +330,15 @@ type SidecarSpec struct {
 	// drain: a pod that asked for regime (b) and whose override is missing (a re-injected
 	// preStop), which meshdrain must notice.
 	MeshdrainDrainAtEnd bool
+	// PlanPrestopArgs and PlanHoldArgs are the app's preStop (`meshdrain prestop ...`) and
+	// istio-proxy's (`meshdrain hold ...`) exactly as `meshdrain plan` writes them, in pod
+	// time; set where plan writes regime (b). The simulator runs them with every duration
+	// scaled and its own plumbing added (prestopArgs, holdArgs), and the proxy's preStop is
+	// then the real hold process: the proxy's SIGTERM waits for it.
+	PlanPrestopArgs, PlanHoldArgs []string
+	// holdChannel is, during a run, the pod's channel between prestop and hold ("" where the
+	// proxy runs no hold).
+	holdChannel string
 	// Note explains where the numbers come from, for the output.
 	Note string
 }
@@ -347,14 +356,38 @@ func IstioDefaultSidecar() SidecarSpec {
 	}
 }
 
-// RecommendedSidecar is the configuration meshdrain recommends for sc, taken from
-// `meshdrain plan` (plan.Recommend) so that simulate replays exactly what plan tells the
-// user to set: a classic sidecar whose terminationDrainDuration outlives meshdrain's
-// deadline plus the app's drain, with meshdrain's deadline from the plan. The plan is given
-// what the simulated world is: one client's lag distribution and the number of clients (the
-// last of them is later than one client's P99), as `meshdrain plan --eds-lag p50=D,p99=D
+// RecommendedSidecar is what `meshdrain plan` writes by default for sc, taken from plan
+// itself (plan.Recommend) so that simulate replays exactly what plan tells the user to set:
+// drain regime (b) on a classic sidecar. istio-proxy's preStop is `meshdrain hold` (plan's
+// HoldArgs), which keeps pilot-agent's SIGTERM, and so Istio's drain, until the app's hook has
+// decided and the app has let go; prestop drains at its decision (plan's PrestopArgs, with
+// --drain-at=end); terminationDrainDuration is plan's fallback bound. The plan is given what
+// the simulated world is: one client's lag distribution and the number of clients (the last
+// of them is later than one client's P99), as `meshdrain plan --eds-lag p50=D,p99=D
 // --clients N` takes them. The scenario's grace period is kept unless the plan needs more.
 func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
+	return recommendedIstio(sc, plan.Classic, true)
+}
+
+// RecommendedNativeSidecar is what `meshdrain plan --sidecar native` writes by default: regime
+// (b) on a native sidecar, whose injected preStop (the drain at the deletion) is replaced by
+// `meshdrain hold`; nothing drains until prestop's decision, and hold's call to pilot-agent's
+// /drain makes the SIGTERM after the app's exit end the proxy at once.
+func RecommendedNativeSidecar(sc Scenario) (SidecarSpec, error) {
+	return recommendedIstio(sc, plan.Native, true)
+}
+
+// RegimeASidecar is `meshdrain plan --defer-sidecar-drain=false` (the opt-out, and plan's
+// default route before regime (b)): a classic sidecar that drains at the deletion, whose
+// terminationDrainDuration outlives meshdrain's deadline plus the app's drain.
+func RegimeASidecar(sc Scenario) (SidecarSpec, error) {
+	return recommendedIstio(sc, plan.Classic, false)
+}
+
+// PlanInput is the plan.Input that `meshdrain plan` is given for sc's world: its latency, its
+// clients' lag distribution and number, their schedule, the app's drain, the grace period
+// in force. The sidecar mode and the regime are the caller's.
+func PlanInput(sc Scenario) plan.Input {
 	in := plan.Input{
 		P99:                sc.P99,
 		EDSLag:             sc.quotedEDSLag(),
@@ -364,6 +397,9 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 		Sidecar:            plan.Classic,
 		CurrentGracePeriod: sc.GracePeriod,
 		DrainDuration:      45 * time.Second,
+		// `plan --grace-period` keeps a longer grace period in force (and derives the hook's
+		// deadline from it) unless --lower-grace-period.
+		KeepLonger: plan.Bounds{GracePeriod: sc.GracePeriod},
 	}
 	if !sc.EDSLag.Constant() {
 		in.EDSLagMedian, in.Clients = sc.EDSLag.Median, sc.Clients
@@ -385,6 +421,16 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 		// from the plan but the grace period and meshdrain's deadline.
 		in.Mesh, in.Sidecar, in.DrainDuration = mesh.Linkerd, plan.Native, 0
 	}
+	return in
+}
+
+// recommendedIstio is plan's route for sc with the given Istio sidecar mode, in regime (b)
+// (defer) or (a). With --mesh linkerd it is plan's Linkerd route, whatever the mode.
+func recommendedIstio(sc Scenario, mode plan.Sidecar, deferDrain bool) (SidecarSpec, error) {
+	in := PlanInput(sc)
+	if !sc.linkerd() {
+		in.Sidecar, in.DeferSidecarDrain = mode, deferDrain
+	}
 	p, err := plan.Recommend(in)
 	if err != nil {
 		return SidecarSpec{}, fmt.Errorf("recommended sidecar: %w", err)
@@ -398,8 +444,20 @@ func RecommendedSidecar(sc Scenario) (SidecarSpec, error) {
 	spec.DrainDuration = max(45*time.Second, p.AppExitWorst)
 	spec.MinDrainDuration = 5 * time.Second
 	grace := spec.takeGracePeriod(sc, p)
-	spec.Note = fmt.Sprintf("classic sidecar, terminationDrainDuration %s; meshdrain --deadline %s --app-drain %s%s; %s. From meshdrain plan with eds-lag %s",
-		fmtD(spec.TerminationDrainDuration), fmtD(p.Deadline), fmtD(p.AppDrain), quietNote(sc, p, in), grace, sc.EDSLag)
+	sidecar := fmt.Sprintf("classic sidecar, terminationDrainDuration %s", fmtD(spec.TerminationDrainDuration))
+	if p.DefersSidecarDrain() {
+		spec.PlanPrestopArgs, spec.PlanHoldArgs = p.PrestopArgs(), p.HoldArgs()
+		sidecar = fmt.Sprintf("regime (b): istio-proxy preStop meshdrain hold, classic sidecar, terminationDrainDuration %s (the fallback's bound)", fmtD(spec.TerminationDrainDuration))
+		if mode == plan.Native {
+			spec.Name, spec.Mode = "recommended-native", SidecarNative
+			sidecar = "regime (b): istio-proxy preStop meshdrain hold, native sidecar"
+		}
+	} else {
+		spec.Name = "regime-a"
+		sidecar = "regime (a), plan --defer-sidecar-drain=false: " + sidecar
+	}
+	spec.Note = fmt.Sprintf("%s; meshdrain --deadline %s --app-drain %s%s; %s. From meshdrain plan with eds-lag %s",
+		sidecar, fmtD(p.Deadline), fmtD(p.AppDrain), quietNote(sc, p, in), grace, sc.EDSLag)
 	if sc.LateClientLag > sc.EDSLag.P99 {
 		spec.Note += fmt.Sprintf(" (the late client's %s quoted as its p99)", fmtD(sc.LateClientLag))
 	}
@@ -419,23 +477,6 @@ func planned(sc Scenario, p plan.Plan, in plan.Input) SidecarSpec {
 		MeshdrainClientPeriod: in.ClientPeriod,
 		MeshdrainLagBound:     p.LastClientLag,
 	}
-}
-
-// RecommendedDeferredSidecar is regime (b): the recommended configuration on a native
-// sidecar whose own drain at the deletion is turned off (its injected preStop overridden
-// with a no-op), so that idle pooled connections stay open until each client lets go and
-// meshdrain's evidence sees every client; meshdrain drains as it decides (--drain-at end).
-func RecommendedDeferredSidecar(sc Scenario) (SidecarSpec, error) {
-	if sc.linkerd() {
-		return SidecarSpec{}, errors.New("recommended-deferred is an Istio setting: a Linkerd proxy has no drain call to defer")
-	}
-	spec, err := RecommendedSidecar(sc)
-	if err != nil {
-		return spec, err
-	}
-	spec.Name, spec.Mode, spec.DeferDrain = "recommended-deferred", SidecarNative, true
-	spec.Note = "native sidecar, its preStop drain overridden with a no-op; meshdrain --drain-at end. " + spec.Note
-	return spec, nil
 }
 
 // quietNote is the plan's --quiet when it differs from the scenario's, with what set it.
@@ -461,7 +502,7 @@ func (spec *SidecarSpec) takeGracePeriod(sc Scenario, p plan.Plan) string {
 		spec.GracePeriod = p.GracePeriod
 		return fmt.Sprintf("grace period raised from %s to %s (the plan needs it)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
 	}
-	return fmt.Sprintf("grace period kept at %s (the plan needs %s)", fmtD(sc.GracePeriod), fmtD(p.GracePeriod))
+	return fmt.Sprintf("grace period kept at %s (the plan needs %s)", fmtD(sc.GracePeriod), fmtD(p.SufficientGracePeriod))
 }
 
 // clientsNote is the --clients part of a recommended sidecar's note.

@@ -79,15 +79,16 @@ func TestUserScenarioIsValid(t *testing.T) {
 	}
 }
 
-// The recommended sidecar must outlive the app's drain: Envoy killed before the app has
-// finished is exactly the failure the issue is about.
-func TestRecommendedSidecarOutlivesTheApp(t *testing.T) {
+// In regime (a) the sidecar plan recommends must outlive the app's drain: Envoy killed before
+// the app has finished is exactly the failure the issue is about. (In regime (b), plan's
+// default, hold keeps the proxy's SIGTERM until the app has let go: TestRecommendedRunsPlansFlags.)
+func TestRegimeASidecarOutlivesTheApp(t *testing.T) {
 	sc := UserScenario()
-	spec, err := RecommendedSidecar(sc)
+	spec, err := RegimeASidecar(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Mode != SidecarClassic || spec.Name != "recommended" {
+	if spec.Mode != SidecarClassic || spec.Name != "regime-a" || spec.holds() {
 		t.Errorf("spec = %+v", spec)
 	}
 	appDrain := spec.MeshdrainAppDrain
@@ -112,7 +113,7 @@ func TestRecommendedSidecarOutlivesTheApp(t *testing.T) {
 
 	// A constant lag is the last client's lag itself, and a grace period that covers it is kept.
 	sc.EDSLag = Dist{Median: 8 * time.Second, P99: 8 * time.Second}
-	spec, err = RecommendedSidecar(sc)
+	spec, err = RegimeASidecar(sc)
 	if err != nil {
 		t.Fatal(err)
 	}

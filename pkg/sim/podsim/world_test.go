@@ -403,15 +403,16 @@ func TestSidecarKilledWithTheGracePeriod(t *testing.T) {
 // TestDrainRegime: each row says who drained its sidecar and when.
 func TestDrainRegime(t *testing.T) {
 	sc := UserScenario()
-	deferred, err := RecommendedDeferredSidecar(sc)
+	held, err := RecommendedNativeSidecar(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	misdeferred, err := RecommendedSidecar(sc)
+	misdeferred, err := RegimeASidecar(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	misdeferred.MeshdrainDrainAtEnd = true
+	noop := SidecarSpec{Name: "no-op preStop", Mode: SidecarNative, DeferDrain: true}
 	md, sleep := Strategy{Kind: StrategyMeshdrain}, Strategy{Kind: StrategySleep, Sleep: 5 * time.Second}
 	for _, tc := range []struct {
 		spec  SidecarSpec
@@ -420,8 +421,10 @@ func TestDrainRegime(t *testing.T) {
 	}{
 		{IstioDefaultSidecar(), md, "drain regime (a): the sidecar drains at the deletion (pilot-agent"},
 		{ModeSidecar(SidecarNative, 0, 45*time.Second, 0), sleep, "drain regime (a): the sidecar drains at the deletion (the native sidecar's preStop)"},
-		{deferred, md, "drain regime (b): the sidecar's drain is deferred until meshdrain's --drain-at end"},
-		{deferred, sleep, "nothing drains before the app exits"},
+		{held, md, "drain regime (b): the sidecar's drain is deferred by meshdrain hold until meshdrain's --drain-at end"},
+		{held, sleep, "drain regime (b) without meshdrain: meshdrain hold drains the sidecar"},
+		{noop, md, "drain regime (b): the sidecar's drain is deferred until meshdrain's --drain-at end"},
+		{noop, sleep, "nothing drains before the app exits"},
 		{misdeferred, md, "drain regime (a), though meshdrain runs --drain-at end"},
 		{LinkerdDefaultSidecar(), md, "no drain regime: Linkerd has no drain call"},
 	} {

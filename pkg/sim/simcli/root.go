@@ -69,7 +69,7 @@ func enumFlags() map[string]map[string][]string {
 			"traffic":      trafficNames(),
 			"strategy":     {"none", "sleep:5s", "sleep:15s", "meshdrain"},
 			"client-conns": {string(podsim.ConnsPool), string(podsim.ConnsPerRequest), string(podsim.ConnsPersistentSession), string(podsim.ConnsNoSidecar)},
-			"sidecar":      {"istio-default", "recommended", "recommended-deferred", "linkerd-default", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
+			"sidecar":      {"istio-default", "recommended", "recommended-native", "regime-a", "linkerd-default", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
 			"mesh":         mesh.Names(mesh.Istio, mesh.Linkerd),
 			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
 		},

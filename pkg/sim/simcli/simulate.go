@@ -115,8 +115,10 @@ is also drawn as an SVG timeline (the app serving, the sidecar alive, the window
 clients still send, the failures, the moment the app was told to stop) into --svg DIR, with an
 index.html that shows them together; simulate prints where.
 
---sidecar takes istio-default, recommended, or classic | exit-on-zero | native with the
-Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
+--sidecar takes istio-default, recommended (what 'meshdrain plan' writes by default: regime
+(b), istio-proxy's preStop the real 'meshdrain hold', classic), recommended-native (the same,
+native), regime-a (plan --defer-sidecar-drain=false), or classic | exit-on-zero | native with
+the Istio knobs given by --termination-drain-duration, --drain-duration, --min-drain-duration.
 
 --mesh linkerd replays the same pod in a Linkerd mesh: its proxy is the linkerd2-proxy
 emulator (no drain call; it stops accepting only at SIGTERM), its clients retry nothing, and
@@ -172,7 +174,7 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.waitBeforeExit, "wait-before-exit", 0, "config.alpha.linkerd.io/proxy-wait-before-exit-seconds, for --mesh linkerd --sidecar classic")
 	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp")
 	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain, oracle")
-	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended, recommended-deferred (regime b: the sidecar's drain deferred until meshdrain decides), classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended)")
+	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended (what meshdrain plan writes: regime b, istio-proxy's preStop meshdrain hold, classic), recommended-native (the same, native), regime-a (plan --defer-sidecar-drain=false), classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended)")
 	f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "Istio terminationDrainDuration, for --sidecar classic")
 	f.DurationVar(&o.drainDuration, "drain-duration", o.drainDuration, "Istio drainDuration (Envoy --drain-time-s), for --sidecar classic, exit-on-zero, native")
 	f.DurationVar(&o.minDrainDuration, "min-drain-duration", o.minDrainDuration, "Istio MINIMUM_DRAIN_DURATION, for --sidecar exit-on-zero")
@@ -319,28 +321,30 @@ func (o simulateOptions) build() (podsim.Options, error) {
 	return opts, nil
 }
 
+// istioRoutes are the sidecars `meshdrain plan` writes: its default, regime (b), classic and
+// native, and the opt-out, regime (a).
+var istioRoutes = map[string]func(podsim.Scenario) (podsim.SidecarSpec, error){
+	"recommended":        podsim.RecommendedSidecar,
+	"recommended-native": podsim.RecommendedNativeSidecar,
+	"regime-a":           podsim.RegimeASidecar,
+}
+
 // istioSidecars adds the --sidecar configurations of an Istio run.
 func (o simulateOptions) istioSidecars(sc podsim.Scenario, opts podsim.Options) (podsim.Options, error) {
 	for _, name := range o.sidecars {
 		switch strings.TrimSpace(name) {
 		case "istio-default":
 			opts.Sidecars = append(opts.Sidecars, podsim.IstioDefaultSidecar())
-		case "recommended":
-			spec, err := podsim.RecommendedSidecar(sc)
+		case "recommended", "recommended-native", "regime-a":
+			spec, err := istioRoutes[strings.TrimSpace(name)](sc)
 			if err != nil {
-				return opts, usageError("--sidecar recommended: %v", err)
-			}
-			opts.Sidecars = append(opts.Sidecars, spec)
-		case "recommended-deferred":
-			spec, err := podsim.RecommendedDeferredSidecar(sc)
-			if err != nil {
-				return opts, usageError("--sidecar recommended-deferred: %v", err)
+				return opts, usageError("--sidecar %s: %v", strings.TrimSpace(name), err)
 			}
 			opts.Sidecars = append(opts.Sidecars, spec)
 		case string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative):
 			opts.Sidecars = append(opts.Sidecars, podsim.ModeSidecar(podsim.SidecarMode(strings.TrimSpace(name)), o.terminationDrain, o.drainDuration, o.minDrainDuration))
 		default:
-			return opts, usageError("--sidecar %q: want istio-default, recommended, recommended-deferred, classic, exit-on-zero or native", name)
+			return opts, usageError("--sidecar %q: want istio-default, recommended, recommended-native, regime-a, classic, exit-on-zero or native", name)
 		}
 	}
 	return opts, nil

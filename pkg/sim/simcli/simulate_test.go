@@ -195,7 +195,7 @@ func TestSimulateClientConnsAndDeferredFlags(t *testing.T) {
 	}{
 		{[]string{"--client-conns", "bogus"}, "client conns"},
 		{[]string{"--client-idle-timeout", "-1s"}, "idle"},
-		{[]string{"--mesh", "linkerd", "--sidecar", "recommended-deferred"}, "recommended-deferred"},
+		{[]string{"--mesh", "linkerd", "--sidecar", "recommended-native"}, "recommended-native"},
 	} {
 		code, _, errOut := runMain(t, append([]string{"simulate"}, tc.args...)...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
