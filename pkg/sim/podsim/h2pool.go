@@ -1,0 +1,140 @@
+package podsim
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
+)
+
+// h2Pool is one client sidecar's HTTP/2 pool to the pod, as Envoy keeps it on an http2 or
+// grpc port (docs/facts.md §6b): one connection carries every stream (Istio allows 2^30
+// concurrent streams on it); a GOAWAY from the pod makes it draining: new streams go to a
+// new connection and the old one closes when its last stream ends (x/net's ClientConn does
+// both, as Envoy's MultiplexedActiveClientBase::onGoAway does); a close by the pod is
+// noticed at once; at the client's EDS update the pool closes an idle connection at once
+// and a busy one when its last stream ends (envoyproxy/envoy
+// source/common/conn_pool/conn_pool_base.cc, DrainAndDelete). A client's Envoy sends no
+// GOAWAY of its own when it closes, so a connection closed unused shows no bytes.
+type h2Pool struct {
+	addr   string
+	dialer *net.Dialer
+	policy poolPolicy
+	tr     *http2.Transport
+
+	mu       sync.Mutex
+	cc       *http2.ClientConn // where new streams go
+	all      map[*http2.ClientConn]struct{}
+	draining bool
+	closed   bool
+}
+
+func newH2Pool(addr string, source net.IP, policy poolPolicy, connect time.Duration) *h2Pool {
+	return &h2Pool{
+		addr:   addr,
+		dialer: loopback.Dialer(source, connect),
+		policy: policy,
+		tr: &http2.Transport{
+			AllowHTTP:          true,
+			DisableCompression: true,
+			// Envoy's upstream idle_timeout (ClientIdleTimeout): an idle connection closes.
+			IdleConnTimeout: policy.idleTimeout,
+		},
+		all: map[*http2.ClientConn]struct{}{},
+	}
+}
+
+// Do sends req as a stream on the pool's connection, opening one if it has none that takes
+// new streams. The caller must close the response body.
+func (p *h2Pool) Do(req *http.Request) (*http.Response, error) {
+	cc, err := p.get(req.Context())
+	if err != nil {
+		return nil, err
+	}
+	return cc.RoundTrip(req)
+}
+
+// get reserves a stream on the current connection, or dials a new one (the dial's error is
+// the *net.OpError attempt tells refused connections by).
+func (p *h2Pool) get(ctx context.Context) (*http2.ClientConn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errPoolClosed
+	}
+	if p.cc != nil && p.cc.ReserveNewRequest() {
+		cc := p.cc
+		p.mu.Unlock()
+		return cc, nil
+	}
+	p.mu.Unlock()
+	raw, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := p.tr.NewClientConn(raw)
+	if err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = cc.Close()
+		return nil, errPoolClosed
+	}
+	p.all[cc] = struct{}{}
+	if p.draining || !p.policy.reuse {
+		// Removed while dialling (a retry-less request still finishes), or a pool that
+		// never reuses: the connection closes after this stream.
+		cc.SetDoNotReuse()
+	} else if p.cc == nil || !p.cc.CanTakeNewRequest() {
+		p.cc = cc
+	}
+	if !cc.ReserveNewRequest() {
+		_ = cc.Close()
+		return nil, errPoolClosed
+	}
+	return cc, nil
+}
+
+// removeHost is the client's EDS update removing the pod: an idle connection closes now, a
+// busy one after its last stream (SetDoNotReuse: x/net closes it then, sending nothing).
+func (p *h2Pool) removeHost() {
+	if !p.policy.drainOnRemoval {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.draining = true
+	p.cc = nil
+	for cc := range p.all {
+		st := cc.State()
+		if st.Closed {
+			delete(p.all, cc)
+			continue
+		}
+		cc.SetDoNotReuse()
+		if st.StreamsActive == 0 && st.StreamsReserved == 0 && st.StreamsPending == 0 {
+			_ = cc.Close()
+			delete(p.all, cc)
+		}
+	}
+}
+
+// closeAll closes every connection, busy or idle: the run is over.
+func (p *h2Pool) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	p.cc = nil
+	for cc := range p.all {
+		_ = cc.Close()
+	}
+	clear(p.all)
+}
