@@ -526,7 +526,7 @@ func attempt(ctx context.Context, tr roundTripper, addr string, work time.Durati
 		switch {
 		case ctx.Err() != nil:
 			return attemptTimeout
-		case errors.As(err, &opErr) && opErr.Op == "dial":
+		case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, errRefusedStream):
 			return attemptRefused
 		default:
 			return attemptReset

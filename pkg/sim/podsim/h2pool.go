@@ -2,8 +2,12 @@ package podsim
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,14 +53,63 @@ func newH2Pool(addr string, source net.IP, policy poolPolicy, connect time.Durat
 	}
 }
 
+// errRefusedStream is a stream the pod did not process: above the last stream id of its
+// GOAWAY. Envoy's client resets it as refused, which Istio's default retry policy retries
+// (refused-stream) like a refused connection.
+var errRefusedStream = errors.New("stream refused by the pod's GOAWAY")
+
 // Do sends req as a stream on the pool's connection, opening one if it has none that takes
 // new streams. The caller must close the response body.
 func (p *h2Pool) Do(req *http.Request) (*http.Response, error) {
-	cc, err := p.get(req.Context())
-	if err != nil {
-		return nil, err
+	for tries := 0; ; tries++ {
+		cc, err := p.get(req.Context())
+		if err != nil {
+			return nil, err
+		}
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			p.release(cc)
+			switch {
+			case strings.Contains(err.Error(), "client conn not usable") && tries == 0:
+				// A GOAWAY came between the reservation and the stream: Envoy, single-threaded,
+				// would have put the stream on a new connection.
+				continue
+			case strings.Contains(err.Error(), "GOAWAY"):
+				return nil, fmt.Errorf("%w: %w", errRefusedStream, err)
+			}
+			return nil, err
+		}
+		resp.Body = &h2Body{ReadCloser: resp.Body, release: func() { p.release(cc) }}
+		return resp, nil
 	}
-	return cc.RoundTrip(req)
+}
+
+// h2Body tells the pool when a stream is over.
+type h2Body struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *h2Body) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}
+
+// release closes a connection of a drained (or closed) pool once it carries no stream: a
+// request sent after the client's EDS update (only a machine too busy to keep the plan's
+// times sends one) goes on a connection of its own, closed after it, as on HTTP/1.1.
+func (p *h2Pool) release(cc *http2.ClientConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.draining && !p.closed && p.policy.reuse {
+		return
+	}
+	if st := cc.State(); st.StreamsActive == 0 && st.StreamsReserved == 0 && st.StreamsPending == 0 {
+		_ = cc.Close()
+		delete(p.all, cc)
+	}
 }
 
 // get reserves a stream on the current connection, or dials a new one (the dial's error is
@@ -89,11 +142,8 @@ func (p *h2Pool) get(ctx context.Context) (*http2.ClientConn, error) {
 		return nil, errPoolClosed
 	}
 	p.all[cc] = struct{}{}
-	if p.draining || !p.policy.reuse {
-		// Removed while dialling (a retry-less request still finishes), or a pool that
-		// never reuses: the connection closes after this stream.
-		cc.SetDoNotReuse()
-	} else if p.cc == nil || !p.cc.CanTakeNewRequest() {
+	// A drained pool's connection closes after its stream (release).
+	if !p.draining && p.policy.reuse && (p.cc == nil || !p.cc.CanTakeNewRequest()) {
 		p.cc = cc
 	}
 	if !cc.ReserveNewRequest() {
@@ -104,7 +154,7 @@ func (p *h2Pool) get(ctx context.Context) (*http2.ClientConn, error) {
 }
 
 // removeHost is the client's EDS update removing the pod: an idle connection closes now, a
-// busy one after its last stream (SetDoNotReuse: x/net closes it then, sending nothing).
+// busy one after its last stream (release), sending nothing.
 func (p *h2Pool) removeHost() {
 	if !p.policy.drainOnRemoval {
 		return
@@ -119,7 +169,6 @@ func (p *h2Pool) removeHost() {
 			delete(p.all, cc)
 			continue
 		}
-		cc.SetDoNotReuse()
 		if st.StreamsActive == 0 && st.StreamsReserved == 0 && st.StreamsPending == 0 {
 			_ = cc.Close()
 			delete(p.all, cc)
