@@ -34,6 +34,7 @@ type h2Pool struct {
 	mu       sync.Mutex
 	cc       *http2.ClientConn // where new streams go
 	all      map[*http2.ClientConn]struct{}
+	dialing  chan struct{} // closed when the dial under way ends
 	draining bool
 	closed   bool
 }
@@ -113,19 +114,67 @@ func (p *h2Pool) release(cc *http2.ClientConn) {
 }
 
 // get reserves a stream on the current connection, or dials a new one (the dial's error is
-// the *net.OpError attempt tells refused connections by).
+// the *net.OpError attempt tells refused connections by). Streams that find no connection
+// wait for the one being dialled, as Envoy's pending streams wait for its connecting client,
+// so that a client holds one connection, not one per concurrent request.
 func (p *h2Pool) get(ctx context.Context) (*http2.ClientConn, error) {
-	p.mu.Lock()
-	if p.closed {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		if p.cc != nil && p.cc.ReserveNewRequest() {
+			cc := p.cc
+			p.mu.Unlock()
+			return cc, nil
+		}
+		if wait := p.dialing; wait != nil && !p.draining {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		if !p.draining {
+			p.dialing = done
+		}
 		p.mu.Unlock()
-		return nil, errPoolClosed
-	}
-	if p.cc != nil && p.cc.ReserveNewRequest() {
-		cc := p.cc
+		cc, err := p.dial(ctx)
+		p.mu.Lock()
+		if p.dialing == done {
+			p.dialing = nil
+		}
+		close(done)
+		if err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
+		if p.closed {
+			p.mu.Unlock()
+			_ = cc.Close()
+			return nil, errPoolClosed
+		}
+		p.all[cc] = struct{}{}
+		// A drained pool's connection closes after its stream (release).
+		if !p.draining && p.policy.reuse && (p.cc == nil || !p.cc.CanTakeNewRequest()) {
+			p.cc = cc
+		}
+		ok := cc.ReserveNewRequest()
 		p.mu.Unlock()
+		if !ok {
+			_ = cc.Close()
+			return nil, errPoolClosed
+		}
 		return cc, nil
 	}
-	p.mu.Unlock()
+}
+
+// dial opens a connection to the pod and starts HTTP/2 on it.
+func (p *h2Pool) dial(ctx context.Context) (*http2.ClientConn, error) {
 	raw, err := p.dialer.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err
@@ -134,21 +183,6 @@ func (p *h2Pool) get(ctx context.Context) (*http2.ClientConn, error) {
 	if err != nil {
 		_ = raw.Close()
 		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = cc.Close()
-		return nil, errPoolClosed
-	}
-	p.all[cc] = struct{}{}
-	// A drained pool's connection closes after its stream (release).
-	if !p.draining && p.policy.reuse && (p.cc == nil || !p.cc.CanTakeNewRequest()) {
-		p.cc = cc
-	}
-	if !cc.ReserveNewRequest() {
-		_ = cc.Close()
-		return nil, errPoolClosed
 	}
 	return cc, nil
 }

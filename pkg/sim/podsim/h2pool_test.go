@@ -122,6 +122,56 @@ func TestH2PoolRemovalWaitsForStreams(t *testing.T) {
 	})
 }
 
+// Concurrent first requests of one client share one connection: they wait for the one being
+// dialled, as Envoy's pending streams wait for its connecting client.
+func TestH2PoolOneConnectionForConcurrentStreams(t *testing.T) {
+	release := make(chan struct{})
+	srv := &httpwire.H2Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		_, _ = io.WriteString(w, "ok")
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	pod := netip.MustParseAddrPort(ln.Addr().String())
+	sc := connScenario()
+	sc.Protocol = ProtocolGRPC
+	pool := newH2Pool(pod.String(), clientSourceIP(3), sc.clientPolicy(), time.Second)
+	t.Cleanup(pool.closeAll)
+	const streams = 8
+	done := make(chan error, streams)
+	for range streams {
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+pod.String()+"/", nil)
+			resp, err := pool.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				err = resp.Body.Close()
+			}
+			done <- err
+		}()
+	}
+	eventually(t, "every stream open", func() bool {
+		n := 0
+		for _, s := range srvStreams(pool) {
+			n += s
+		}
+		return n == streams
+	})
+	if n := (connTable{pod: pod, sockets: readTCPTable(t, pod.Port())}).podSide(clientAddr(3), "ESTABLISHED"); n != 1 {
+		t.Errorf("%d connections for %d concurrent streams, want 1", n, streams)
+	}
+	close(release)
+	for range streams {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // srvStreams are the pool's connections with a stream open.
 func srvStreams(p *h2Pool) []int {
 	p.mu.Lock()
