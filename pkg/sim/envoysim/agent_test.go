@@ -194,7 +194,11 @@ func TestParseInboundPort(t *testing.T) {
 	if err != nil || in.ListenAddr != "" || in.AppAddr != "127.0.0.1:9090" {
 		t.Errorf("= %+v, %v", in, err)
 	}
-	for _, bad := range []string{"8080", "x=127.0.0.1:1", "8080=nohostport", "0=127.0.0.1:1"} {
+	in, err = ParseInboundPort("50051/grpc=127.0.0.1:50051")
+	if err != nil || in.Port != 50051 || in.Protocol != ProtocolGRPC {
+		t.Errorf("= %+v, %v", in, err)
+	}
+	for _, bad := range []string{"8080", "x=127.0.0.1:1", "8080=nohostport", "0=127.0.0.1:1", "8080/h3=127.0.0.1:1"} {
 		if _, err := ParseInboundPort(bad); err == nil {
 			t.Errorf("ParseInboundPort(%q) accepted", bad)
 		}

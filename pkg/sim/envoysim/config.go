@@ -84,6 +84,10 @@ const (
 	ProtocolHTTP = "http"
 	// ProtocolTCP is a TCP proxy: bytes are piped to the app, Envoy sees connections only.
 	ProtocolTCP = "tcp"
+	// ProtocolGRPC is an HTTP connection manager on an http2 or grpc port: its clients'
+	// sidecars speak HTTP/2 to it, one multiplexed connection each, and its drain sends
+	// GOAWAY (docs/facts.md §6b). The emulator still speaks HTTP/1.1 to the app.
+	ProtocolGRPC = "grpc"
 )
 
 // InboundPort is one inbound port of the pod: the port clients address (as it appears in the
@@ -91,7 +95,7 @@ const (
 type InboundPort struct {
 	// Port is the target port as it appears in stat names: inbound|8080||, inbound_0.0.0.0_8080.
 	Port int
-	// Protocol is ProtocolHTTP (default) or ProtocolTCP.
+	// Protocol is ProtocolHTTP (default), ProtocolGRPC or ProtocolTCP.
 	Protocol string
 	// ListenAddr is where the emulated inbound listener listens; default "127.0.0.1:0".
 	ListenAddr string
@@ -270,9 +274,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		switch in.Protocol {
 		case "":
 			in.Protocol = ProtocolHTTP
-		case ProtocolHTTP, ProtocolTCP:
+		case ProtocolHTTP, ProtocolTCP, ProtocolGRPC:
 		default:
-			return cfg, fmt.Errorf("inbound port %d: unknown protocol %q (want http or tcp)", in.Port, in.Protocol)
+			return cfg, fmt.Errorf("inbound port %d: unknown protocol %q (want http, grpc or tcp)", in.Port, in.Protocol)
 		}
 	}
 	return cfg, nil
@@ -285,15 +289,15 @@ func (p Profile) istio() bool {
 
 // ParseInboundPort reads the command line form of an inbound port, "PORT=APP" or
 // "PORT=LISTEN>APP" (e.g. "8080=127.0.0.1:15006>127.0.0.1:8080"), with "PORT/tcp" for a TCP
-// proxy port, so that every front end writes ports the same way.
+// proxy port and "PORT/grpc" for an HTTP/2 port, so that every front end writes ports the same way.
 func ParseInboundPort(spec string) (InboundPort, error) {
 	portText, rest, ok := strings.Cut(spec, "=")
 	if !ok || rest == "" {
-		return InboundPort{}, fmt.Errorf("inbound %q: want PORT[/tcp]=APP_ADDR or PORT[/tcp]=LISTEN_ADDR>APP_ADDR", spec)
+		return InboundPort{}, fmt.Errorf("inbound %q: want PORT[/tcp|/grpc]=APP_ADDR or PORT[/tcp|/grpc]=LISTEN_ADDR>APP_ADDR", spec)
 	}
 	portText, protocol, _ := strings.Cut(portText, "/")
-	if protocol != "" && protocol != ProtocolTCP && protocol != ProtocolHTTP {
-		return InboundPort{}, fmt.Errorf("inbound %q: protocol %q is not http or tcp", spec, protocol)
+	if protocol != "" && protocol != ProtocolTCP && protocol != ProtocolHTTP && protocol != ProtocolGRPC {
+		return InboundPort{}, fmt.Errorf("inbound %q: protocol %q is not http, grpc or tcp", spec, protocol)
 	}
 	port, err := strconv.Atoi(portText)
 	if err != nil || port <= 0 || port > 65535 {

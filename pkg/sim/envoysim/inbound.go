@@ -34,22 +34,24 @@ const hcmIdleTimeout = time.Hour
 var errConnectFailure = errors.New("upstream connection failure")
 
 // inboundListener is one inbound port: a real listener that proxies HTTP/1.1 to the app and
-// counts like Envoy's inbound listener, HTTP connection manager and inbound cluster.
+// counts like Envoy's inbound listener, HTTP connection manager and inbound cluster. Its
+// clients speak HTTP/1.1 to it, or HTTP/2 on a grpc port.
 type inboundListener struct {
 	s        *Sidecar
 	port     InboundPort // with its stat names filled
 	addr     string
 	ln       net.Listener
-	srv      *httpwire.Server
+	srv      inboundServer
 	upstream *httpwire.Client
 	listener *listenerStats
 
 	stopOnce sync.Once
 	serveErr chan error
 
-	// http.<prefix>.*
-	cxTotal, cxActive, cxHTTP1Total, cxHTTP1Active, cxDestroy, cxDrainClose *stat
-	rqTotal, rqHTTP1Total, rqActive, rqCompleted, rqRxReset                 *stat
+	// http.<prefix>.*; cxProtoTotal, cxProtoActive and rqProtoTotal are the http1 or http2
+	// ones, as the port's clients speak.
+	cxTotal, cxActive, cxProtoTotal, cxProtoActive, cxDestroy, cxDrainClose *stat
+	rqTotal, rqProtoTotal, rqActive, rqCompleted, rqRxReset                 *stat
 	rqClass                                                                 [6]*stat
 	rqTime                                                                  *stat
 	// cluster.<name>.*
@@ -76,6 +78,18 @@ func startInbound(s *Sidecar, port InboundPort) (*inboundListener, error) {
 		NoStaleRetry: true,
 	}
 	l.ln = &countingListener{Listener: ln, l: l}
+	if port.Protocol == ProtocolGRPC {
+		l.srv = &httpwire.H2Server{
+			Handler:     l,
+			IdleTimeout: hcmIdleTimeout,
+			// The drain's first GOAWAY goes with the next response, the second one and the
+			// close a drain_timeout later (docs/facts.md §6b).
+			DrainTimeout: s.cfg.HCMDrainTimeout,
+			OnPanic:      func(r any) { s.log.Error("inbound handler panic", zap.String("panic", fmt.Sprint(r))) },
+		}
+		go func() { l.serveErr <- l.srv.Serve(l.ln) }()
+		return l, nil
+	}
 	l.srv = &httpwire.Server{
 		Handler: l,
 		// Envoy's HTTP connection manager keeps an idle downstream connection for its
@@ -94,14 +108,24 @@ func startInbound(s *Sidecar, port InboundPort) (*inboundListener, error) {
 	return l, nil
 }
 
+// inboundServer is the port's HTTP server: HTTP/1.1, or HTTP/2 on a grpc port.
+type inboundServer interface {
+	Serve(net.Listener) error
+	Abort() error
+}
+
 func (l *inboundListener) createStats() {
 	st, n := l.s.store, l.s.names
 	h := func(stat string) string { return n.http(l.port.HTTPPrefix, stat) }
 	c := func(stat string) string { return n.cluster(l.port.ClusterName, stat) }
+	proto := "http1"
+	if l.port.Protocol == ProtocolGRPC {
+		proto = "http2"
+	}
 	l.cxTotal, l.cxActive = st.counter(h("downstream_cx_total")), st.gauge(h("downstream_cx_active"))
-	l.cxHTTP1Total, l.cxHTTP1Active = st.counter(h("downstream_cx_http1_total")), st.gauge(h("downstream_cx_http1_active"))
+	l.cxProtoTotal, l.cxProtoActive = st.counter(h("downstream_cx_"+proto+"_total")), st.gauge(h("downstream_cx_"+proto+"_active"))
 	l.cxDestroy, l.cxDrainClose = st.counter(h("downstream_cx_destroy")), st.counter(h("downstream_cx_drain_close"))
-	l.rqTotal, l.rqHTTP1Total = st.counter(h("downstream_rq_total")), st.counter(h("downstream_rq_http1_total"))
+	l.rqTotal, l.rqProtoTotal = st.counter(h("downstream_rq_total")), st.counter(h("downstream_rq_"+proto+"_total"))
 	l.rqActive, l.rqCompleted = st.gauge(h("downstream_rq_active")), st.counter(h("downstream_rq_completed"))
 	l.rqRxReset = st.counter(h("downstream_rq_rx_reset"))
 	l.rqTime = st.histogram(h("downstream_rq_time"))
@@ -154,9 +178,9 @@ func (cl *countingListener) Accept() (net.Conn, error) {
 	}
 	l := cl.l
 	active := l.listener.accepted()
-	stats{l.cxTotal, l.cxHTTP1Total}.inc()
-	active = append(active, l.cxActive, l.cxHTTP1Active)
-	stats{l.cxActive, l.cxHTTP1Active}.inc()
+	stats{l.cxTotal, l.cxProtoTotal}.inc()
+	active = append(active, l.cxActive, l.cxProtoActive)
+	stats{l.cxActive, l.cxProtoActive}.inc()
 	l.s.server.totalConnections.inc()
 	return &countedConn{Conn: conn, onClose: func() {
 		active.dec()
@@ -208,7 +232,7 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Te", 
 func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	l.rqTotal.inc()
-	l.rqHTTP1Total.inc()
+	l.rqProtoTotal.inc()
 	l.rqActive.inc()
 	entry := AccessLogEntry{Start: start, Port: l.port.Port, Method: r.Method, Path: r.URL.RequestURI(), Flags: "-"}
 	defer func() {
@@ -327,12 +351,20 @@ func (l *inboundListener) setServerHeader(w http.ResponseWriter) {
 }
 
 // maybeDrainClose adds Connection: close when the drain manager says so (HTTP/1.1); the
-// connection then closes when the client closes it, or at the drain timeout.
+// connection then closes when the client closes it, or at the drain timeout. On HTTP/2 it
+// starts the connection's drain sequence instead, once: a GOAWAY before this response.
 func (l *inboundListener) maybeDrainClose(w http.ResponseWriter) {
-	if l.s.drainClose() {
-		w.Header().Set("Connection", "close")
-		l.cxDrainClose.inc()
+	if !l.s.drainClose() {
+		return
 	}
+	if d, ok := w.(httpwire.H2Drainer); ok {
+		if d.StartDrain() {
+			l.cxDrainClose.inc()
+		}
+		return
+	}
+	w.Header().Set("Connection", "close")
+	l.cxDrainClose.inc()
 }
 
 func (l *inboundListener) chargeDownstream(code int) {

@@ -156,7 +156,7 @@ type fleet struct {
 	other *httpwire.Client
 
 	// pools are the clients' pools that warm opened before the run, by client.
-	pools []*clientPool
+	pools []podPool
 
 	mu       sync.Mutex
 	outcomes map[string]int
@@ -201,7 +201,7 @@ func newFleet(sc Scenario, plans []clientPlan, podAddr, otherAddr string) *fleet
 		outcomes:     map[string]int{},
 		planned:      plannedRequests(plans),
 		lastAnswered: make(chan struct{}),
-		pools:        make([]*clientPool, len(plans)),
+		pools:        make([]podPool, len(plans)),
 	}
 	if f.planned == 0 {
 		close(f.lastAnswered)
@@ -229,8 +229,19 @@ type roundTripper interface {
 	Do(req *http.Request) (*http.Response, error)
 }
 
+// podPool is one client's connections to the pod: Envoy's HTTP/1.1 pool, or its HTTP/2 pool
+// on a grpc port.
+type podPool interface {
+	roundTripper
+	removeHost()
+	closeAll()
+}
+
 // newPool is the connection pool of client i (the plans' index; streams come after them).
-func (f *fleet) newPool(i int) *clientPool {
+func (f *fleet) newPool(i int) podPool {
+	if f.sc.Protocol == ProtocolGRPC {
+		return newH2Pool(f.podAddr, clientSourceIP(i), f.sc.clientPolicy(), f.sc.scale(connectTimeout))
+	}
 	return newClientPool(f.podAddr, clientSourceIP(i), f.sc.clientPolicy(), f.sc.scale(connectTimeout))
 }
 
@@ -280,7 +291,7 @@ func (f *fleet) warm(ctx context.Context) {
 		f.pools[i] = f.newPool(i)
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(tr *clientPool) {
+		go func(tr podPool) {
 			defer func() { <-sem; wg.Done() }()
 			attempt(ctx, tr, f.podAddr, 0)
 		}(f.pools[i])
@@ -515,7 +526,7 @@ func attempt(ctx context.Context, tr roundTripper, addr string, work time.Durati
 		switch {
 		case ctx.Err() != nil:
 			return attemptTimeout
-		case errors.As(err, &opErr) && opErr.Op == "dial":
+		case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, errRefusedStream):
 			return attemptRefused
 		default:
 			return attemptReset

@@ -173,8 +173,14 @@ func (sc Scenario) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("shape %q is not steady, bursts or client-bursts", sc.Shape))
 	}
-	if sc.Protocol != "" && sc.Protocol != ProtocolHTTP && sc.Protocol != ProtocolTCP {
-		errs = append(errs, fmt.Errorf("protocol %q is not http or tcp", sc.Protocol))
+	switch sc.Protocol {
+	case "", ProtocolHTTP, ProtocolTCP:
+	case ProtocolGRPC:
+		if sc.ClientConns == ConnsPerRequest {
+			errs = append(errs, errors.New("client conns per-request: a grpc port's clients multiplex one connection"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("protocol %q is not http, grpc or tcp", sc.Protocol))
 	}
 	if sc.LateClientLag < 0 || sc.LateClientPeriod < 0 || (sc.LateClientLag > 0) != (sc.LateClientPeriod > 0) {
 		errs = append(errs, errors.New("a late client needs both its lag and its period > 0"))
@@ -193,9 +199,9 @@ func (sc Scenario) Validate() error {
 	switch sc.Mesh {
 	case "", mesh.Istio:
 	case mesh.Linkerd:
-		if sc.Protocol == ProtocolTCP {
+		if sc.Protocol == ProtocolTCP || sc.Protocol == ProtocolGRPC {
 			// linkerdsim proxies HTTP/1.1 only (pkg/mesh/linkerd/FIDELITY.md).
-			errs = append(errs, errors.New("the Linkerd proxy emulator proxies HTTP only: protocol tcp needs mesh istio"))
+			errs = append(errs, fmt.Errorf("the Linkerd proxy emulator proxies HTTP/1.1 only: protocol %s needs mesh istio", sc.Protocol))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("mesh %q is not istio or linkerd", sc.Mesh))

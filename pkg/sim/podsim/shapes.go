@@ -26,10 +26,13 @@ const (
 	ShapeClientBursts Shape = "client-bursts"
 )
 
-// Protocols of the pod's port, as the sidecar proxies it.
+// Protocols of the pod's port, as the sidecar proxies it. On a grpc port (Istio's http2 and
+// grpc port names) the clients' sidecars speak HTTP/2 to the pod's, one multiplexed
+// connection each (h2Pool).
 const (
 	ProtocolHTTP = "http"
 	ProtocolTCP  = "tcp"
+	ProtocolGRPC = "grpc"
 )
 
 // burstSpread is how long one client takes to send a burst: its requests leave within it.
@@ -87,6 +90,9 @@ func Traffics() []Traffic {
 		}},
 		{"tcp", "the reference on a TCP port (the sidecar proxies bytes): one connection per request", func(sc *Scenario) {
 			sc.Protocol = ProtocolTCP
+		}},
+		{"grpc", "the reference on a grpc port: each client sidecar multiplexes its requests on one HTTP/2 connection", func(sc *Scenario) {
+			sc.Protocol = ProtocolGRPC
 		}},
 	}
 }

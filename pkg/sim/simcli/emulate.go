@@ -130,7 +130,7 @@ closed: a native sidecar at once (the app is taken to have exited), a classic on
 	f.StringVar(&opts.injection, "injection", opts.injection, "linkerd: native (SIGTERM once the app has exited) or classic")
 	f.DurationVar(&opts.wait, "wait-before-exit", 0, "linkerd, classic: the proxy's preStop sleep (proxy-wait-before-exit-seconds)")
 	f.StringArrayVar(&opts.probePaths, "probe-path", nil, "linkerd: a kubelet probe path on the app's ports, counted on the probe route (repeatable)")
-	f.StringArrayVar(&opts.inbound, "inbound", nil, "inbound port, PORT=APP_ADDR or PORT=LISTEN_ADDR>APP_ADDR, PORT/tcp=... for a TCP proxy port (repeatable)")
+	f.StringArrayVar(&opts.inbound, "inbound", nil, "inbound port, PORT=APP_ADDR or PORT=LISTEN_ADDR>APP_ADDR, PORT/tcp=... for a TCP proxy port, PORT/grpc=... for an HTTP/2 (h2c) port (repeatable)")
 	f.StringVar(&opts.profile, "profile", opts.profile, "stat naming: envoy, istio (>= 1.23), istio-legacy (< 1.23) or istio-1.16 (<= 1.16: telemetry v2 istio_requests_total names)")
 	f.StringVar(&opts.inclusion, "inclusion", opts.inclusion, "stats kept: all, or istio-default (Istio's default inclusion list)")
 	f.StringArrayVar(&opts.cfg.InclusionPrefixes, "inclusion-prefix", nil, "extra stat prefix kept under --inclusion istio-default (repeatable), as sidecar.istio.io/statsInclusionPrefixes")

@@ -129,7 +129,7 @@ preStop sleeps --wait-before-exit); the default is linkerd-default,recommended.
 
 --traffic changes the reference scenario's traffic: steady (the default), bursts,
 client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests,
-streams, tcp (make bench runs them all); flags given explicitly still win. The oracle
+streams, tcp, grpc (make bench runs them all); flags given explicitly still win. The oracle
 strategy stops the app the moment the last request that will ever reach the pod has been
 answered: the best any preStop could do.
 
@@ -172,7 +172,7 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar((*string)(&o.mesh), "mesh", string(o.mesh), "the service mesh: istio (an Envoy sidecar run by pilot-agent) or linkerd (a linkerd2-proxy sidecar)")
 	f.DurationVar(&o.waitBeforeExit, "wait-before-exit", 0, "config.alpha.linkerd.io/proxy-wait-before-exit-seconds, for --mesh linkerd --sidecar classic")
-	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp")
+	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp, grpc")
 	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain, oracle")
 	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended (what meshdrain plan writes: regime b, istio-proxy's preStop meshdrain hold, classic), recommended-native (the same, native), regime-a (plan --defer-sidecar-drain=false), classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended)")
 	f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "Istio terminationDrainDuration, for --sidecar classic")
