@@ -28,6 +28,10 @@ const (
 	Linkerd Mesh = "linkerd"
 	// Auto asks the admin ports which sidecar answers (Detect).
 	Auto Mesh = "auto"
+	// None is a pod without a sidecar: the kernel is the sidecar. Its inbound side is the
+	// app's own listening ports (--port), read from the pod's socket table and TCP counters
+	// (mesh/kernel); there is no admin port and no drain call.
+	None Mesh = "none"
 )
 
 // Choices are the values of every --mesh flag that reads a live sidecar (prestop, status,

@@ -21,9 +21,10 @@ const DefaultImage = "ghcr.io/meshdrain/meshdrain:" + Release
 // jsonPlan is plan -o json: every derived number, as the flags and manifests spell it
 // ("15s"), plus the whole-second grace period, so scripts need no duration parser.
 type jsonPlan struct {
-	// Mesh is written for Linkerd only, so that an Istio plan's JSON stays what it was.
-	Mesh                        mesh.Mesh         `json:"mesh,omitempty"`
-	Sidecar                     Sidecar           `json:"sidecar"`
+	// Mesh is written for every mesh but Istio, so that an Istio plan's JSON stays what it was.
+	Mesh mesh.Mesh `json:"mesh,omitempty"`
+	// Sidecar is empty for a pod without one (meshless).
+	Sidecar                     Sidecar           `json:"sidecar,omitempty"`
 	Inputs                      map[string]any    `json:"inputs"`
 	LastClientLag               string            `json:"last_client_lag"`
 	TypicalLastClientLag        string            `json:"typical_last_client_lag,omitempty"`
@@ -41,6 +42,11 @@ type jsonPlan struct {
 	WaitBeforeExitSeconds       int               `json:"proxy_wait_before_exit_seconds,omitempty"`
 	Annotations                 map[string]string `json:"annotations"`
 	PrestopCommand              []string          `json:"prestop_command"`
+	// Env and ReadinessProbe are a meshless plan's: the app container's variables from the
+	// downward API (name: fieldPath), and the probe added where the container has none (with
+	// -f, only when the workload's has none).
+	Env            map[string]string `json:"env,omitempty"`
+	ReadinessProbe *jsonProbe        `json:"readiness_probe,omitempty"`
 	// DeferSidecarDrain is written for Istio plans: true is regime (b), with the istio-proxy
 	// override whose preStop is ProxyPrestopCommand.
 	DeferSidecarDrain   *bool         `json:"defer_sidecar_drain,omitempty"`
@@ -57,6 +63,12 @@ type jsonKept struct {
 	Setting  string `json:"setting"`
 	Value    string `json:"value"`
 	Suffices string `json:"suffices"`
+}
+
+// jsonProbe is a tcpSocket readiness probe.
+type jsonProbe struct {
+	TCPSocketPort int `json:"tcp_socket_port"`
+	PeriodSeconds int `json:"period_seconds"`
 }
 
 type jsonStep struct {
@@ -93,9 +105,14 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		"app_drain": fmtD(p.AppDrain), "drain_duration": fmtD(in.DrainDuration),
 	}
 	var linkerdMesh mesh.Mesh
+	if in.Mesh != mesh.Istio {
+		linkerdMesh = in.Mesh
+		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time, a meshless pod no proxy
+	}
+	if len(in.Ports) > 0 {
+		inputs["ports"] = in.Ports
+	}
 	if in.Mesh == mesh.Linkerd {
-		linkerdMesh = mesh.Linkerd
-		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time
 		if in.CurrentWaitBeforeExit > 0 {
 			inputs["current_proxy_wait_before_exit"] = fmtD(in.CurrentWaitBeforeExit)
 		}
@@ -147,6 +164,12 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	}
 	for _, a := range p.Annotations() {
 		out.Annotations[a.Key] = a.Value
+	}
+	if p.Meshless() {
+		out.Env = map[string]string{HostIPEnv: HostIPFieldPath}
+		if probe, ok := p.ReadinessProbe(); ok && (e == nil || e.readiness != nil || e.workload == nil) {
+			out.ReadinessProbe = &jsonProbe{probe.Port, probe.PeriodSeconds}
+		}
 	}
 	for _, k := range p.Kept {
 		out.Kept = append(out.Kept, jsonKept{k.Setting, fmtD(k.Value), fmtD(k.Suffices)})
@@ -221,7 +244,11 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 // CheckCommand is the `meshdrain check` that verifies a pod rolled out with the plan.
 func CheckCommand(p Plan, dir string, ports []int) []string {
 	cmd := []string{strings.TrimRight(dir, "/") + "/meshdrain", "check"}
-	if p.Input.Mesh == mesh.Linkerd {
+	switch {
+	case p.Meshless():
+		cmd = append(cmd, "--mesh="+string(mesh.None))
+		ports = p.Input.Ports // the ones its preStop watches
+	case p.Input.Mesh == mesh.Linkerd:
 		cmd = append(cmd, "--mesh="+string(mesh.Linkerd))
 	}
 	for _, port := range ports {
