@@ -115,6 +115,18 @@ app's drain, and config.linkerd.io/proxy-enable-native-sidecar: "false" so that 
 2.20 keeps it classic (its injector refuses the sleep with a native sidecar). The preStop
 then reads the proxy on its admin port 4191 (--mesh=linkerd --admin=http://127.0.0.1:4191).
 
+--mesh none plans for a pod without a sidecar, where the kernel is the signal: the preStop
+runs prestop --mesh=none on the app's own ports (--port, or with -f the app container's
+containerPorts) and leaves out the kubelet's probes, which come from the node:
+--ignore-source=$(HOST_IP), with HOST_IP from the downward API (status.hostIP) in the app
+container's env. A readiness probe (tcpSocket on the first port) is added where the app has
+none. The timeline says what the app must do at SIGTERM, which only comes once the clients
+have stopped: Connection: close on kept-alive connections, close idle ones, GOAWAY for
+HTTP/2 and gRPC, finish in flight within --app-drain. --mesh ambient is the same for Istio
+ambient pods (no sidecar; ztunnel routes per connection and drains nothing), with the
+probes' source 169.254.7.127 left out too. --eds-lag is then how late the slowest node's
+kube-proxy, ingress controller or ztunnel learns of the removal (docs/meshless.md).
+
 --eds-lag is how late clients stop sending to a deleted pod. Either the last client's lag
 (what meshdrain's own last_arrival_ms showed over past drains, with room to spare), or one
 client's distribution p50=D,p99=D (istiod's pilot_proxy_convergence_time quantiles) with
@@ -165,6 +177,10 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
 
   # Linkerd, classic proxy: proxy-wait-before-exit-seconds covers the app's exit
   meshdrain plan --mesh linkerd --sidecar classic --p99 450ms --eds-lag 8s
+
+  # a pod without a sidecar (kube-proxy, ingress-nginx), and one in Istio ambient mode
+  meshdrain plan --mesh none --port 8080 --p99 450ms --eds-lag 5s --app-drain 5s
+  meshdrain plan --mesh ambient --port 8080 --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50
 
   # change your own Deployment (again: what you set there is kept), or get a patch for it
   meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
