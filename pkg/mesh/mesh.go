@@ -36,7 +36,7 @@ const (
 
 // Choices are the values of every --mesh flag that reads a live sidecar (prestop, status,
 // check), in the order help lists them.
-var Choices = []Mesh{Auto, Istio, Envoy, Linkerd}
+var Choices = []Mesh{Auto, Istio, Envoy, Linkerd, None}
 
 // Parse reads a --mesh value against the accepted ones (Choices, or a command's subset).
 func Parse(s string, accepted ...Mesh) (Mesh, error) {
