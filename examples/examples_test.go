@@ -260,10 +260,7 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 
 	// The flags are ones prestop accepts: cobra parses every flag before it honours --help.
 	var out, errOut bytes.Buffer
-	if strings.HasPrefix(example, "meshless") && !prestopTakesMeshNone() {
-		// prestop's side of --mesh none is built beside this example (issue 28); until it is
-		// in the tree, checkMeshless holds the example to what plan writes.
-	} else if code := cli.Main(append(ps.args, "--help"), strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := cli.Main(append(ps.args, "--help"), strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Errorf("meshdrain %s: exit %d: %s", strings.Join(ps.args, " "), code, errOut.String())
 	}
 

@@ -20,13 +20,6 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 )
 
-// prestopTakesMeshNone: prestop's side of --mesh none is in this tree (issue 28 item 1, built
-// beside plan's). Until it is, the meshless example cannot pass prestop's own flag check.
-func prestopTakesMeshNone() bool {
-	_, err := mesh.Parse(string(mesh.None))
-	return err == nil
-}
-
 // meshlessScenario is what examples/meshless was planned with (see its comments).
 func meshlessScenario() plan.Input {
 	return plan.Input{Mesh: mesh.None, Ports: []int{8080}, P99: 450 * time.Millisecond, EDSLag: 5 * time.Second, AppDrain: 5 * time.Second}
@@ -179,9 +172,6 @@ var meshlessArgs = []string{"plan", "--mesh", "none", "--port", "8080", "--p99",
 // plan's own changed manifest is the same workload. A workload with an env and a probe of its
 // own keeps them.
 func TestPlanMeshlessPatchThroughKubectl(t *testing.T) {
-	if !prestopTakesMeshNone() {
-		t.Skip("prestop does not take --mesh none yet: plan refuses to write a preStop it would refuse")
-	}
 	k := newKubectl(t)
 	manifests := map[string]string{"with env and probe": meshlessWithEnvAndProbe}
 	for name, m := range workloadManifests {

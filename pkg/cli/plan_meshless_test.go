@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,29 +44,21 @@ spec:
             failureThreshold: 2
 `
 
-// prestopTakesMeshNone: prestop's side of --mesh none (issue 28 item 1, built beside plan's)
-// is in this tree. Until it is, what plan writes for a meshless pod cannot pass prestop's
-// start checks, and the tests of that contract say so instead of failing.
-func prestopTakesMeshNone(t *testing.T) {
-	t.Helper()
-	if _, err := mesh.Parse(string(mesh.None)); err != nil {
-		t.Skipf("prestop does not take --mesh none yet (%v): plan's meshless preStop cannot pass its checks until it does", err)
-	}
-}
-
 // What plan writes for a pod without a sidecar, prestop accepts: over a grid of inputs (none
 // and ambient, one or two ports, --quiet, --poll, --rps-per-client, --client-period,
 // --min-wait, lags and grace periods), every preStop passes prestop's start checks (what
 // --validate runs), and every plan refused is refused with exactly prestop's problems.
 func TestEveryPlannedMeshlessPrestopIsAccepted(t *testing.T) {
-	prestopTakesMeshNone(t)
 	ms := time.Millisecond
 	s := time.Second
 	logFile := filepath.Join(t.TempDir(), "prestop.log")
-	t.Setenv(plan.HostIPEnv, "10.0.3.7") // the pod's env: the downward API's node IP
+	// The pod as --validate finds it there: the app listens on its ports, and HOST_IP is the
+	// node's address (from the downward API), not one of the pod's.
+	environ := []string{plan.HostIPEnv + "=192.0.2.10"}
+	app := []int{appListener(t), appListener(t)}
 	var accepted, refused int
 	for _, m := range []mesh.Mesh{mesh.None, plan.Ambient} {
-		for _, ports := range [][]int{{8080}, {8080, 9090}} {
+		for _, ports := range [][]int{app[:1], app} {
 			for _, quiet := range []time.Duration{0, 100 * ms, s, 40 * s} {
 				for _, poll := range []time.Duration{0, 10 * ms, 200 * ms, s} {
 					for _, rate := range []float64{0, 0.5} {
@@ -80,12 +74,12 @@ func TestEveryPlannedMeshlessPrestopIsAccepted(t *testing.T) {
 										switch {
 										case err == nil:
 											accepted++
-											if problems := prestopProblems(t, p, logFile); len(problems) > 0 {
+											if problems := meshlessPrestopProblems(t, p, logFile, environ); len(problems) > 0 {
 												t.Fatalf("%s: plan wrote %q, which prestop refuses: %v", name, p.PrestopArgs(), problems)
 											}
 										case errors.As(err, &refusal):
 											refused++
-											if got := prestopProblems(t, refusal.Plan, logFile); fmt.Sprint(got) != fmt.Sprint(refusal.Problems) {
+											if got := meshlessPrestopProblems(t, refusal.Plan, logFile, environ); fmt.Sprint(got) != fmt.Sprint(refusal.Problems) {
 												t.Fatalf("%s: plan refused with %v, prestop would say %v", name, refusal.Problems, got)
 											}
 										default:
@@ -106,11 +100,40 @@ func TestEveryPlannedMeshlessPrestopIsAccepted(t *testing.T) {
 	t.Logf("%d meshless plans accepted by prestop, %d refused by both with the same words", accepted, refused)
 }
 
+// appListener listens on a loopback port for the test's life: the app's port, as prestop
+// --validate finds it in the pod.
+func appListener(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// meshlessPrestopProblems are the problems prestop --validate finds in the plan's preStop in
+// the pod's environment, its log file moved to a writable place.
+func meshlessPrestopProblems(t *testing.T, p plan.Plan, logFile string, environ []string) []error {
+	t.Helper()
+	args := p.PrestopArgs()[1:]
+	for i, a := range args {
+		if strings.HasPrefix(a, "--log-file=") {
+			args[i] = "--log-file=" + logFile
+		}
+	}
+	_, problems := CheckPrestopConfig(context.Background(), args, environ)
+	words := make([]error, len(problems))
+	for i, p := range problems {
+		words[i] = errors.New(p.Error())
+	}
+	return words
+}
+
 // TestPlanMeshlessFile: plan --mesh none -f on the report's Deployment replaces its sleep,
 // keeps its grace period and its own readiness probe, adds HOST_IP, and a re-plan of its output
 // changes nothing; on the operator's machine, without HOST_IP in the environment.
 func TestPlanMeshlessFile(t *testing.T) {
-	prestopTakesMeshNone(t)
 	t.Setenv(plan.HostIPEnv, "")
 	args := []string{"plan", "--mesh", "none", "--p99", "450ms", "--eds-lag", "5s", "--app-drain", "5s", "-f", "-", "-o", "yaml"}
 	code, out, errOut := runMainStdin(t, meshlessWebDeployment, args...)
