@@ -233,10 +233,17 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 	if wl.Namespace != "" {
 		ns = " -n " + wl.Namespace
 	}
-	ew.printf("  kubectl exec%s %s/%s -c %s -- %s\n", ns, strings.ToLower(wl.Kind), wl.Name, wl.Container, strings.Join(CheckCommand(p, e.opts.Dir, wl.Ports), " "))
+	check := CheckCommand(p, e.opts.Dir, wl.Ports)
+	if p.Meshless() {
+		// meshdrain check reads a sidecar; without one, prestop's own start checks in the pod
+		// say what it needs: the TCP counters, a network namespace of the pod's own, a
+		// listener on every --port, and HOST_IP resolved from the pod's env.
+		check = append(e.PrestopCommand(), "--validate")
+	}
+	ew.printf("  kubectl exec%s %s/%s -c %s -- %s\n", ns, strings.ToLower(wl.Kind), wl.Name, wl.Container, shellJoin(check))
 	if cmd := e.ProxyPrestopCommand(); cmd != nil {
 		// hold's own check, with the flags its preStop runs with: the proxy's preStop as merged.
-		ew.printf("  kubectl exec%s %s/%s -c %s -- %s --validate\n", ns, strings.ToLower(wl.Kind), wl.Name, ProxyContainerName, strings.Join(cmd, " "))
+		ew.printf("  kubectl exec%s %s/%s -c %s -- %s --validate\n", ns, strings.ToLower(wl.Kind), wl.Name, ProxyContainerName, shellJoin(cmd))
 	}
 	return ew.err
 }
@@ -244,11 +251,7 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 // CheckCommand is the `meshdrain check` that verifies a pod rolled out with the plan.
 func CheckCommand(p Plan, dir string, ports []int) []string {
 	cmd := []string{strings.TrimRight(dir, "/") + "/meshdrain", "check"}
-	switch {
-	case p.Meshless():
-		cmd = append(cmd, "--mesh="+string(mesh.None))
-		ports = p.Input.Ports // the ones its preStop watches
-	case p.Input.Mesh == mesh.Linkerd:
+	if p.Input.Mesh == mesh.Linkerd {
 		cmd = append(cmd, "--mesh="+string(mesh.Linkerd))
 	}
 	for _, port := range ports {
@@ -268,4 +271,19 @@ func CheckCommand(p Plan, dir string, ports []int) []string {
 		cmd = append(cmd, "--proxy-wait-before-exit="+fmtD(p.WaitBeforeExit))
 	}
 	return cmd
+}
+
+// shellJoin joins a command for a shell to run: an argument a shell would change (such as
+// --ignore-source=$(HOST_IP), which prestop itself reads in the pod) is single-quoted.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if strings.ContainsFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_@%+=:,./-", r))
+		}) {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -59,9 +59,6 @@ func TestRecommendMeshless(t *testing.T) {
 				t.Errorf("%s: a sidecar's word %q in a meshless plan:\n%s", c.m, notWanted, text.String())
 			}
 		}
-		if got := strings.Join(CheckCommand(p, "/meshdrain", []int{9999}), " "); got != "/meshdrain/meshdrain check --mesh=none --port=8080 --grace-period=52s --app-drain=5s" {
-			t.Errorf("%s: CheckCommand = %s", c.m, got)
-		}
 	}
 	p := mustRecommend(t, meshlessScenario(Ambient))
 	if notes := strings.Join(p.Warnings, "\n"); !strings.Contains(notes, "169.254.7.127") || !strings.Contains(notes, "waypoint") {
@@ -263,5 +260,33 @@ func TestMeshlessPatch(t *testing.T) {
 	var d appsv1.Deployment
 	if err := sigsyaml.UnmarshalStrict([]byte(out), &d); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMeshlessChangesCheckThePod: after -f, the command that checks a rolled-out pod is the
+// preStop's own with --validate (meshdrain check reads a sidecar, and there is none).
+func TestMeshlessChangesCheckThePod(t *testing.T) {
+	m, err := ReadManifests(strings.NewReader("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  template:\n    spec: {containers: [{name: web, image: web, ports: [{containerPort: 8080}]}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Workload("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustRecommend(t, meshlessScenario(mesh.None))
+	e, err := NewEdit(p, PatchOptions{Image: DefaultImage, Dir: "/meshdrain"}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteChanges(&buf, p, e); err != nil {
+		t.Fatal(err)
+	}
+	// $(HOST_IP) quoted: the operator's shell must not run it, the pod's prestop reads it.
+	want := "kubectl exec -n shop deployment/web -c web -- /meshdrain/meshdrain prestop --mesh=none --port=8080 '--ignore-source=$(HOST_IP)' " +
+		"--grace-period=52s --app-drain=5s --quiet=1s --eds-lag-bound=35.5s --log-file=/proc/1/fd/1 --validate"
+	if !strings.Contains(buf.String(), want) || strings.Contains(buf.String(), "meshdrain check") {
+		t.Errorf("changes lack %q:\n%s", want, buf.String())
 	}
 }
