@@ -104,9 +104,9 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		"p99": fmtD(in.P99), "eds_lag": fmtD(in.EDSLag), "quiet": fmtD(in.Quiet), "poll": fmtD(in.Poll),
 		"app_drain": fmtD(p.AppDrain), "drain_duration": fmtD(in.DrainDuration),
 	}
-	var linkerdMesh mesh.Mesh
+	var nonIstioMesh mesh.Mesh
 	if in.Mesh != mesh.Istio {
-		linkerdMesh = in.Mesh
+		nonIstioMesh = in.Mesh
 		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time, a meshless pod no proxy
 	}
 	if len(in.Ports) > 0 {
@@ -134,7 +134,7 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
 	}
 	out := jsonPlan{
-		Mesh:                        linkerdMesh,
+		Mesh:                        nonIstioMesh,
 		Sidecar:                     in.Sidecar,
 		Inputs:                      inputs,
 		LastClientLag:               fmtD(p.LastClientLag),
