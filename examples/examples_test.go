@@ -39,8 +39,8 @@ func manifestFiles(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 5 {
-		t.Fatalf("found %d manifests, want the Istio classic and native, generic Envoy and Linkerd native and classic examples", len(files))
+	if len(files) < 6 {
+		t.Fatalf("found %d manifests, want the Istio classic and native, generic Envoy, Linkerd native and classic, and meshless examples", len(files))
 	}
 	return files
 }
@@ -324,6 +324,8 @@ func checkPodTemplate(t reporter, example string, tpl corev1.PodTemplateSpec) {
 		}
 	case strings.HasPrefix(example, "linkerd"):
 		checkLinkerd(t, tpl, ps, grace, appExit)
+	case strings.HasPrefix(example, "meshless"):
+		checkMeshless(t, tpl, ps, app, grace)
 	default:
 		t.Fatalf("example %s: unknown kind of sidecar, add its checks", example)
 	}

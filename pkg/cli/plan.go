@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,6 +115,18 @@ app's drain, and config.linkerd.io/proxy-enable-native-sidecar: "false" so that 
 2.20 keeps it classic (its injector refuses the sleep with a native sidecar). The preStop
 then reads the proxy on its admin port 4191 (--mesh=linkerd --admin=http://127.0.0.1:4191).
 
+--mesh none plans for a pod without a sidecar, where the kernel is the signal: the preStop
+runs prestop --mesh=none on the app's own ports (--port, or with -f the app container's
+containerPorts) and leaves out the kubelet's probes, which come from the node:
+--ignore-source=$(HOST_IP), with HOST_IP from the downward API (status.hostIP) in the app
+container's env. A readiness probe (tcpSocket on the first port) is added where the app has
+none. The timeline says what the app must do at SIGTERM, which only comes once the clients
+have stopped: Connection: close on kept-alive connections, close idle ones, GOAWAY for
+HTTP/2 and gRPC, finish in flight within --app-drain. --mesh ambient is the same for Istio
+ambient pods (no sidecar; ztunnel routes per connection and drains nothing), with the
+probes' source 169.254.7.127 left out too. --eds-lag is then how late the slowest node's
+kube-proxy, ingress controller or ztunnel learns of the removal (docs/meshless.md).
+
 --eds-lag is how late clients stop sending to a deleted pod. Either the last client's lag
 (what meshdrain's own last_arrival_ms showed over past drains, with room to spare), or one
 client's distribution p50=D,p99=D (istiod's pilot_proxy_convergence_time quantiles) with
@@ -164,6 +177,10 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
 
   # Linkerd, classic proxy: proxy-wait-before-exit-seconds covers the app's exit
   meshdrain plan --mesh linkerd --sidecar classic --p99 450ms --eds-lag 8s
+
+  # a pod without a sidecar (kube-proxy, ingress-nginx), and one in Istio ambient mode
+  meshdrain plan --mesh none --port 8080 --p99 450ms --eds-lag 5s --app-drain 5s
+  meshdrain plan --mesh ambient --port 8080 --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50
 
   # change your own Deployment (again: what you set there is kept), or get a patch for it
   meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
@@ -248,7 +265,9 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64Var(&opts.in.RPSPerClient, "rps-per-client", 0, "requests a second one client proxy sends, when known: a sparse client pauses longer, so --quiet becomes at least −ln(1e-4)/rate (9.2 of its mean gaps)")
 	f.DurationVar(&opts.in.ClientPeriod, "client-period", 0, "when clients send on a schedule: the time between two of one client's requests or bursts (--quiet becomes at least this + --poll; with -f: the preStop's --client-period)")
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s; with -f: the preStop's --app-drain; 0 is refused)")
-	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+" (with -f: from the pod's annotations unless given)")
+	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+"; none and ambient are pods without a sidecar, "+
+		"where the kernel is the signal (with -f: from the pod's annotations, an ambient label or the preStop's --mesh=none, unless given)")
+	f.IntSliceVar(&opts.in.Ports, "port", nil, "--mesh none or ambient: the app's own listening ports, which the preStop watches (repeatable; with -f: the preStop's --port, else the app container's TCP containerPorts)")
 	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native Istio sidecars, which ignore terminationDrainDuration; Linkerd: native (default) or classic)")
 	secondsVar(f, &opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today (with -f: read from the manifest): kept where longer than what suffices, unless --lower-grace-period")
 	f.BoolVar(&opts.lowerGracePeriod, "lower-grace-period", false, "set the grace period, and the sidecar bounds that follow it (terminationDrainDuration, MINIMUM_DRAIN_DURATION, proxy-wait-before-exit-seconds), to what suffices even where the pod's own are longer: without it plan keeps them and says what would suffice")
@@ -282,6 +301,16 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		if m, _ := workload.Mesh(); m != "" && !changed("mesh") {
 			opts.in.Mesh = m
 		}
+	}
+	if plan.IsMeshless(opts.in.Mesh) {
+		for _, name := range []string{"sidecar", "drain-duration", "defer-sidecar-drain"} {
+			if changed(name) {
+				return usageError("--%s is a sidecar's: a pod of --mesh %s has none (the kernel is the signal)", name, opts.in.Mesh)
+			}
+		}
+		opts.in.Sidecar, opts.in.DeferSidecarDrain = "", false
+	} else if changed("port") {
+		return usageError("--port goes with --mesh none or ambient (the app's own ports); a sidecar's inbound ports are prestop's own --port, kept from the workload's preStop")
 	}
 	if opts.in.Mesh == mesh.Linkerd {
 		if changed("drain-duration") {
@@ -483,6 +512,16 @@ func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(strin
 	if err := fromPrestop(opts, workload, changed); err != nil {
 		return err
 	}
+	if plan.IsMeshless(in.Mesh) {
+		if !changed("port") {
+			ports, err := workloadPorts(workload)
+			if err != nil {
+				return err
+			}
+			in.Ports = ports
+		}
+		return nil
+	}
 	if in.Mesh == mesh.Linkerd {
 		if sc, _ := workload.LinkerdSidecar(); sc != "" && !changed("sidecar") {
 			in.Sidecar = sc
@@ -521,6 +560,27 @@ func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(strin
 		in.KeepLonger.TerminationDrainDuration, in.KeepLonger.MinimumDrainDuration = tdd, mdd
 	}
 	return nil
+}
+
+// workloadPorts are the app's ports of a meshless plan read from the workload: its meshdrain
+// preStop's --port (a re-plan keeps what the user chose), else the app container's TCP
+// containerPorts.
+func workloadPorts(workload *plan.Workload) ([]int, error) {
+	raw := workload.PrestopFlagValues("port")
+	if len(raw) == 0 {
+		return workload.Ports, nil
+	}
+	var ports []int
+	for _, v := range raw {
+		for _, s := range strings.Split(v, ",") {
+			port, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return nil, usageError("%s/%s: its preStop's --port %q is not a port number: fix it, or pass --port", workload.Kind, workload.Name, v)
+			}
+			ports = append(ports, port)
+		}
+	}
+	return ports, nil
 }
 
 // fromPrestop reads plan's inputs from the workload's meshdrain preStop where their flags

@@ -14,6 +14,8 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -22,6 +24,9 @@ import (
 var gitopsCases = []struct {
 	file, container string
 	comments        []string // comments on rewritten lines, which the notes must name
+	// onAnnotations: the comments are on the pod's annotations, which only a sidecar's plan
+	// rewrites (a meshless plan sets none).
+	onAnnotations bool
 }{
 	// Spring Boot with a `sh -c "sleep 15"` preStop, a header comment and `---`, lists
 	// indented under their key, a comment on the grace period, a Service after it.
@@ -37,7 +42,7 @@ var gitopsCases = []struct {
 	// empty document, no newline at the end.
 	{file: "bare-statefulset.yaml"},
 	// `annotations: {}` with a comment, the grace period as the pod spec's last line.
-	{file: "empty-annotations.yaml", comments: []string{"# none yet"}},
+	{file: "empty-annotations.yaml", comments: []string{"# none yet"}, onAnnotations: true},
 }
 
 // planFile runs what plan -f -o yaml runs, in regime (b), plan's default.
@@ -49,11 +54,18 @@ func planFile(t *testing.T, in []byte, workload, container string) (out []byte, 
 // planFileIn runs what plan -f -o yaml runs, deferring the sidecar's drain or not.
 func planFileIn(t *testing.T, in []byte, workload, container string, deferDrain bool) (out []byte, notes []string, e *Edit) {
 	t.Helper()
-	m, err := ReadManifests(bytes.NewReader(in))
+	return planFileFor(t, in, workload, container, deferDrain, mesh.Istio)
+}
+
+// planFileFor runs what plan -f -o yaml runs for mesh m: Istio in either regime, or a pod
+// without a sidecar (mesh.None, Ambient) on the app container's ports (8080 where it names none).
+func planFileFor(t *testing.T, in []byte, workload, container string, deferDrain bool, m mesh.Mesh) (out []byte, notes []string, e *Edit) {
+	t.Helper()
+	manifests, err := ReadManifests(bytes.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := m.Workload(workload, container)
+	w, err := manifests.Workload(workload, container)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +77,22 @@ func planFileIn(t *testing.T, in []byte, workload, container string, deferDrain 
 	if d, err := w.DrainDuration(); err == nil && d > 0 {
 		input.DrainDuration = d
 	}
+	if IsMeshless(m) {
+		input.Mesh, input.Sidecar, input.Ports = m, "", w.Ports
+		if ports := w.PrestopFlagValues("port"); len(ports) > 0 {
+			input.Ports = nil
+			for _, p := range ports {
+				var port int
+				if _, err := fmt.Sscan(p, &port); err != nil {
+					t.Fatal(err)
+				}
+				input.Ports = append(input.Ports, port)
+			}
+		}
+		if len(input.Ports) == 0 {
+			input.Ports = []int{8080}
+		}
+	}
 	e, err = NewEdit(mustRecommend(t, input), PatchOptions{Image: DefaultImage, Dir: "/meshdrain"}, w)
 	if err != nil {
 		t.Fatal(err)
@@ -73,13 +101,13 @@ func planFileIn(t *testing.T, in []byte, workload, container string, deferDrain 
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := m.Write(&buf); err != nil {
+	if err := manifests.Write(&buf); err != nil {
 		t.Fatal(err)
 	}
 	// What the tree says must be what the bytes say: the whole tree, encoded as before.
 	var encoded bytes.Buffer
 	enc := yaml.NewEncoder(&encoded)
-	for _, doc := range m.docs {
+	for _, doc := range manifests.docs {
 		if err := enc.Encode(doc); err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +115,7 @@ func planFileIn(t *testing.T, in []byte, workload, container string, deferDrain 
 	if got, want := decodeAll(t, buf.Bytes()), decodeAll(t, encoded.Bytes()); !reflect.DeepEqual(got, want) {
 		t.Fatalf("the spliced manifests say something else than the planned tree:\n%s\n--- tree:\n%s", buf.String(), encoded.String())
 	}
-	return buf.Bytes(), m.Notes(), e
+	return buf.Bytes(), manifests.Notes(), e
 }
 
 // TestWriteChangesOnlyPlannedLines: `diff` of a manifest and plan's output shows only the
@@ -95,18 +123,27 @@ func planFileIn(t *testing.T, in []byte, workload, container string, deferDrain 
 func TestWriteChangesOnlyPlannedLines(t *testing.T) {
 	for _, c := range gitopsCases {
 		for _, deferDrain := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/regime-b=%v", c.file, deferDrain), func(t *testing.T) { checkGitopsCase(t, c.file, c.container, c.comments, deferDrain) })
+			t.Run(fmt.Sprintf("%s/regime-b=%v", c.file, deferDrain), func(t *testing.T) {
+				checkGitopsCase(t, c.file, c.container, c.comments, deferDrain, mesh.Istio)
+			})
 		}
+		// A pod without a sidecar: HOST_IP and, where the app has none, a readiness probe are
+		// planned lines too; everything else stays, and a re-plan changes nothing.
+		comments := c.comments
+		if c.onAnnotations {
+			comments = nil
+		}
+		t.Run(c.file+"/mesh-none", func(t *testing.T) { checkGitopsCase(t, c.file, c.container, comments, false, mesh.None) })
 	}
 }
 
 // checkGitopsCase plans one of gitopsCases and checks the output against its input.
-func checkGitopsCase(t *testing.T, file, container string, comments []string, deferDrain bool) {
+func checkGitopsCase(t *testing.T, file, container string, comments []string, deferDrain bool, m mesh.Mesh) {
 	in, err := os.ReadFile(filepath.Join("testdata", "gitops", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, notes, e := planFileIn(t, in, "", container, deferDrain)
+	out, notes, e := planFileFor(t, in, "", container, deferDrain, m)
 	checkOnlyPlannedLines(t, in, out, e, notes)
 	checkStrict(t, out)
 	// Each file indents one way throughout; what plan adds must too.
@@ -126,8 +163,11 @@ func checkGitopsCase(t *testing.T, file, container string, comments []string, de
 			t.Errorf("the comment %q is gone from the output", d)
 		}
 	}
+	if IsMeshless(m) {
+		checkMeshlessWorkload(t, out, e)
+	}
 	// A second plan over the output changes nothing.
-	again, notes, _ := planFileIn(t, out, "", container, deferDrain)
+	again, notes, _ := planFileFor(t, out, "", container, deferDrain, m)
 	if !bytes.Equal(again, out) || len(notes) > 0 {
 		t.Errorf("a second plan changed the output (notes %q):\n%s", notes, lineDiff(out, again))
 	}
@@ -253,6 +293,12 @@ func plannedSpans(t *testing.T, in, text []byte, w *Workload, e *Edit) spans {
 	}
 	for _, a := range e.annotations {
 		fields = append(fields, []string{"spec", "template", "metadata", "annotations", a.Key})
+	}
+	if e.hostIPEnv != nil {
+		fields = append(fields, append(append([]string{}, app...), "env", "[name="+HostIPEnv+"]"))
+	}
+	if e.readiness != nil {
+		fields = append(fields, append(append([]string{}, app...), "readinessProbe"))
 	}
 	if e.proxy != nil {
 		proxy := append(append([]string{}, pod...), "containers", "[name="+ProxyContainerName+"]")

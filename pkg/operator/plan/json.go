@@ -21,9 +21,10 @@ const DefaultImage = "ghcr.io/meshdrain/meshdrain:" + Release
 // jsonPlan is plan -o json: every derived number, as the flags and manifests spell it
 // ("15s"), plus the whole-second grace period, so scripts need no duration parser.
 type jsonPlan struct {
-	// Mesh is written for Linkerd only, so that an Istio plan's JSON stays what it was.
-	Mesh                        mesh.Mesh         `json:"mesh,omitempty"`
-	Sidecar                     Sidecar           `json:"sidecar"`
+	// Mesh is written for every mesh but Istio, so that an Istio plan's JSON stays what it was.
+	Mesh mesh.Mesh `json:"mesh,omitempty"`
+	// Sidecar is empty for a pod without one (meshless).
+	Sidecar                     Sidecar           `json:"sidecar,omitempty"`
 	Inputs                      map[string]any    `json:"inputs"`
 	LastClientLag               string            `json:"last_client_lag"`
 	TypicalLastClientLag        string            `json:"typical_last_client_lag,omitempty"`
@@ -41,6 +42,11 @@ type jsonPlan struct {
 	WaitBeforeExitSeconds       int               `json:"proxy_wait_before_exit_seconds,omitempty"`
 	Annotations                 map[string]string `json:"annotations"`
 	PrestopCommand              []string          `json:"prestop_command"`
+	// Env and ReadinessProbe are a meshless plan's: the app container's variables from the
+	// downward API (name: fieldPath), and the probe added where the container has none (with
+	// -f, only when the workload's has none).
+	Env            map[string]string `json:"env,omitempty"`
+	ReadinessProbe *jsonProbe        `json:"readiness_probe,omitempty"`
 	// DeferSidecarDrain is written for Istio plans: true is regime (b), with the istio-proxy
 	// override whose preStop is ProxyPrestopCommand.
 	DeferSidecarDrain   *bool         `json:"defer_sidecar_drain,omitempty"`
@@ -57,6 +63,12 @@ type jsonKept struct {
 	Setting  string `json:"setting"`
 	Value    string `json:"value"`
 	Suffices string `json:"suffices"`
+}
+
+// jsonProbe is a tcpSocket readiness probe.
+type jsonProbe struct {
+	TCPSocketPort int `json:"tcp_socket_port"`
+	PeriodSeconds int `json:"period_seconds"`
 }
 
 type jsonStep struct {
@@ -92,10 +104,15 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		"p99": fmtD(in.P99), "eds_lag": fmtD(in.EDSLag), "quiet": fmtD(in.Quiet), "poll": fmtD(in.Poll),
 		"app_drain": fmtD(p.AppDrain), "drain_duration": fmtD(in.DrainDuration),
 	}
-	var linkerdMesh mesh.Mesh
+	var nonIstioMesh mesh.Mesh
+	if in.Mesh != mesh.Istio {
+		nonIstioMesh = in.Mesh
+		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time, a meshless pod no proxy
+	}
+	if len(in.Ports) > 0 {
+		inputs["ports"] = in.Ports
+	}
 	if in.Mesh == mesh.Linkerd {
-		linkerdMesh = mesh.Linkerd
-		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time
 		if in.CurrentWaitBeforeExit > 0 {
 			inputs["current_proxy_wait_before_exit"] = fmtD(in.CurrentWaitBeforeExit)
 		}
@@ -117,7 +134,7 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
 	}
 	out := jsonPlan{
-		Mesh:                        linkerdMesh,
+		Mesh:                        nonIstioMesh,
 		Sidecar:                     in.Sidecar,
 		Inputs:                      inputs,
 		LastClientLag:               fmtD(p.LastClientLag),
@@ -147,6 +164,12 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	}
 	for _, a := range p.Annotations() {
 		out.Annotations[a.Key] = a.Value
+	}
+	if p.Meshless() {
+		out.Env = map[string]string{HostIPEnv: HostIPFieldPath}
+		if probe, ok := p.ReadinessProbe(); ok && (e == nil || e.readiness != nil || e.workload == nil) {
+			out.ReadinessProbe = &jsonProbe{probe.Port, probe.PeriodSeconds}
+		}
 	}
 	for _, k := range p.Kept {
 		out.Kept = append(out.Kept, jsonKept{k.Setting, fmtD(k.Value), fmtD(k.Suffices)})
@@ -210,10 +233,17 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 	if wl.Namespace != "" {
 		ns = " -n " + wl.Namespace
 	}
-	ew.printf("  kubectl exec%s %s/%s -c %s -- %s\n", ns, strings.ToLower(wl.Kind), wl.Name, wl.Container, strings.Join(CheckCommand(p, e.opts.Dir, wl.Ports), " "))
+	check := CheckCommand(p, e.opts.Dir, wl.Ports)
+	if p.Meshless() {
+		// meshdrain check reads a sidecar; without one, prestop's own start checks in the pod
+		// say what it needs: the TCP counters, a network namespace of the pod's own, a
+		// listener on every --port, and HOST_IP resolved from the pod's env.
+		check = append(e.PrestopCommand(), "--validate")
+	}
+	ew.printf("  kubectl exec%s %s/%s -c %s -- %s\n", ns, strings.ToLower(wl.Kind), wl.Name, wl.Container, shellJoin(check))
 	if cmd := e.ProxyPrestopCommand(); cmd != nil {
 		// hold's own check, with the flags its preStop runs with: the proxy's preStop as merged.
-		ew.printf("  kubectl exec%s %s/%s -c %s -- %s --validate\n", ns, strings.ToLower(wl.Kind), wl.Name, ProxyContainerName, strings.Join(cmd, " "))
+		ew.printf("  kubectl exec%s %s/%s -c %s -- %s --validate\n", ns, strings.ToLower(wl.Kind), wl.Name, ProxyContainerName, shellJoin(cmd))
 	}
 	return ew.err
 }
@@ -241,4 +271,19 @@ func CheckCommand(p Plan, dir string, ports []int) []string {
 		cmd = append(cmd, "--proxy-wait-before-exit="+fmtD(p.WaitBeforeExit))
 	}
 	return cmd
+}
+
+// shellJoin joins a command for a shell to run: an argument a shell would change (such as
+// --ignore-source=$(HOST_IP), which prestop itself reads in the pod) is single-quoted.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if strings.ContainsFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_@%+=:,./-", r))
+		}) {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -8,8 +8,9 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 )
 
-// Meshes are the meshes plan writes a configuration for, for flag help and completion.
-var Meshes = []mesh.Mesh{mesh.Istio, mesh.Linkerd}
+// Meshes are the meshes plan writes a configuration for, for flag help and completion: none
+// and ambient are pods without a sidecar (meshless.go).
+var Meshes = []mesh.Mesh{mesh.Istio, mesh.Linkerd, mesh.None, Ambient}
 
 // Linkerd annotations (pkg/mesh/linkerd/FIDELITY.md §6).
 const (

@@ -135,6 +135,12 @@ type Workload struct {
 	ProxyHoldArgs []string
 	// ProxyInInitContainers is true when the pod spec lists an istio-proxy in initContainers.
 	ProxyInInitContainers bool
+	// Labels are the pod template's (istio.io/dataplane-mode: ambient names Istio ambient).
+	Labels map[string]string
+	// HostNetwork is the pod spec's hostNetwork: the pod then sees the node's sockets.
+	HostNetwork bool
+	// HasReadinessProbe is true when the app container has a readinessProbe of its own.
+	HasReadinessProbe bool
 
 	obj, template, podSpec, container, proxy *yaml.Node
 }
@@ -174,6 +180,7 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 		Namespace:   scalar(path(obj, "metadata", "namespace")),
 		GracePeriod: DefaultGracePeriod,
 		Annotations: map[string]string{},
+		Labels:      map[string]string{},
 		obj:         obj,
 	}
 	id := w.Kind + "/" + w.Name
@@ -194,6 +201,12 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 			w.Annotations[ann.Content[i].Value] = scalar(ann.Content[i+1])
 		}
 	}
+	if lbl := path(w.template, "metadata", "labels"); lbl != nil && lbl.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(lbl.Content); i += 2 {
+			w.Labels[lbl.Content[i].Value] = scalar(lbl.Content[i+1])
+		}
+	}
+	w.HostNetwork = scalar(lookup(w.podSpec, "hostNetwork")) == "true"
 	containers := resolve(lookup(w.podSpec, "containers"))
 	if containers == nil || containers.Kind != yaml.SequenceNode || len(containers.Content) == 0 {
 		return nil, fmt.Errorf("%s has no containers", id)
@@ -225,6 +238,7 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 			w.Ports = append(w.Ports, port)
 		}
 	}
+	w.HasReadinessProbe = lookup(w.container, "readinessProbe") != nil
 	w.PreStop, w.PreStopIsMeshdrain = describePreStop(path(w.container, "lifecycle", "preStop"), "prestop")
 	if w.PreStopIsMeshdrain {
 		w.PrestopArgs = stringsOf(path(w.container, "lifecycle", "preStop", "exec", "command"))[2:]
@@ -278,6 +292,16 @@ func (w *Workload) Mesh() (mesh.Mesh, string) {
 	if m, _ := w.PrestopFlag("mesh"); m == string(mesh.Linkerd) && linkerdWhy == "" {
 		// plan's own preStop for a native Linkerd sidecar, which needs no annotation.
 		linkerdWhy = "the preStop's --mesh=linkerd"
+	}
+	if linkerdWhy == "" && istioWhy == "" {
+		// A pod without a sidecar names no mesh; plan's own preStop does, and so does an
+		// ambient label on the pod (usually it is on the namespace: --mesh ambient then).
+		if w.Labels[AmbientModeLabel] == AmbientModeValue {
+			return Ambient, "label " + AmbientModeLabel + ": " + AmbientModeValue
+		}
+		if m, _ := w.PrestopFlag("mesh"); m == string(mesh.None) {
+			return mesh.None, "the preStop's --mesh=none"
+		}
 	}
 	for _, c := range w.Containers {
 		switch {
@@ -469,6 +493,12 @@ type Edit struct {
 	proxyRemoveHandlers []string
 	// hold is the hold command a re-plan writes, with the user's flags kept.
 	hold prestopMerge
+
+	// hostIPEnv is, in a meshless plan, the app container's HOST_IP variable from the
+	// downward API (nil where the container has it already); readiness is the probe added
+	// where the container has none (nil otherwise, and in a patch for a workload plan has not
+	// read, which cannot know).
+	hostIPEnv, readiness *yaml.Node
 	// ProxyReplaced describes istio-proxy's preStop the edit replaces, "" when none.
 	ProxyReplaced string
 }
@@ -573,6 +603,11 @@ func NewEdit(p Plan, o PatchOptions, w *Workload) (*Edit, error) {
 		return nil, err
 	}
 	e.Changes = append(e.Changes, proxyChanges...)
+	meshlessChanges, err := e.deriveMeshless()
+	if err != nil {
+		return nil, err
+	}
+	e.Changes = append(e.Changes, meshlessChanges...)
 	return e, nil
 }
 
@@ -1003,6 +1038,16 @@ func (e *Edit) Apply() error {
 		return err
 	}
 	setKey(lifecycle, "preStop", e.preStop)
+	if e.hostIPEnv != nil {
+		env, err := ensureSeq(w.container, "env")
+		if err != nil {
+			return err
+		}
+		upsert(env, "name", e.hostIPEnv)
+	}
+	if e.readiness != nil {
+		setKey(w.container, "readinessProbe", e.readiness)
+	}
 	if e.proxy != nil {
 		containers, err := ensureSeq(w.podSpec, "containers")
 		if err != nil {
@@ -1041,6 +1086,11 @@ func (e *Edit) WritePatch(w io.Writer) error {
 			ew.printf("# %s.\n", strings.ToUpper(note[:1])+note[1:])
 		}
 	}
+	if probe, ok := p.ReadinessProbe(); ok && e.workload == nil {
+		ew.printf("# No readinessProbe here: plan has not read the workload, and a second handler merged into one it has would be invalid.\n")
+		ew.printf("# If %s has none, give it one (tcpSocket port %d, periodSeconds %d, or better an httpGet that checks what it needs).\n",
+			e.opts.Container, probe.Port, probe.PeriodSeconds)
+	}
 	if ew.err != nil {
 		return ew.err
 	}
@@ -1052,10 +1102,17 @@ func (e *Edit) WritePatch(w io.Writer) error {
 		setKey(preStop, h, nullNode())
 	}
 	setKey(preStop, "exec", lookup(e.preStop, "exec"))
-	containers := sequenceNode(mapOf(
+	app := mapOf(
 		"name", strNode(e.opts.Container),
 		"volumeMounts", sequenceNode(e.volumeMount),
-		"lifecycle", mapOf("preStop", preStop)))
+		"lifecycle", mapOf("preStop", preStop))
+	if e.hostIPEnv != nil {
+		setKey(app, "env", sequenceNode(e.hostIPEnv))
+	}
+	if e.readiness != nil {
+		setKey(app, "readinessProbe", e.readiness)
+	}
+	containers := sequenceNode(app)
 	if e.proxy != nil {
 		// Only what plan sets: a patch onto an istio-proxy of the workload's keeps its other
 		// fields, its image included.

@@ -96,8 +96,12 @@ type Input struct {
 	// AppDrain is the time the app needs after SIGTERM to finish its in-flight requests and
 	// exit. Zero: 4 × P99 rounded up to a whole second, at least 1s.
 	AppDrain time.Duration
-	// Mesh is the service mesh; empty means MeshIstio.
+	// Mesh is the service mesh; empty means MeshIstio. mesh.None and Ambient are a pod
+	// without a sidecar (meshless.go).
 	Mesh mesh.Mesh
+	// Ports are the app's own listening ports, which a meshless preStop watches (--port);
+	// required there, unused by the sidecar plans.
+	Ports []int
 	// Sidecar is the kind of sidecar; empty means Classic for Istio, Native for Linkerd
 	// (its default since 2.20). ExitOnZero is Istio's only.
 	Sidecar Sidecar
@@ -308,6 +312,10 @@ func Recommend(in Input) (Plan, error) {
 		Line{"app exits by (worst)", p.AppExitWorst, fmt.Sprintf("deadline %s + app-drain %s", fmtD(p.Deadline), fmtD(in.AppDrain))},
 	)
 
+	if p.Meshless() {
+		p.recommendMeshless()
+		return p.finish()
+	}
 	if in.Mesh == mesh.Linkerd {
 		p.recommendLinkerd()
 		p.Warnings = append(append(currentGraceWarnings(p), implausibleInputs(in)...), p.Warnings...)
@@ -565,11 +573,16 @@ func normalize(in Input) (Input, error) {
 	switch in.Mesh {
 	case "":
 		in.Mesh = mesh.Istio
-	case mesh.Istio, mesh.Linkerd:
+	case mesh.Istio, mesh.Linkerd, mesh.None, Ambient:
 	default:
-		errs = append(errs, fmt.Errorf("mesh %q is not one of istio, linkerd", in.Mesh))
+		errs = append(errs, fmt.Errorf("mesh %q is not one of %s", in.Mesh, strings.Join(mesh.Names(Meshes...), ", ")))
 	}
-	if in.Sidecar == "" {
+	meshless := IsMeshless(in.Mesh)
+	if meshless {
+		errs = append(errs, meshlessInputProblems(in)...)
+		in.DeferSidecarDrain = false
+	}
+	if in.Sidecar == "" && !meshless {
 		in.Sidecar = Classic
 		if in.Mesh == mesh.Linkerd {
 			in.Sidecar = Native
@@ -596,6 +609,7 @@ func normalize(in Input) (Input, error) {
 	}
 	switch in.Sidecar {
 	case Classic, ExitOnZero, Native:
+	case "": // a meshless pod's: the sidecar plans have theirs from the defaults above
 	default:
 		errs = append(errs, fmt.Errorf("sidecar %q is not one of classic, exit-on-zero, native", in.Sidecar))
 	}

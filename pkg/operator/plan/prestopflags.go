@@ -13,7 +13,9 @@ import (
 // plan owns the flags that carry its numbers (plannedFlags): it writes them from the plan and
 // says what changes. Every other flag is the user's (--drain-at, --port, --client-evidence,
 // --strict-active, ...) and stays as it is, in its order, after plan's own; --log-file and
-// --admin are written only where the preStop has none of its own.
+// --admin are written only where the preStop has none of its own, and so are a meshless
+// plan's --port (the user's own ports stay) and each --ignore-source value (one the user adds
+// for a scraper stays beside the node's).
 
 // plannedFlags are the preStop flags whose values are the plan's numbers. --deadline is among
 // them although plan never writes it: prestop derives it from the grace period, which is what
@@ -22,7 +24,12 @@ var plannedFlags = []string{"grace-period", "app-drain", "quiet", "min-wait", "e
 
 // defaultedFlags are flags plan writes where the preStop has none: where the hook logs and
 // where it reads the sidecar are the user's to point elsewhere.
-var defaultedFlags = []string{"log-file", "admin"}
+var defaultedFlags = []string{"log-file", "admin", "port"}
+
+// additiveFlags are repeatable flags of which plan writes its values where the preStop does not
+// give the same value already; the preStop's other values stay (--ignore-source=10.0.0.0/8 for
+// a scraper, beside plan's $(HOST_IP)).
+var additiveFlags = []string{"ignore-source"}
 
 // InputFlags are the preStop flags a re-plan reads as its inputs where the plan's own flag is
 // not given (Workload.PrestopFlag): facts about the app and its clients, which a re-plan must
@@ -64,7 +71,7 @@ func splitPrestopArgs(args []string) (items []prestopToken, tail []string, hasTa
 
 // isPlanFlag: plan writes this flag (in some plan), and it takes a value.
 func isPlanFlag(name string) bool {
-	return contains(plannedFlags, name) || contains(defaultedFlags, name) || name == "mesh" || name == "drain-at"
+	return contains(plannedFlags, name) || contains(defaultedFlags, name) || contains(additiveFlags, name) || name == "mesh" || name == "drain-at"
 }
 
 // plannedHoldFlags are the flags of istio-proxy's `meshdrain hold` whose values are the plan's:
@@ -86,6 +93,19 @@ func (w *Workload) PrestopFlag(name string) (string, bool) {
 	return value, found
 }
 
+// PrestopFlagValues are every value of the repeatable --name in the workload's meshdrain
+// preStop, in order (--port=8080 --port=9090, or --port=8080,9090 as one value).
+func (w *Workload) PrestopFlagValues(name string) []string {
+	items, _, _ := splitPrestopArgs(w.PrestopArgs)
+	var values []string
+	for _, it := range items {
+		if it.name == name {
+			values = append(values, it.value)
+		}
+	}
+	return values
+}
+
 // prestopMerge is the preStop command a re-plan writes, and what it changes.
 type prestopMerge struct {
 	args    []string // after the binary: "prestop", plan's own flags, the user's, "--" and the tail
@@ -100,12 +120,15 @@ func (p Plan) mergePrestop(old []string) prestopMerge {
 		case contains(plannedFlags, it.name):
 			return true
 		case it.name == "mesh":
-			// The mesh is the plan's: Linkerd's is written, and an Istio plan removes Linkerd's.
-			return p.Input.Mesh == mesh.Linkerd || it.value == string(mesh.Linkerd)
+			// The mesh is the plan's: Linkerd's and none are written, and an Istio plan removes them.
+			return p.Input.Mesh != mesh.Istio || it.value == string(mesh.Linkerd) || it.value == string(mesh.None)
 		case it.name == "drain-at":
 			// Regime (b) is the plan's: prestop drains at its decision. In regime (a) the
-			// preStop's own --drain-at stays.
-			return p.defers()
+			// preStop's own --drain-at stays. A meshless pod has no sidecar to drain.
+			return p.defers() || p.Meshless()
+		case it.name == "admin":
+			// A meshless pod has no admin port: prestop refuses --admin with --mesh none.
+			return p.Meshless()
 		}
 		return false
 	}
@@ -128,6 +151,7 @@ func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken)
 	oldValues := map[string]string{}
 	var oldOrder []string
 	hasOwn := map[string]bool{}
+	hasValue := map[string]bool{} // additive flags: name=value already in old
 	for _, it := range items {
 		switch {
 		case it.name != "" && owned(it):
@@ -139,6 +163,9 @@ func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken)
 			if contains(defaultedFlags, it.name) {
 				hasOwn[it.name] = true
 			}
+			if contains(additiveFlags, it.name) {
+				hasValue[it.name+"="+it.value] = true
+			}
 			m.kept = append(m.kept, it.tokens...)
 		}
 	}
@@ -146,7 +173,7 @@ func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken)
 	newValues := map[string]string{}
 	m.args = []string{verb}
 	for _, it := range newItems {
-		if hasOwn[it.name] {
+		if hasOwn[it.name] || hasValue[it.name+"="+it.value] {
 			continue // the user's own stays, among the kept flags
 		}
 		m.args = append(m.args, it.tokens...)
@@ -173,6 +200,8 @@ func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken)
 			why = " (prestop's default)"
 		case "mesh":
 			why = " (an Istio plan)"
+		case "drain-at", "admin":
+			why = " (no sidecar: prestop --mesh=none has none to drain or read)"
 		}
 		m.changes = append(m.changes, fmt.Sprintf("removes --%s=%s%s", name, oldValues[name], why))
 	}

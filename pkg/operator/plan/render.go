@@ -35,6 +35,9 @@ type Annotation struct{ Key, Value string }
 
 // Annotations are the pod-template annotations the plan needs.
 func (p Plan) Annotations() []Annotation {
+	if p.Meshless() {
+		return nil
+	}
 	if p.Input.Mesh == mesh.Linkerd {
 		return p.linkerdAnnotations()
 	}
@@ -51,7 +54,7 @@ func (p Plan) Annotations() []Annotation {
 // ProxyConfig is the JSON for the proxy.istio.io/config annotation, or "" if the sidecar
 // needs no per-pod setting (always, for Linkerd).
 func (p Plan) ProxyConfig() string {
-	if p.Input.Mesh == mesh.Linkerd {
+	if p.Input.Mesh != mesh.Istio {
 		return ""
 	}
 	var fields []string
@@ -76,6 +79,9 @@ func (p Plan) ProxyConfig() string {
 // hook is told the mesh and the proxy's admin port: prestop's own defaults are Envoy's.
 func (p Plan) PrestopArgs() []string {
 	args := []string{"prestop"}
+	if p.Meshless() {
+		args = append(args, p.meshlessArgs()...)
+	}
 	if p.Input.Mesh == mesh.Linkerd {
 		args = append(args, "--mesh="+string(mesh.Linkerd), "--admin="+LinkerdAdminURL)
 	}
@@ -149,9 +155,12 @@ func WriteText(w io.Writer, p Plan) error {
 		ew.printf("                                 (a container %s in the pod spec, image: %s, mounting /meshdrain read-only: Istio's\n", ProxyContainerName, ProxyImageAuto)
 		ew.printf("                                 injector merges it into the proxy it injects, in initContainers for native sidecars)\n")
 	}
-	if in.Mesh == mesh.Linkerd {
+	switch {
+	case p.Meshless():
+		writeMeshlessSettings(ew, p)
+	case in.Mesh == mesh.Linkerd:
 		writeLinkerdSettings(ew, p)
-	} else {
+	default:
 		writeIstioSettings(ew, p)
 	}
 
@@ -232,6 +241,12 @@ func writeLinkerdSettings(ew *errWriter, p Plan) {
 
 // sidecarName names the proxy in the timeline's title: the sidecar kind alone for Istio.
 func (p Plan) sidecarName() string {
+	switch p.Input.Mesh {
+	case mesh.None:
+		return "none, the kernel is the signal"
+	case Ambient:
+		return "none, Istio ambient (ztunnel in the pod's network namespace)"
+	}
 	if p.Input.Mesh == mesh.Linkerd {
 		return string(p.Input.Sidecar) + " linkerd-proxy"
 	}

@@ -9,6 +9,9 @@ import (
 // timeline lays out who does what from t0, for p's sidecar kind. It is derived from the same
 // numbers as the recommendation, so the text cannot disagree with the arithmetic.
 func timeline(p Plan) []Step {
+	if p.Meshless() {
+		return meshlessTimeline(p)
+	}
 	if p.Input.Mesh == mesh.Linkerd {
 		steps := append(linkerdTimelineStart(p), clientSteps(p, "the proxy")...)
 		return append(append(steps, linkerdTimelineEnd(p)...), killStep(p))

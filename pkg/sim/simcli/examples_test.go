@@ -36,6 +36,7 @@ var shortSimulation = [][2]string{
 // checked). A new example runs here, or is named.
 func TestHelpExamples(t *testing.T) {
 	const emulator = "an emulator: it serves until stopped (Ctrl-C), on fixed loopback ports"
+	const cluster = "a request loop against a Service of a cluster, during its rollout: no such address here"
 	var meshdrain string // simulate's preStop: built here, before the examples change directory
 	if !testing.Short() {
 		meshdrain = buildMeshdrain(t, t.TempDir())
@@ -54,6 +55,9 @@ func TestHelpExamples(t *testing.T) {
 			"meshdrain-sim emulate --inbound 8080=127.0.0.1:8080 --profile istio-legacy --inclusion istio-default --agent exit-on-zero": emulator,
 			"meshdrain-sim emulate --inbound 8080=127.0.0.1:8080 --extra-clusters 5000":                                                 emulator,
 			"meshdrain-sim emulate --mesh linkerd --inbound '8080=127.0.0.1:14143>127.0.0.1:8080' --probe-path /healthz":                emulator,
+			// loop: TestLoopCommand runs it against loopback servers
+			"meshdrain-sim loop https://web.example.com/healthz --duration 3m":                                  cluster,
+			"meshdrain-sim loop http://web.shop.svc/healthz --mode new-connection --workers 4 --interval 100ms": cluster,
 		},
 		Prepare: func(t *testing.T, ex clitest.Example, _ string, args []string) []string {
 			if len(args) == 0 || args[0] != "simulate" {

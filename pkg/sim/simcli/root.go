@@ -15,6 +15,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
 	"github.com/meshdrain/meshdrain/pkg/sim/podsim"
+	"github.com/meshdrain/meshdrain/pkg/sim/requestloop"
 )
 
 // Exit codes are meshdrain's (cli).
@@ -56,7 +57,7 @@ preStop it runs is the real meshdrain binary (--meshdrain-bin, default: beside t
   # An Istio sidecar to point meshdrain status at:
   meshdrain-sim emulate --inbound 8080=127.0.0.1:8080`,
 	})
-	root.AddCommand(newSimulateCommand(s), newEmulateCommand(s))
+	root.AddCommand(newSimulateCommand(s), newEmulateCommand(s), newLoopCommand(s))
 	cli.RegisterEnumCompletions(root, enumFlags())
 	return root
 }
@@ -81,6 +82,10 @@ func enumFlags() map[string]map[string][]string {
 			"agent":          {string(envoysim.AgentClassic), string(envoysim.AgentNative), string(envoysim.AgentExitOnZero), string(envoysim.AgentNone)},
 			"drain-strategy": {envoysim.DrainImmediate, envoysim.DrainGradual},
 			"log-format":     {"json", "console"},
+		},
+		"loop": {
+			"mode":   {string(requestloop.KeepAlive), string(requestloop.NewConnection)},
+			"output": {output.Text, output.JSON},
 		},
 	}
 }
