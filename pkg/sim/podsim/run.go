@@ -95,12 +95,23 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, err
 	}
 	start := opts.startSidecar
-	if start == nil {
+	switch {
+	case start != nil:
+	case sc.meshless():
+		start = startNoSidecar
+	default:
 		start = startSidecarFor
 	}
 	for _, spec := range opts.Sidecars {
-		if (spec.Mesh == mesh.Linkerd) != sc.linkerd() {
+		if meshOf(spec.Mesh) != meshOf(sc.Mesh) {
 			return nil, fmt.Errorf("sidecar %s is for mesh %s, the scenario's mesh is %s", spec.Name, meshOf(spec.Mesh), meshOf(sc.Mesh))
+		}
+	}
+	for _, strat := range opts.Strategies {
+		if sc.meshless() && strat.Kind == StrategyOracle {
+			// The oracle waits for the last request planned for the pod; a keep-alive
+			// client's requests reach it for as long as the app keeps its connections.
+			return nil, errors.New("the oracle strategy needs a mesh: without a sidecar, which requests reach the pod depends on the strategy")
 		}
 	}
 	type job struct {

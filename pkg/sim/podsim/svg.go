@@ -297,8 +297,11 @@ const halo = ` stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-o
 // writeSVG draws one run on axis a.
 func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	proxy := "istio-proxy"
-	if r.Scenario.Mesh == mesh.Linkerd {
+	switch r.Scenario.Mesh {
+	case mesh.Linkerd:
 		proxy = "linkerd-proxy"
+	case MeshNone:
+		proxy = "no sidecar"
 	}
 	lanes := []string{"clients", "app", proxy, "client failures", "sidecar 5xx"}
 	lane := func(i int) (top, textY float64) {
