@@ -22,6 +22,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 )
@@ -45,6 +46,7 @@ type prestopOptions struct {
 	drainAt          string
 	clientEvidence   string
 	listenerPorts    []int
+	ignoreSources    []string
 	strictActive     bool
 	poll             time.Duration
 	connectTimeout   time.Duration
@@ -95,10 +97,11 @@ func defaultPrestopOptions() prestopOptions {
 // prestopFlags registers prestop's flags on fs. The command parses its own flag set (see
 // newPrestopCommand), so the same registration serves the help text and the parsing.
 func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
-	f.StringVar((*string)(&o.mesh), "mesh", string(o.mesh), "the sidecar: istio or envoy (Envoy's admin API, drained with /drain_listeners), linkerd (a Linkerd proxy: no drain call), or auto (ask the admin port at start, within --connect-timeout)")
+	f.StringVar((*string)(&o.mesh), "mesh", string(o.mesh), "the sidecar: istio or envoy (Envoy's admin API, drained with /drain_listeners), linkerd (a Linkerd proxy: no drain call), auto (ask the admin port at start, within --connect-timeout), or none (no sidecar: the kernel is the sidecar; the pod's own socket table and TCP counters on the app's --port, no drain call)")
 	f.StringVar(&o.admin, "admin", "", "the sidecar's admin API (default per mesh: "+envoy.DefaultURL+"; linkerd "+linkerd.DefaultAdminURL+"; auto tries "+linkerd.DefaultAdminURL+" then "+envoy.DefaultURL+"); also http://[::1]:PORT, http://localhost:PORT or unix:/path/admin.sock")
 	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --admin and --shutdown-url name a host other than the pod's loopback")
-	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found)")
+	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found); with --mesh none, required: the app's own listening ports")
+	f.StringSliceVar(&o.ignoreSources, "ignore-source", nil, "--mesh none: a source that is never a client, as a CIDR, an IP or $(NAME), an environment variable read by meshdrain itself (repeatable; plan writes $(HOST_IP), the node's address from status.hostIP, for the kubelet's probes)")
 	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
 	f.StringSliceVar(&o.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix to watch, e.g. public_listener (repeatable)")
 	secondsVar(f, &o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds")
@@ -393,6 +396,11 @@ func reportValidation(s streams, setup *prestopSetup) error {
 	switch o := setup.opts; {
 	case o.mesh == mesh.Auto:
 		fmt.Fprintf(s.out, "  mesh      auto: asks %s at start, within --connect-timeout %v\n", strings.Join(redactAll(setup.candidates), ", then "), o.connectTimeout)
+	case o.mesh == mesh.None:
+		fmt.Fprintf(s.out, "  mesh      none: reads the pod's socket table and /proc/net/snmp on --port %v, no drain call (%s)\n", o.ports, kernel.NoDrainCallReason)
+		if len(o.ignoreSources) > 0 {
+			fmt.Fprintf(s.out, "  ignore    %s\n", strings.Join(o.ignoreSources, ", "))
+		}
 	case o.mesh == mesh.Linkerd:
 		fmt.Fprintf(s.out, "  mesh      linkerd: reads /metrics, no drain call (%s)\n", linkerd.NoDrainCallReason)
 		fmt.Fprintf(s.out, "  admin     %s\n", setup.adminURL)

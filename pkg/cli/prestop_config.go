@@ -86,7 +86,11 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	cfg, problems := o.check(ctx)
 	setup.problems = append(setup.problems, problems...)
 	setup.drainModeSet = sources["drain-mode"] != sourceDefault
-	setup.chooseSidecar(&cfg)
+	if o.mesh == mesh.None {
+		setup.chooseKernel(&cfg, lookup)
+	} else {
+		setup.chooseSidecar(&cfg)
+	}
 	if o.validate && o.logFile != "" {
 		if err := checkLogFile(o.logFile); err != nil {
 			setup.problems = append(setup.problems, fmt.Errorf("--log-file: %w", err))
@@ -98,6 +102,8 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 		}
 		value := f.Value.String()
 		switch {
+		case f.Name == "admin" && value == "" && o.mesh == mesh.None:
+			value = "none (--mesh none: no sidecar)"
 		case f.Name == "admin" && value == "":
 			value = strings.Join(setup.adminURLs(), ",")
 		case f.Name == "drain-mode" && o.mesh == mesh.Linkerd && value != string(mesh.DrainNone):
@@ -408,7 +414,7 @@ func lastFlagValue(args []string, flag string) (string, bool) {
 // A Linkerd proxy closes every connection itself when it drains (hyper's graceful shutdown),
 // so a close there says nothing about the client: silence alone decides (docs/linkerd.md).
 func (o *prestopOptions) evidence() drain.ClientEvidence {
-	if o.clientEvidence != clientEvidenceAuto || o.mesh == mesh.Linkerd {
+	if o.clientEvidence != clientEvidenceAuto || o.mesh == mesh.Linkerd || o.mesh == mesh.None {
 		return nil
 	}
 	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now,

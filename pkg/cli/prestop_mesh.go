@@ -2,11 +2,15 @@ package cli
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
 
 // prestop's --mesh takes the values of status and check (mesh.Names(mesh.Choices...)). Its default is
@@ -54,4 +58,63 @@ func (o *prestopOptions) linkerdChecks(adminPort int, drainModeSet bool) (warnin
 		warnings = append(warnings, fmt.Sprintf("--drain-mode %s has no effect on a Linkerd proxy: it has no drain endpoint, and meshdrain makes no drain call", o.drainMode))
 	}
 	return warnings, problems
+}
+
+// chooseKernel builds the kernel as the sidecar (--mesh none) and checks, in the pod, what
+// it needs: the TCP counters, a network namespace of the pod's own, and (with --validate)
+// a listener on every --port. A hook whose --port nobody listens on is not refused here: its
+// drain names the port and falls back to --fallback-wait, as a sidecar's missing port does.
+func (setup *prestopSetup) chooseKernel(cfg *drain.Config, lookup func(string) (string, bool)) {
+	o := &setup.opts
+	add := func(format string, args ...any) { setup.problems = append(setup.problems, usageError(format, args...)) }
+	for _, f := range []struct {
+		flag  string
+		given bool
+	}{{"admin", o.admin != ""}, {"cluster", len(o.clusters) > 0}, {"http-prefix", len(o.httpPrefixes) > 0}, {"inbound-listener-port", len(o.listenerPorts) > 0}} {
+		if f.given {
+			add("--%s names a sidecar's setting; --mesh none has no sidecar: watch the app's own ports with --port", f.flag)
+		}
+	}
+	if o.drainAt == drainAtEnd {
+		add("--drain-at end defers a sidecar's drain call; --mesh none has no sidecar and makes none")
+	}
+	if setup.drainModeSet && o.drainMode != string(mesh.DrainNone) {
+		setup.warnings = append(setup.warnings, fmt.Sprintf("--drain-mode %s has no effect with --mesh none: there is no sidecar, and meshdrain makes no drain call", o.drainMode))
+	}
+	var ignore []netip.Prefix
+	for _, v := range o.ignoreSources {
+		p, err := kernel.ParseIgnoreSource(v, lookup)
+		if err != nil {
+			add("%v", err)
+			continue
+		}
+		ignore = append(ignore, p)
+	}
+	cfg.DrainMode = mesh.DrainNone
+	reader := sockets.NewReader()
+	k, err := kernel.New(kernel.Options{Ports: o.ports, Ignore: ignore, LagBound: o.edsLagBound, Reader: reader})
+	if err != nil {
+		add("%v", err)
+		return
+	}
+	setup.sidecar = k
+	cfg.Clients = evidence.Kernel{Kernel: k}
+	if o.offline {
+		return // the pod's kernel is not this machine's
+	}
+	if err := kernel.CheckCounters(""); err != nil {
+		add("%v", err)
+	}
+	if err := kernel.CheckNamespace(reader, ignore); err != nil {
+		add("%v", err)
+	}
+	if o.validate {
+		notListening, listening, err := kernel.CheckListening(reader, o.ports)
+		switch {
+		case err != nil:
+			add("%v", err)
+		case len(notListening) > 0:
+			add("--port %v: nothing listens on it in this pod (listening: %v); as a hook it would hold the app for --fallback-wait", notListening, listening)
+		}
+	}
 }

@@ -28,11 +28,15 @@ const (
 	Linkerd Mesh = "linkerd"
 	// Auto asks the admin ports which sidecar answers (Detect).
 	Auto Mesh = "auto"
+	// None is a pod without a sidecar: the kernel is the sidecar. Its inbound side is the
+	// app's own listening ports (--port), read from the pod's socket table and TCP counters
+	// (mesh/kernel); there is no admin port and no drain call.
+	None Mesh = "none"
 )
 
 // Choices are the values of every --mesh flag that reads a live sidecar (prestop, status,
 // check), in the order help lists them.
-var Choices = []Mesh{Auto, Istio, Envoy, Linkerd}
+var Choices = []Mesh{Auto, Istio, Envoy, Linkerd, None}
 
 // Parse reads a --mesh value against the accepted ones (Choices, or a command's subset).
 func Parse(s string, accepted ...Mesh) (Mesh, error) {

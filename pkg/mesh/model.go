@@ -20,6 +20,10 @@ const (
 	SignalCompletedRequests Signal = "completed-requests"
 	// SignalConnections is the virtualInbound listener's connection stats: no request level.
 	SignalConnections Signal = "connections"
+	// SignalKernel is the pod's own kernel, with no sidecar (--mesh none): the connections
+	// accepted on the app's ports and the data received on open ones, per client, from the
+	// socket table and /proc/net/snmp (mesh/kernel, docs/facts.md §7).
+	SignalKernel Signal = "kernel"
 	// SignalNone means the sidecar exposes nothing usable about its inbound side.
 	SignalNone Signal = "none"
 )
@@ -29,7 +33,7 @@ func (s Signal) Rank() int {
 	switch s {
 	case SignalHTTPRequests:
 		return 0
-	case SignalClusterRequests:
+	case SignalClusterRequests, SignalKernel:
 		return 1
 	case SignalTCPConnections:
 		return 2
@@ -54,6 +58,8 @@ const (
 	// NamingLinkerd marks a snapshot read from a Linkerd proxy (mesh/linkerd maps its
 	// request_total series onto the HTTP pair of each endpoint).
 	NamingLinkerd Naming = "linkerd"
+	// NamingKernel marks a snapshot read from the pod's own kernel (--mesh none, mesh/kernel).
+	NamingKernel Naming = "kernel"
 )
 
 // Endpoint is one inbound port (Istio) or one named cluster / HTTP prefix (generic Envoy).
@@ -77,6 +83,13 @@ type Endpoint struct {
 	// TCPConnectionsTotal is tcp.<prefix>.downstream_cx_total of a TCP proxy port (Istio's
 	// prefix is the inbound cluster's name): connections, Envoy's only unit of a TCP port.
 	TCPConnectionsTotal *float64 `json:"-"`
+	// ClientActivityTotal is what the kernel shows of clients on one of the app's own ports
+	// (--mesh none): each connection accepted from a client that counts, and each read that
+	// found new data from one on an open connection (mesh/kernel says which count).
+	ClientActivityTotal *float64 `json:"-"`
+	// ClientRequestsActive is the port's connections whose last data came after the app's
+	// last answer (tcp_info): requests in flight; nil where tcp_info cannot be read.
+	ClientRequestsActive *float64 `json:"-"`
 
 	// The sidecar's failures on this endpoint. Only status and check ask for them, with their
 	// own filter (envoy.FailuresFilter): the drain's poll never carries them, so they are nil

@@ -84,6 +84,9 @@ func (e Endpoint) best() (Signal, *float64, *float64) {
 	if e.TCPConnectionsTotal != nil {
 		return SignalTCPConnections, e.TCPConnectionsTotal, nil
 	}
+	if e.ClientActivityTotal != nil {
+		return SignalKernel, e.ClientActivityTotal, e.ClientRequestsActive
+	}
 	return SignalNone, nil, nil
 }
 
@@ -95,7 +98,10 @@ func (e Endpoint) RequestsTotal() *float64 {
 	if e.ClusterRequestsTotal != nil {
 		return e.ClusterRequestsTotal
 	}
-	return e.TCPConnectionsTotal
+	if e.TCPConnectionsTotal != nil {
+		return e.TCPConnectionsTotal
+	}
+	return e.ClientActivityTotal
 }
 
 // RequestsActive is the endpoint's best in-flight gauge, for display; nil when unknown.
@@ -103,7 +109,10 @@ func (e Endpoint) RequestsActive() *float64 {
 	if e.HTTPRequestsActive != nil {
 		return e.HTTPRequestsActive
 	}
-	return e.ClusterRequestsActive
+	if e.ClusterRequestsActive != nil {
+		return e.ClusterRequestsActive
+	}
+	return e.ClientRequestsActive
 }
 
 // ConnectionsActive is the endpoint's open downstream connections, for display.

@@ -53,12 +53,14 @@ const (
 // Read dumps the IPv4 and IPv6 sockets whose local port is one of ports, listeners left out.
 func (DiagReader) Read(ports []uint16) ([]Socket, error) { return dump(ports, notListening) }
 
-// Listeners dumps the listening sockets on ports.
+// Listeners dumps the listening sockets on ports, or every listening socket for no ports. A
+// dump of listeners alone walks only the listening hash, not the established one: it is cheap.
 func (DiagReader) Listeners(ports []uint16) ([]Socket, error) { return dump(ports, 1<<Listen) }
 
-// dump asks for the sockets on ports in the given states (a bit per state).
+// dump asks for the sockets on ports in the given states (a bit per state); listeners are
+// dumped on every port when no ports are given.
 func dump(ports []uint16, states uint32) ([]Socket, error) {
-	if len(ports) == 0 {
+	if len(ports) == 0 && states != 1<<Listen {
 		return nil, nil
 	}
 	fd, err := syscall.Socket(syscall.AF_NETLINK, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, syscall.NETLINK_INET_DIAG)
@@ -104,10 +106,13 @@ var (
 // diagRequest packs a dump request: nlmsghdr, then inet_diag_req {family, src_len, dst_len,
 // ext uint8; sockid [48]byte; states, dbs uint32} asking for tcp_info of every address
 // family in the given states, then a bytecode filter that accepts a socket whose local port
-// is one of ports.
+// is one of ports (none for no ports: every socket).
 func diagRequest(ports []uint16, states, seq uint32) []byte {
 	filter := portFilter(ports)
 	attrLen := 4 + len(filter)
+	if len(filter) == 0 {
+		attrLen = 0 // the kernel refuses an empty program: no filter at all keeps every socket
+	}
 	total := syscall.NLMSG_HDRLEN + inetDiagReqLen + attrLen
 	b := make([]byte, total)
 	ne := binary.NativeEndian
@@ -119,6 +124,9 @@ func diagRequest(ports []uint16, states, seq uint32) []byte {
 	r[0] = syscall.AF_UNSPEC
 	r[3] = 1 << (inetDiagInfo - 1) // idiag_ext
 	ne.PutUint32(r[52:], states)
+	if attrLen == 0 {
+		return b
+	}
 	a := r[inetDiagReqLen:]
 	ne.PutUint16(a[0:], uint16(attrLen))
 	ne.PutUint16(a[2:], inetDiagReqBC)

@@ -28,7 +28,7 @@ type ProcReader struct {
 // listeners left out.
 func (p ProcReader) Read(ports []uint16) ([]Socket, error) { return p.read(ports, false) }
 
-// Listeners returns the listening sockets on ports.
+// Listeners returns the listening sockets on ports, or every listening socket for no ports.
 func (p ProcReader) Listeners(ports []uint16) ([]Socket, error) { return p.read(ports, true) }
 
 func (p ProcReader) read(ports []uint16, listeners bool) ([]Socket, error) {
@@ -111,7 +111,7 @@ func parseProcLine(field [][]byte, ports []uint16, listeners bool) (s Socket, ok
 	if perr != nil {
 		return s, false, fmt.Errorf("local port %q: %w", local[i+1:], perr)
 	}
-	if !watched(ports, uint16(port)) {
+	if !watched(ports, uint16(port)) && (!listeners || len(ports) > 0) {
 		return s, false, nil
 	}
 	st, perr := strconv.ParseUint(string(field[3]), 16, 8)

@@ -146,7 +146,8 @@ type Reader interface {
 	Read(ports []uint16) ([]Socket, error)
 }
 
-// ListenerReader reads the listening sockets on ports, whose UID says who accepts there.
+// ListenerReader reads the listening sockets on ports, whose UID says who accepts there; with
+// no ports, every listening socket of the namespace.
 type ListenerReader interface {
 	Listeners(ports []uint16) ([]Socket, error)
 }

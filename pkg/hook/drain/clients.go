@@ -102,6 +102,15 @@ func (c *coordinator) clientFields() []zap.Field {
 			// (an ingress controller's keep-alive pool, a client without a sidecar).
 			fields = append(fields, zap.Strings("clients_held_on", n.Holders))
 		}
+		if n.LastActivity != "" {
+			fields = append(fields, zap.String("last_activity", n.LastActivity))
+		}
+		if len(n.NeverLearn) > 0 {
+			fields = append(fields, zap.Strings("clients_never_learn", n.NeverLearn))
+		}
+		if len(n.LateOpeners) > 0 {
+			fields = append(fields, zap.Strings("clients_opening_past_bound", n.LateOpeners))
+		}
 	}
 	return fields
 }

@@ -69,7 +69,7 @@ func (c *coordinator) checkPorts(ctx context.Context, snap mesh.Snapshot) (fix s
 
 func hasStats(e mesh.Endpoint) bool {
 	for _, v := range []*float64{e.HTTPRequestsTotal, e.HTTPRequestsActive, e.HTTPConnectionsActive,
-		e.ClusterRequestsTotal, e.ClusterRequestsActive, e.ClusterConnsActive, e.CompletedRequests} {
+		e.ClusterRequestsTotal, e.ClusterRequestsActive, e.ClusterConnsActive, e.CompletedRequests, e.ClientActivityTotal} {
 		if v != nil {
 			return true
 		}

@@ -147,6 +147,14 @@ type ClientCounts struct {
 	Stale bool
 	// Holders are the holding clients' addresses (a few, for the log).
 	Holders []string
+	// Without a sidecar (--mesh none), the rule never holds for a client: these only name,
+	// in the final event, the clients the kernel showed past the lag bound. NeverLearn sent
+	// on connections opened before it (routed per connection, they will not move: the app's
+	// graceful shutdown serves them); LateOpeners opened new connections past it (a node
+	// whose proxy has not synced, or a caller addressing the pod directly). LastActivity is
+	// the kind of the latest activity that counted (mesh/kernel's Activity*).
+	NeverLearn, LateOpeners []string
+	LastActivity            string
 }
 
 // Observation is one poll's reading.

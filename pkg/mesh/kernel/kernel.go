@@ -1,0 +1,640 @@
+// Package kernel is the sidecar of a pod that has none (--mesh none): the pod's own kernel.
+// Without a proxy, every client connection is a socket in the pod's network namespace on one
+// of the app's listening ports (--port), readable without privilege (package sockets), and
+// every connection accepted, even one opened and closed between two reads, is counted in the
+// namespace's /proc/net/snmp (Tcp: PassiveOpens). So the kernel gives what a sidecar's
+// inbound counters give, per client: who opens new connections, who sends on the ones
+// already open, what is in flight (docs/facts.md §7).
+//
+// What counts as activity (the arrival counter the drain rule watches, mesh.SignalKernel):
+//
+//   - a connection accepted on a watched port from a client that counts (not --ignore-source,
+//     not the pod itself), named by a read of the table or, for one that opened and closed
+//     between two reads, by the kernel's record of its destruction (sockets.GoneWatch);
+//   - an accept that PassiveOpens counted and that no read and no record named, one read
+//     after it was counted: a client nobody could name (an unknown client);
+//   - new data on an open connection (tcp_info's bytes received grew), unless the connection
+//     was opened before the lag bound and the data came after it: such a client is routed per
+//     connection and will never learn (kube-proxy, Cilium's socket load balancing and
+//     ztunnel pick the backend at connect), so it is named (NeverLearn) and left to the app's
+//     graceful shutdown, and never keeps the hook past the bound.
+//
+// Where only /proc can be read (inet_diag refused), there is no tcp_info: data on open
+// connections and requests in flight cannot be seen, only accepts (from the table and
+// PassiveOpens) count, and a keep-alive client is judged by silence, the lag bound and
+// --min-wait.
+//
+// There is nothing to drain: DrainListeners does nothing and Hints.NoDrainCall says why.
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
+)
+
+// Options are how the kernel is read.
+type Options struct {
+	// Ports are the app's own listening ports (--port): their connections are the clients'.
+	Ports []int
+	// Ignore are the sources that are never clients (--ignore-source): the kubelet's probes
+	// from the node, a metrics scraper.
+	Ignore []netip.Prefix
+	// LagBound is how late the last client's routing learns of the removal, from Start
+	// (--eds-lag-bound; for kube-proxy its sync bound); 0 when unknown.
+	LagBound time.Duration
+	// Start is when the hook started: the deletion, near enough.
+	Start time.Time
+	// Reader reads the socket table (sockets.NewReader in a pod).
+	Reader sockets.Reader
+	// SNMPPath is the namespace's counters (sockets.DefaultSNMPPath).
+	SNMPPath string
+	// Now is the clock (time.Now).
+	Now func() time.Time
+	// ReadEvery is the least time between two reads of the table while the counters move; a
+	// read walks the node's whole connection hash (docs: cost per poll). 0 reads at every
+	// poll at which a counter moved.
+	ReadEvery time.Duration
+}
+
+// Activity kinds: what moved the counter last, for the final event.
+const (
+	ActivityNone          = "none"
+	ActivityNewConnection = "new-connection"
+	ActivityData          = "data-on-open-connection"
+	ActivityUnknownClient = "accept-from-unknown-client"
+)
+
+// Kernel is the pod's kernel read as a sidecar (mesh.Sidecar). Safe for concurrent use.
+type Kernel struct {
+	opts Options
+
+	mu      sync.Mutex
+	opened  bool
+	openErr error
+	// watched are --port; listening every port with a listener in the namespace at the
+	// latest read (the watched ones and others: ztunnel's 15008/15006/15001, a metrics
+	// port), whose accepts PassiveOpens counts too; readPorts what the table is read on.
+	watched   map[uint16]bool
+	listening []uint16
+	readPorts []uint16
+	gone      *sockets.GoneWatch
+	goneErr   error
+	tcpInfo   bool
+
+	counters sockets.TCPCounters // at the latest poll
+	atRead   sockets.TCPCounters // at the latest read
+	lastRead time.Time
+	reads    int
+
+	conns     map[connKey]*conn
+	forgotten map[uint64]forgottenConn
+	clients   map[netip.Addr]*client
+	// unattributed are accepts PassiveOpens counted that no read or record has named yet;
+	// carried those already left unnamed by the read before.
+	unattributed, carried int64
+
+	activity       map[uint16]float64 // counted activity per watched port
+	active         map[uint16]float64 // requests in flight at the latest read
+	unknownAccepts int
+	lastKind       string
+	lastActivity   time.Time
+}
+
+type connKey struct{ local, remote netip.AddrPort }
+
+type connKind uint8
+
+const (
+	clientConn  connKind = iota // a watched port, from a client that counts
+	ignoredConn                 // a watched port, from --ignore-source or the pod itself
+	otherPort                   // another listening port: not a client's (ztunnel's own, a metrics port)
+)
+
+type conn struct {
+	cookie    uint64
+	kind      connKind
+	port      uint16
+	client    *client
+	opened    time.Time
+	baseline  bool // open when the watch began
+	bytes     uint64
+	haveBytes bool
+	seen      int
+	destroyed bool
+}
+
+type forgottenConn struct {
+	c    *conn
+	read int
+}
+
+// forgetReads is how many reads a vanished connection's cookie is remembered, for its
+// destruction record that comes from a work queue just after the socket left the table.
+const forgetReads = 3
+
+type client struct {
+	addr              netip.Addr
+	ignored           bool
+	firstSeen         time.Time
+	open              int
+	newConns          int
+	lastNewConn       time.Time
+	newPastBound      int
+	lastNewPastBound  time.Time
+	lastData          time.Time
+	oldData           time.Time // latest data on a connection opened before the bound (or the watch)
+	sendingOldSince   time.Time // first data past the bound on such a connection
+	counted           bool      // showed activity that counted
+	lastCountedAction time.Time
+}
+
+// New checks the options; nothing is read until the first Inbound.
+func New(o Options) (*Kernel, error) {
+	if len(o.Ports) == 0 {
+		return nil, errors.New("--port: --mesh none needs the app's own listening ports (repeatable)")
+	}
+	if err := (mesh.Selector{Ports: o.Ports}).Validate(); err != nil {
+		return nil, fmt.Errorf("--%w", err)
+	}
+	if o.Reader == nil {
+		o.Reader = sockets.NewReader()
+	}
+	if o.SNMPPath == "" {
+		o.SNMPPath = sockets.DefaultSNMPPath
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Start.IsZero() {
+		o.Start = o.Now()
+	}
+	k := &Kernel{opts: o, watched: map[uint16]bool{}, conns: map[connKey]*conn{}, forgotten: map[uint64]forgottenConn{},
+		clients: map[netip.Addr]*client{}, activity: map[uint16]float64{}, active: map[uint16]float64{}, lastKind: ActivityNone}
+	for _, p := range o.Ports {
+		k.watched[uint16(p)] = true
+	}
+	return k, nil
+}
+
+// Hints: there is no sidecar to fix, only --port.
+func (k *Kernel) Hints() mesh.Hints {
+	return mesh.Hints{
+		MissingStats: "--port: name the app's own listening ports (meshdrain check --mesh none lists the ports that listen in the pod)",
+		NoDrainCall:  NoDrainCallReason,
+	}
+}
+
+// NoDrainCallReason says why a pod without a sidecar gets no drain call.
+const NoDrainCallReason = "--mesh none: there is no sidecar to drain; the app's own graceful shutdown after SIGTERM closes its connections (Connection: close on the next response, HTTP/2 GOAWAY, idle connections closed)"
+
+// DrainListeners does nothing: the app drains itself once it gets SIGTERM.
+func (k *Kernel) DrainListeners(context.Context, mesh.DrainMode) error { return nil }
+
+// Close stops watching the kernel's destruction records.
+func (k *Kernel) Close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.gone != nil {
+		k.gone.Close()
+		k.gone = nil
+	}
+}
+
+// Inbound reads the namespace's counters and, when they moved, the socket table, and returns
+// one endpoint per watched port: a port nobody listens on has no stats (the drain names it,
+// as a sidecar's missing port). With no ports selected, every listening port of the pod is
+// returned, for the drain's check of --port.
+func (k *Kernel) Inbound(_ context.Context, sel mesh.Selector) (mesh.Snapshot, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.open(); err != nil {
+		return mesh.Snapshot{}, err
+	}
+	if err := k.poll(); err != nil {
+		return mesh.Snapshot{}, err
+	}
+	return k.snapshot(sel), nil
+}
+
+func (k *Kernel) snapshot(sel mesh.Selector) mesh.Snapshot {
+	snap := mesh.Snapshot{Naming: mesh.NamingKernel}
+	ports := sel.Ports
+	if len(ports) == 0 {
+		for _, p := range k.listening {
+			ports = append(ports, int(p))
+		}
+	}
+	for _, p := range ports {
+		port := p
+		e := mesh.Endpoint{Port: &port, Name: fmt.Sprintf("kernel:%d", p)}
+		if slices.Contains(k.listening, uint16(p)) {
+			e.ClientActivityTotal = ptr(k.activity[uint16(p)])
+			if k.tcpInfo {
+				e.ClientRequestsActive = ptr(k.active[uint16(p)])
+			}
+		}
+		snap.Endpoints = append(snap.Endpoints, e)
+	}
+	return snap
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// open reads the baseline: the listeners, the connections open now (not accepts), and the
+// counters; it joins the destruction records.
+func (k *Kernel) open() error {
+	if k.opened {
+		return k.openErr
+	}
+	counters, err := sockets.ReadTCPCounters(k.opts.SNMPPath)
+	if err != nil {
+		// Without PassiveOpens, accepts between two reads cannot be counted: no signal.
+		return fmt.Errorf("--mesh none: reading the pod's TCP counters: %w", err)
+	}
+	if err := k.listeners(); err != nil {
+		return err
+	}
+	if g, ok := k.opts.Reader.(sockets.GoneWatcher); ok && len(k.readPorts) > 0 {
+		k.gone, k.goneErr = g.WatchGone(k.readPorts)
+	} else {
+		k.goneErr = errors.New("the socket table reader cannot watch connections being freed")
+	}
+	now := k.opts.Now()
+	socks, err := k.opts.Reader.Read(k.readPorts)
+	if err != nil {
+		k.Close()
+		return fmt.Errorf("--mesh none: reading the socket table: %w", err)
+	}
+	k.opened = true
+	for _, s := range socks {
+		k.tcpInfo = k.tcpInfo || s.HasTCPInfo
+		if skipped(s) {
+			continue
+		}
+		c := k.newConn(now, s)
+		c.baseline, c.seen = true, 0
+		k.conns[connKey{s.Local, s.Remote}] = c
+		if c.client != nil {
+			c.client.open++
+		}
+	}
+	if k.gone != nil {
+		k.gone.Take() // connections freed before the baseline
+	}
+	if _, diag := k.opts.Reader.(sockets.DiagReader); diag {
+		k.tcpInfo = true
+	}
+	if a, ok := k.opts.Reader.(*sockets.AutoReader); ok && a.FellBack() == nil {
+		k.tcpInfo = true
+	}
+	k.counters, k.atRead, k.lastRead = counters, counters, now
+	return nil
+}
+
+// listeners reads the namespace's listening ports: the accepts on every one of them are in
+// PassiveOpens, so the table is read on all of them to name each accept.
+func (k *Kernel) listeners() error {
+	lr, ok := k.opts.Reader.(sockets.ListenerReader)
+	if !ok {
+		return errors.New("--mesh none: the socket table reader cannot read listening sockets")
+	}
+	ls, err := lr.Listeners(nil)
+	if err != nil {
+		return fmt.Errorf("--mesh none: reading the listening sockets: %w", err)
+	}
+	seen := map[uint16]bool{}
+	var ports []uint16
+	for _, l := range ls {
+		if p := l.Local.Port(); !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+	k.listening = ports
+	read := slices.Clone(ports)
+	for p := range k.watched {
+		if !seen[p] {
+			read = append(read, p)
+		}
+	}
+	if len(read) > maxReadPorts {
+		// The watched ports first: accepts on the others left out become unknown clients.
+		sort.Slice(read, func(i, j int) bool { return k.watched[read[i]] && !k.watched[read[j]] })
+		read = read[:maxReadPorts]
+	}
+	k.readPorts = read
+	return nil
+}
+
+// maxReadPorts is the most ports the table and the destruction records are read on
+// (sockets.WatchGone's limit).
+const maxReadPorts = 200
+
+// skipped are the sockets that are no connection yet: a handshake in progress is not
+// counted in PassiveOpens until it completes.
+func skipped(s sockets.Socket) bool {
+	return s.State == sockets.SynRecv || s.State == sockets.NewSynRecv || s.State == sockets.Listen
+}
+
+// podsOwn says whether s comes from the pod itself: from a loopback address to a
+// non-loopback one (another container of the pod, a local health check). A listener on
+// loopback keeps its loopback clients.
+func podsOwn(s sockets.Socket) bool {
+	return s.Remote.Addr().IsLoopback() && !s.Local.Addr().IsLoopback()
+}
+
+func (k *Kernel) ignored(addr netip.Addr) bool {
+	for _, p := range k.opts.Ignore {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+func (k *Kernel) newConn(now time.Time, s sockets.Socket) *conn {
+	c := &conn{cookie: s.Cookie, port: s.Local.Port(), opened: now, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, seen: k.reads}
+	switch {
+	case !k.watched[c.port]:
+		c.kind = otherPort
+	case podsOwn(s) || k.ignored(s.Remote.Addr()):
+		c.kind = ignoredConn
+		c.client = k.client(s.Remote.Addr(), now, true)
+	default:
+		c.client = k.client(s.Remote.Addr(), now, false)
+	}
+	return c
+}
+
+func (k *Kernel) client(addr netip.Addr, now time.Time, ignored bool) *client {
+	c, ok := k.clients[addr]
+	if !ok {
+		c = &client{addr: addr, firstSeen: now, ignored: ignored}
+		k.clients[addr] = c
+	}
+	return c
+}
+
+// boundAt is when the lag bound passes; zero when there is none.
+func (k *Kernel) boundAt() time.Time {
+	if k.opts.LagBound <= 0 {
+		return time.Time{}
+	}
+	return k.opts.Start.Add(k.opts.LagBound)
+}
+
+// pastBound says whether t is past the lag bound.
+func (k *Kernel) pastBound(t time.Time) bool {
+	b := k.boundAt()
+	return !b.IsZero() && !t.Before(b)
+}
+
+// old says whether c was opened before the lag bound (with none, before the watch began):
+// routed per connection, it goes on to this pod whatever its client's routing learns.
+func (k *Kernel) old(c *conn) bool {
+	if b := k.boundAt(); !b.IsZero() {
+		return c.baseline || c.opened.Before(b)
+	}
+	return c.baseline
+}
+
+// poll reads the counters, and the table when they moved.
+func (k *Kernel) poll() error {
+	now := k.opts.Now()
+	counters, err := sockets.ReadTCPCounters(k.opts.SNMPPath)
+	if err != nil {
+		return fmt.Errorf("--mesh none: reading the pod's TCP counters: %w", err)
+	}
+	k.counters = counters
+	moved := counters != k.atRead || k.unattributed > 0
+	if !moved || now.Sub(k.lastRead) < k.opts.ReadEvery-k.opts.ReadEvery/10 {
+		return nil
+	}
+	return k.read(now)
+}
+
+// read takes the destruction records, reads the table, then the counters: an accept after
+// the read is in the counters and named at the next read, never the other way round.
+func (k *Kernel) read(now time.Time) error {
+	var final []sockets.Socket
+	complete := k.gone != nil
+	if k.gone != nil {
+		final, complete = k.gone.Take()
+	}
+	socks, err := k.opts.Reader.Read(k.readPorts)
+	if err != nil {
+		return fmt.Errorf("--mesh none: reading the socket table: %w", err)
+	}
+	counters, err := sockets.ReadTCPCounters(k.opts.SNMPPath)
+	if err != nil {
+		return fmt.Errorf("--mesh none: reading the pod's TCP counters: %w", err)
+	}
+	k.reads++
+	named := 0
+	for _, cl := range k.clients {
+		cl.open = 0
+	}
+	clear(k.active)
+	for _, s := range socks {
+		if skipped(s) {
+			continue
+		}
+		if s.HasTCPInfo {
+			k.tcpInfo = true
+		}
+		named += k.observe(now, s, complete)
+	}
+	for _, f := range final {
+		named += k.record(now, f)
+	}
+	for key, c := range k.conns {
+		if c.seen == k.reads {
+			continue
+		}
+		delete(k.conns, key)
+		if c.cookie != 0 && !c.destroyed {
+			k.forgotten[c.cookie] = forgottenConn{c: c, read: k.reads}
+		}
+	}
+	for cookie, f := range k.forgotten {
+		if k.reads-f.read >= forgetReads {
+			delete(k.forgotten, cookie)
+		}
+	}
+	k.account(now, counters, named)
+	k.counters, k.atRead, k.lastRead = counters, counters, now
+	return nil
+}
+
+// account sets what PassiveOpens counted against the accepts this read named: one that stays
+// unnamed for a whole read after it was counted is an unknown client's.
+func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int) {
+	opened := int64(counters.PassiveOpens - k.atRead.PassiveOpens)
+	if counters.PassiveOpens < k.atRead.PassiveOpens {
+		opened = 0
+	}
+	k.unattributed += opened - int64(named)
+	if k.unattributed < 0 {
+		k.unattributed = 0
+	}
+	unknown := min(max(k.carried-int64(named), 0), k.unattributed)
+	if unknown > 0 {
+		k.unattributed -= unknown
+		k.unknownAccepts += int(unknown)
+		port := k.firstListeningWatched()
+		k.activity[port] += float64(unknown)
+		k.lastKind, k.lastActivity = ActivityUnknownClient, now
+	}
+	k.carried = k.unattributed
+}
+
+func (k *Kernel) firstListeningWatched() uint16 {
+	for _, p := range k.opts.Ports {
+		if slices.Contains(k.listening, uint16(p)) {
+			return uint16(p)
+		}
+	}
+	return uint16(k.opts.Ports[0])
+}
+
+// observe takes one socket of a read and returns 1 if it names an accept.
+func (k *Kernel) observe(now time.Time, s sockets.Socket, recorded bool) int {
+	key := connKey{s.Local, s.Remote}
+	c, ok := k.conns[key]
+	if ok && c.cookie != 0 && s.Cookie != 0 && c.cookie != s.Cookie {
+		ok = false // the same addresses, a later connection
+	}
+	if !ok {
+		if _, gone := k.forgotten[s.Cookie]; gone && s.Cookie != 0 {
+			return 0
+		}
+		if s.State == sockets.TimeWait && recorded {
+			// Its full socket's destruction record names it (now or at the next read).
+			return 0
+		}
+		c = k.newConn(now, s)
+		k.conns[key] = c
+		c.seen = k.reads
+		k.accepted(now, c)
+		k.countOpen(c, s)
+		k.inFlight(c, s)
+		return 1
+	}
+	c.seen = k.reads
+	if s.Cookie != 0 {
+		c.cookie = s.Cookie
+	}
+	k.countOpen(c, s)
+	if s.HasTCPInfo {
+		if c.haveBytes && s.BytesReceived > c.bytes {
+			k.data(now, c, now.Add(-s.SinceLastDataRecv))
+		}
+		c.bytes, c.haveBytes = s.BytesReceived, true
+	}
+	k.inFlight(c, s)
+	return 0
+}
+
+func (k *Kernel) countOpen(c *conn, s sockets.Socket) {
+	if c.client != nil && s.State == sockets.Established {
+		c.client.open++
+	}
+}
+
+// inFlight counts a request not yet answered on a connection that counts.
+func (k *Kernel) inFlight(c *conn, s sockets.Socket) {
+	if c.kind == clientConn && s.State == sockets.Established && s.InFlight() && !(k.old(c) && k.pastBound(k.opts.Now())) {
+		k.active[c.port]++
+	}
+}
+
+// record takes one destruction record and returns 1 if it names an accept no read showed.
+func (k *Kernel) record(now time.Time, f sockets.Socket) int {
+	if f.Cookie == 0 {
+		return 0
+	}
+	var c *conn
+	if fc, ok := k.forgotten[f.Cookie]; ok {
+		c = fc.c
+		delete(k.forgotten, f.Cookie)
+	} else if known, ok := k.conns[connKey{f.Local, f.Remote}]; ok && known.cookie == f.Cookie {
+		c = known
+	}
+	if c == nil {
+		// Opened and closed between two reads.
+		c = k.newConn(now, f)
+		c.destroyed = true
+		k.accepted(now, c)
+		return 1
+	}
+	if c.destroyed {
+		return 0
+	}
+	c.destroyed = true
+	// More than the FIN the record's count may hold: data since the last read.
+	if f.HasTCPInfo && c.haveBytes && f.BytesReceived > c.bytes+1 {
+		k.data(now, c, now.Add(-f.SinceLastDataRecv))
+	}
+	return 0
+}
+
+// accepted counts a new connection.
+func (k *Kernel) accepted(now time.Time, c *conn) {
+	if c.kind != clientConn {
+		return
+	}
+	cl := c.client
+	cl.newConns++
+	cl.lastNewConn = now
+	if k.pastBound(now) {
+		cl.newPastBound++
+		cl.lastNewPastBound = now
+	}
+	k.count(now, cl, c.port, ActivityNewConnection)
+}
+
+// data counts new data on an open connection, unless it is an old connection's past the
+// bound: its client never learns, and it is named instead.
+func (k *Kernel) data(now time.Time, c *conn, at time.Time) {
+	if c.kind != clientConn {
+		return
+	}
+	cl := c.client
+	cl.lastData = later(cl.lastData, at)
+	if k.old(c) {
+		cl.oldData = later(cl.oldData, at)
+		if k.pastBound(at) {
+			if cl.sendingOldSince.IsZero() {
+				cl.sendingOldSince = at
+			}
+			return
+		}
+	}
+	k.count(at, cl, c.port, ActivityData)
+}
+
+func (k *Kernel) count(at time.Time, cl *client, port uint16, kind string) {
+	cl.counted = true
+	cl.lastCountedAction = later(cl.lastCountedAction, at)
+	k.activity[port]++
+	if !at.Before(k.lastActivity) {
+		k.lastKind, k.lastActivity = kind, at
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
