@@ -18,8 +18,8 @@ import (
 
 // MeshNone is a pod without a sidecar (issue 28): its clients connect straight to the app,
 // and meshdrain reads the kernel (`prestop --mesh none`). It is the value of the flag contract
-// (mesh.None in the hook's packages).
-const MeshNone mesh.Mesh = "none"
+// (mesh.None).
+const MeshNone = mesh.None
 
 // MeshlessClients are the clients of a pod without a sidecar, by how they choose the pod and
 // when they leave it (docs/facts.md §7). Each client sends QPS/Clients requests a second
