@@ -44,6 +44,7 @@ const (
 	tcpiLastDataSent  = 44
 	tcpiLastDataRecv  = 52
 	tcpiBytesReceived = 128
+	tcpiDataSegsIn    = 152
 	tcpiDataSegsOut   = 156
 
 	// Every state but LISTEN (a bit per state, as in TCPF_* of include/net/tcp_states.h).
@@ -251,6 +252,7 @@ func parseDiagMsg(b []byte) (Socket, error) {
 				s.SinceLastDataSent = time.Duration(ne.Uint32(info[tcpiLastDataSent:])) * time.Millisecond
 				if len(info) >= tcpiDataSegsOut+4 {
 					s.NothingSent = ne.Uint32(info[tcpiDataSegsOut:]) == 0
+					s.DataSegsIn = ne.Uint32(info[tcpiDataSegsIn:])
 				}
 				s.BytesReceived = ne.Uint64(info[tcpiBytesReceived:])
 				if finReceived(s.State) && s.BytesReceived > 0 {

@@ -103,6 +103,9 @@ type Socket struct {
 	// NothingSent: tcp_info says the pod's side has sent no data on the connection yet
 	// (tcpi_data_segs_out, Linux >= 4.6; false when unknown).
 	NothingSent bool
+	// DataSegsIn is tcpi_data_segs_in (Linux >= 4.6; 0 when unknown): segments that carried
+	// payload, about one per small request, which bytes received cannot count.
+	DataSegsIn uint32
 }
 
 // Answered says, from tcp_info, that the pod's side sent data no earlier than the last data

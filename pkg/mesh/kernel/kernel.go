@@ -13,7 +13,8 @@
 //     between two reads, by the kernel's record of its destruction (sockets.GoneWatch);
 //   - an accept that PassiveOpens counted and that no read and no record named, one read
 //     after it was counted: a client nobody could name (an unknown client);
-//   - new data on an open connection (tcp_info's bytes received grew), unless the connection
+//   - new data on an open connection (tcp_info's bytes received grew; counted as the data
+//     segments received since, about one per small request), unless the connection
 //     was opened before the lag bound and the data came after it: such a client is routed per
 //     connection and will never learn (kube-proxy, Cilium's socket load balancing and
 //     ztunnel pick the backend at connect), so it is named (NeverLearn) and left to the app's
@@ -128,6 +129,7 @@ type conn struct {
 	baseline  bool // open when the watch began
 	bytes     uint64
 	haveBytes bool
+	segs      uint32 // data segments received at the last read (0: unknown)
 	seen      int
 	destroyed bool
 }
@@ -363,7 +365,7 @@ func (k *Kernel) ignored(addr netip.Addr) bool {
 }
 
 func (k *Kernel) newConn(now time.Time, s sockets.Socket) *conn {
-	c := &conn{cookie: s.Cookie, port: s.Local.Port(), opened: now, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, seen: k.reads}
+	c := &conn{cookie: s.Cookie, port: s.Local.Port(), opened: now, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, segs: s.DataSegsIn, seen: k.reads}
 	switch {
 	case !k.watched[c.port]:
 		c.kind = otherPort
@@ -537,9 +539,9 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket, recorded bool) int {
 	k.countOpen(c, s)
 	if s.HasTCPInfo {
 		if c.haveBytes && s.BytesReceived > c.bytes {
-			k.data(now, c, now.Add(-s.SinceLastDataRecv))
+			k.data(now, c, now.Add(-s.SinceLastDataRecv), segments(c.segs, s.DataSegsIn))
 		}
-		c.bytes, c.haveBytes = s.BytesReceived, true
+		c.bytes, c.haveBytes, c.segs = s.BytesReceived, true, s.DataSegsIn
 	}
 	k.inFlight(c, s)
 	return 0
@@ -583,7 +585,7 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 	c.destroyed = true
 	// More than the FIN the record's count may hold: data since the last read.
 	if f.HasTCPInfo && c.haveBytes && f.BytesReceived > c.bytes+1 {
-		k.data(now, c, now.Add(-f.SinceLastDataRecv))
+		k.data(now, c, now.Add(-f.SinceLastDataRecv), segments(c.segs, f.DataSegsIn))
 	}
 	return 0
 }
@@ -600,12 +602,21 @@ func (k *Kernel) accepted(now time.Time, c *conn) {
 		cl.newPastBound++
 		cl.lastNewPastBound = now
 	}
-	k.count(now, cl, c.port, ActivityNewConnection)
+	k.count(now, cl, c.port, ActivityNewConnection, 1)
 }
 
-// data counts new data on an open connection, unless it is an old connection's past the
-// bound: its client never learns, and it is named instead.
-func (k *Kernel) data(now time.Time, c *conn, at time.Time) {
+// segments is how many requests new data stands for: the data segments received since the
+// last read (a small request is one), at least one.
+func segments(then, now uint32) int {
+	if now > then && then > 0 {
+		return int(now - then)
+	}
+	return 1
+}
+
+// data counts new data on an open connection (n segments, the last at at), unless it is an
+// old connection's past the bound: its client never learns, and it is named instead.
+func (k *Kernel) data(now time.Time, c *conn, at time.Time, n int) {
 	if c.kind != clientConn {
 		return
 	}
@@ -620,13 +631,13 @@ func (k *Kernel) data(now time.Time, c *conn, at time.Time) {
 			return
 		}
 	}
-	k.count(at, cl, c.port, ActivityData)
+	k.count(at, cl, c.port, ActivityData, n)
 }
 
-func (k *Kernel) count(at time.Time, cl *client, port uint16, kind string) {
+func (k *Kernel) count(at time.Time, cl *client, port uint16, kind string, n int) {
 	cl.counted = true
 	cl.lastCountedAction = later(cl.lastCountedAction, at)
-	k.activity[port]++
+	k.activity[port] += float64(n)
 	if !at.Before(k.lastActivity) {
 		k.lastKind, k.lastActivity = kind, at
 	}
