@@ -50,6 +50,42 @@ type MeshlessClients struct {
 	ProbePeriod time.Duration
 }
 
+// WithClients is m with n clients in all, each kind's share kept (rounded, at least one of
+// each kind m has while n allows): simulate --clients with --mesh none.
+func (m MeshlessClients) WithClients(n int) MeshlessClients {
+	total := m.total()
+	if total == 0 || n <= 0 {
+		return m
+	}
+	kinds := []*int{&m.PerRequest, &m.Holders, &m.Ingress}
+	want, had := make([]float64, len(kinds)), make([]bool, len(kinds))
+	for i, k := range kinds {
+		want[i], had[i] = float64(*k)*float64(n)/float64(total), *k > 0
+	}
+	left := n
+	for i, k := range kinds { // one of each kind present first, while n allows
+		if *k > 0 && left > 0 {
+			*k, left, want[i] = 1, left-1, want[i]-1
+		} else {
+			*k = 0
+		}
+	}
+	for ; left > 0; left-- { // then one at a time to the kind furthest below its share
+		best := -1
+		for i := range kinds {
+			if !had[i] {
+				continue // a kind the traffic has none of
+			}
+			if best < 0 || want[i] > want[best] {
+				best = i
+			}
+		}
+		*kinds[best]++
+		want[best]--
+	}
+	return m
+}
+
 // total is how many clients send to the pod.
 func (m MeshlessClients) total() int { return m.PerRequest + m.Holders + m.Ingress }
 

@@ -269,3 +269,19 @@ func TestGracefulAppIdleGrace(t *testing.T) {
 		t.Fatal("the app did not exit once its last connection closed")
 	}
 }
+
+func TestMeshlessWithClients(t *testing.T) {
+	m := MeshlessScenario().Meshless // 20 per-request, 10 keep-alive, 2 ingress
+	for _, tc := range []struct {
+		n                         int
+		perRequest, holders, ingr int
+	}{{32, 20, 10, 2}, {5, 3, 1, 1}, {64, 40, 20, 4}, {2, 1, 1, 0}} {
+		got := m.WithClients(tc.n)
+		if only := (MeshlessClients{Holders: 20}).WithClients(tc.n); only.Holders != tc.n || only.PerRequest+only.Ingress != 0 {
+			t.Errorf("%d clients of a keep-alive-only traffic: %+v", tc.n, only)
+		}
+		if got.PerRequest != tc.perRequest || got.Holders != tc.holders || got.Ingress != tc.ingr || got.total() != tc.n {
+			t.Errorf("%d clients: %d/%d/%d, want %d/%d/%d", tc.n, got.PerRequest, got.Holders, got.Ingress, tc.perRequest, tc.holders, tc.ingr)
+		}
+	}
+}

@@ -1,8 +1,10 @@
 package simcli
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 	"github.com/meshdrain/meshdrain/pkg/sim/podsim"
 )
 
@@ -48,6 +51,7 @@ type simulateOptions struct {
 	maxFailures      int
 	timelines        bool
 	svgDir           string
+	ownNetns         bool
 }
 
 // defaultSVGDir is where simulate draws its runs unless told otherwise: beside where it was
@@ -88,6 +92,7 @@ func defaultSimulateOptions() simulateOptions {
 		output:           output.Text,
 		maxFailures:      -1,
 		svgDir:           defaultSVGDir,
+		ownNetns:         true,
 	}
 }
 
@@ -175,6 +180,9 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 			if err != nil {
 				return err
 			}
+			if ran, err := o.inOwnNetns(cmd, s); ran || err != nil {
+				return err
+			}
 			return runSimulate(cmd, s, o, opts)
 		},
 	}
@@ -215,6 +223,7 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text (the table), json or yaml")
 	f.IntVar(&o.maxFailures, "max-failures", o.maxFailures, "exit 1 when a run has more client failures than this (-1: never)")
 	f.BoolVar(&o.timelines, "timelines", o.timelines, "print each run's timeline after the table (text output)")
+	f.BoolVar(&o.ownNetns, "own-netns", o.ownNetns, "with --mesh none: run in a network namespace of its own (a new user and network namespace), so that the kernel counters the preStop reads are the simulated pod's alone; where the kernel allows none, the run says so and uses this machine's")
 	f.StringVar(&o.svgDir, "svg", o.svgDir, "directory to draw each run into as an SVG timeline, with an index.html (\"\": none; with -o json or yaml only when given)")
 }
 
@@ -318,6 +327,10 @@ func (o simulateOptions) build() (podsim.Options, error) {
 	sc.AppDrain, sc.Quiet, sc.MinWait, sc.StreamsWait, sc.Poll = o.appDrain, o.quiet, o.minWait, o.streamsWait, o.poll
 	sc.TimeScale, sc.Seed, sc.MeshdrainBinary = o.timeScale, o.seed, o.meshdrainBin
 	sc.Mesh = mesh.Mesh(o.mesh)
+	if sc.Mesh == podsim.MeshNone && sc.Clients != sc.Meshless.PerRequest+sc.Meshless.Holders+sc.Meshless.Ingress {
+		// --clients with --mesh none: the traffic's kinds, each in its share.
+		sc.Meshless = sc.Meshless.WithClients(sc.Clients)
+	}
 	if err := sc.Validate(); err != nil {
 		return opts, usageError("%v", err)
 	}
@@ -399,6 +412,61 @@ func (o simulateOptions) linkerdSidecars(sc podsim.Scenario, opts podsim.Options
 		}
 	}
 	return opts, nil
+}
+
+// OwnNetnsReexec is set by the meshdrain-sim binary: simulate --mesh none may then run itself
+// again in a network namespace of its own. A test that calls Main in its own process leaves it
+// unset, so that it never re-executes the test binary.
+var OwnNetnsReexec bool
+
+// inOwnNetns runs this very simulation again in a network namespace of its own, for a pod
+// without a sidecar: meshdrain prestop --mesh none reads the namespace's TCP counters and
+// socket table, and in this machine's namespace every other program's accepts would count as
+// the pod's clients'. It returns whether it ran the simulation. In the child it brings lo up
+// and returns false, so that the simulation runs there.
+func (o simulateOptions) inOwnNetns(cmd *cobra.Command, s streams) (bool, error) {
+	if o.mesh != podsim.MeshNone || !o.ownNetns {
+		return false, nil
+	}
+	if loopback.InOwnNetns() {
+		if err := loopback.Up(); err != nil {
+			return false, fmt.Errorf("--own-netns: %w", err)
+		}
+		return false, nil
+	}
+	if !OwnNetnsReexec {
+		return false, nil
+	}
+	if err := loopback.CanOwnNetns(); err != nil {
+		fmt.Fprintf(s.err, "simulate: %v; running in this machine's network namespace: the preStop counts every connection this machine accepts meanwhile (--own-netns=false says so quietly)\n", err)
+		return false, nil
+	}
+	child, err := loopback.OwnNetnsCommand(childArgs(cmd)...)
+	if err != nil {
+		return false, fmt.Errorf("--own-netns: %w", err)
+	}
+	child.Stdout, child.Stderr = s.out, s.err
+	if err := child.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return true, &ExitError{Code: exit.ExitCode(), Err: errors.New("simulate in its own network namespace failed (its own message is above)")}
+		}
+		return true, fmt.Errorf("--own-netns: %w", err)
+	}
+	return true, nil
+}
+
+// childArgs are the command line of cmd as given: its path and the flags set.
+func childArgs(cmd *cobra.Command) []string {
+	args := strings.Fields(cmd.CommandPath())[1:]
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		value := f.Value.String()
+		if slice, ok := f.Value.(pflag.SliceValue); ok {
+			value = strings.Join(slice.GetSlice(), ",")
+		}
+		args = append(args, "--"+f.Name+"="+value)
+	})
+	return args
 }
 
 // noSidecar is --sidecar's value for a pod without a sidecar (--mesh none).
