@@ -104,7 +104,7 @@ func run(ctx context.Context, opts options) error {
 	}
 	m := matrix{meshdrainBin: bin, seeds: seeds, timeScale: opts.timeScale, strategies: strats}
 	if opts.meshlessOnly {
-		ml, err := m.runMeshless(ctx, opts.meshlessShape, opts.abruptSeeds)
+		ml, err := m.runMeshless(ctx, opts.simBin, opts.meshlessShape, opts.abruptSeeds)
 		if err != nil {
 			return err
 		}
@@ -141,7 +141,7 @@ func run(ctx context.Context, opts options) error {
 
 	var ml *meshlessReport
 	if opts.meshless {
-		if ml, err = m.runMeshless(ctx, opts.meshlessShape, opts.abruptSeeds); err != nil {
+		if ml, err = m.runMeshless(ctx, opts.simBin, opts.meshlessShape, opts.abruptSeeds); err != nil {
 			return err
 		}
 	}

@@ -51,6 +51,7 @@ func TestMeshlessVerdict(t *testing.T) {
 		{"keep-alive", []podsim.Result{run(3, 2.9, 6.1, 0)}, "met"},
 		{"keep-alive", []podsim.Result{run(3, 2.9, 8.7, 0)}, "NOT MET: 8.7s > sleep 5s + 1.2; 8.7s > lag bound 7.4s + 1.2"},
 		{"ingress", []podsim.Result{run(4, 3.9, 5, 2)}, "NOT MET: seed 1 lost 2"},
+		{"ingress", []podsim.Result{withMinWait(run(2.7, 2.6, 5.3, 0))}, "NOT MET: 2.6s after the floor > 1.2 (--min-wait 5s)"},
 	} {
 		seeds := make([]uint64, len(tc.runs))
 		for i := range seeds {
@@ -74,4 +75,10 @@ func TestMeshlessTable(t *testing.T) {
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("table:\n%s\nwant the row %s", out.String(), want)
 	}
+}
+
+// withMinWait gives r the final event of a meshdrain run with --min-wait 5s at time scale 0.25.
+func withMinWait(r podsim.Result) podsim.Result {
+	r.Meshdrain = &podsim.MeshdrainEvent{Reason: "quiet", Raw: map[string]any{}, ElapsedMS: 1250, ElapsedPodS: 5, Args: []string{"--min-wait", "1.25s"}}
+	return r
 }

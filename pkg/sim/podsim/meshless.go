@@ -251,7 +251,9 @@ func (p clientPlan) policy(sc Scenario) poolPolicy {
 	case kindPerRequest:
 		return poolPolicy{}
 	case kindHolder:
-		return poolPolicy{reuse: true, routePerConnection: true, idleTimeout: sc.scale(envoyIdleTimeout)}
+		// A plain HTTP client's pool: Go's http.Transport keeps 2 idle connections per host
+		// (DefaultMaxIdleConnsPerHost) and closes the others as their responses end.
+		return poolPolicy{reuse: true, routePerConnection: true, idleTimeout: sc.scale(envoyIdleTimeout), maxIdle: 2}
 	case kindIngress:
 		return poolPolicy{reuse: true, idleTimeout: sc.scale(ingressIdleTimeout)}
 	}

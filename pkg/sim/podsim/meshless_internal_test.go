@@ -285,3 +285,33 @@ func TestMeshlessWithClients(t *testing.T) {
 		}
 	}
 }
+
+// TestHolderKeepsTwoIdle: a keep-alive client keeps at most two idle connections, as Go's
+// http.Transport does per host, and closes the others as their responses end: a graceful app
+// then has few idle connections to close, each a race with the client's next send.
+func TestHolderKeepsTwoIdle(t *testing.T) {
+	a, err := startApp(8, 1, AppGraceful)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Kill()
+	pool := newClientPool(a.Addr(), clientSourceIP(11), clientPlan{kind: kindHolder}.policy(MeshlessScenario()), 5*time.Second)
+	defer pool.closeAll()
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got := attempt(context.Background(), pool, a.Addr(), 200*time.Millisecond); got != attemptOK {
+				t.Errorf("attempt %d", got)
+			}
+		}()
+	}
+	wg.Wait()
+	pool.mu.Lock()
+	idle, open := len(pool.idle), len(pool.open)
+	pool.mu.Unlock()
+	if idle > 2 || open > 2 {
+		t.Errorf("%d idle, %d open connections after 5 concurrent requests; want at most 2", idle, open)
+	}
+}

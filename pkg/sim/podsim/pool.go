@@ -67,6 +67,9 @@ type poolPolicy struct {
 	// when a connection opens: after the removal its open connections stay on the pod, and a
 	// new one goes elsewhere (get returns errRoutedAway).
 	routePerConnection bool
+	// maxIdle caps the idle connections kept (0: no cap); one more is closed by the client
+	// when its response ends.
+	maxIdle int
 }
 
 // clientConns is the scenario's ClientConns with its default: a pool on HTTP ports, a
@@ -246,7 +249,7 @@ func (p *clientPool) get(ctx context.Context) (*pooledConn, error) {
 // or one that does not reuse connections, closes it instead.
 func (p *clientPool) put(c *pooledConn) {
 	p.mu.Lock()
-	if p.draining || p.closed || !p.policy.reuse {
+	if p.draining || p.closed || !p.policy.reuse || (p.policy.maxIdle > 0 && len(p.idle) >= p.policy.maxIdle) {
 		p.mu.Unlock()
 		p.discard(c)
 		return
