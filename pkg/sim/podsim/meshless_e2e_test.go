@@ -2,8 +2,10 @@ package podsim_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,3 +103,68 @@ func TestMeshlessPodOnRealSockets(t *testing.T) {
 
 // fmtSeconds is a whole-second duration as a strategy's name spells it.
 func fmtSeconds(d time.Duration) string { return fmt.Sprintf("%ds", int(d.Seconds())) }
+
+// TestMeshlessMeshdrainEndToEnd runs `meshdrain-sim simulate --mesh none` with the real
+// meshdrain binary as the preStop (prestop --mesh none, reading the kernel in the simulator's
+// own network namespace where the kernel allows one) and checks the claims of issue 28 for a
+// pod without a sidecar: nothing lost with a graceful app; the keep-alive clients, which never
+// learn, are named in the final event and do not keep the hook past the lag bound (plus its
+// window, two polls and what the row measured). Timing is judged on a replay that kept pod
+// time (untilTimely).
+func TestMeshlessMeshdrainEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binaries and runs the simulator")
+	}
+	bin := buildMeshdrain(t)
+	var report podsim.Report
+	results := untilTimely(t, 0.25, func(scale float64, _ []podsim.Result) []podsim.Result {
+		report = simulateReport(t, bin, scale, "--mesh", "none", "--strategy", "meshdrain", "--clients", "12", "--qps", "150")
+		return report.Results
+	})
+	md, ok := results["meshdrain/no-sidecar"]
+	if !ok || md.Meshdrain == nil {
+		t.Fatalf("no meshdrain row with a final event: %+v", results)
+	}
+	raw, _ := json.Marshal(md.Meshdrain.Raw)
+	t.Logf("time scale %g: stop %.2fs, floor %.2fs, lost %d %v; final event %s", md.Scale, md.AppStopS, md.LastClientLagS, md.ClientFailures, md.FailuresByKind, raw)
+	late := len(md.Warnings) > 0 && md.Lateness.ClientSendS > 1
+	if md.ClientFailures != 0 && !late {
+		t.Errorf("meshdrain with a graceful app lost %d %v; want 0", md.ClientFailures, md.FailuresByKind)
+	}
+	if md.AppStopS < md.LastClientLagS {
+		t.Errorf("meshdrain told the app to stop at %.2fs, before the last client learned at %.2fs", md.AppStopS, md.LastClientLagS)
+	}
+	m := report.Scenario.Meshless
+	if m == nil || m.Holders == 0 {
+		t.Fatalf("scenario %+v: want keep-alive clients", report.Scenario)
+	}
+	for i := m.PerRequest; i < m.PerRequest+m.Holders; i++ {
+		if ip := fmt.Sprintf("127.0.0.%d", 2+i); !strings.Contains(string(raw), `"`+ip+`"`) {
+			t.Errorf("keep-alive client %s is not named in the final event", ip)
+		}
+	}
+	bound := argSeconds(t, md.Meshdrain.Args, "--eds-lag-bound") / md.Scale
+	window, _ := md.Meshdrain.Raw["window_ms"].(float64)
+	poll := argSeconds(t, md.Meshdrain.Args, "--poll") / md.Scale
+	margin := window/1000/md.Scale + 2*poll
+	if allow := stopAllowance(md, margin); md.AppStopS > bound+margin+0.1+allow {
+		t.Errorf("meshdrain stopped the app at %.2fs, past the lag bound %.2fs + its window and two polls (%.2fs) + %.2fs for the delays it measured",
+			md.AppStopS, bound, margin, allow)
+	}
+}
+
+// argSeconds is a duration flag's value in args, in seconds.
+func argSeconds(t *testing.T, args []string, flag string) float64 {
+	t.Helper()
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			d, err := time.ParseDuration(args[i+1])
+			if err != nil {
+				t.Fatalf("%s %q: %v", flag, args[i+1], err)
+			}
+			return d.Seconds()
+		}
+	}
+	t.Fatalf("meshdrain ran without %s: %v", flag, args)
+	return 0
+}
