@@ -149,8 +149,14 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		go func(i int, j job) {
 			var once sync.Once
 			trafficOver := func() { once.Do(func() { next <- struct{}{} }) }
+			runOver := trafficOver
+			if sc.meshless() {
+				// Without a sidecar the hook reads the namespace's kernel counters: the next
+				// run's listener and traffic would be accepts it cannot name. One at a time.
+				trafficOver = func() {}
+			}
 			res, err := runPod(ctx, sc, plans, j.strat, j.spec, start, trafficOver)
-			trafficOver()
+			runOver()
 			if err != nil {
 				err = fmt.Errorf("%s with sidecar %s: %w", j.strat, j.spec.Name, err)
 				cancel()
