@@ -146,9 +146,18 @@ func (w *GoneWatch) receive() {
 	for {
 		var failed error
 		err := w.rc.Read(func(uintptr) bool {
-			var more bool
-			more, failed = w.receiveOne()
-			return !more && failed == nil // wait for more only once the queue is empty
+			// Receive until the queue is empty, then wait for the poller to say more came:
+			// returning true here would only bring Read straight back, spinning on a CPU.
+			for {
+				more, err := w.receiveOne()
+				if err != nil {
+					failed = err
+					return true
+				}
+				if !more {
+					return false
+				}
+			}
 		})
 		if err == nil {
 			err = failed

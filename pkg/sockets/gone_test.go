@@ -3,6 +3,7 @@ package sockets
 import (
 	"net"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -237,4 +238,28 @@ func TestGoneWatchOnTheRealKernel(t *testing.T) {
 	if final, _ := w.Take(); len(final) != 0 {
 		t.Errorf("a second Take returned %d records again", len(final))
 	}
+}
+
+// TestGoneWatchIdleCostsNoCPU: a watch with nothing to receive waits on the poller. Its
+// receiving goroutine once returned to the poller at every empty receive and spun on a CPU,
+// which cost a hook with per-client evidence a whole core for its whole drain.
+func TestGoneWatchIdleCostsNoCPU(t *testing.T) {
+	w, err := WatchGone([]uint16{1})
+	if err != nil {
+		t.Skipf("the destroy broadcasts cannot be joined here: %v", err)
+	}
+	defer w.Close()
+	before := processCPU(t)
+	time.Sleep(300 * time.Millisecond)
+	if used := processCPU(t) - before; used > 100*time.Millisecond {
+		t.Fatalf("an idle watch used %v of CPU in 300ms", used)
+	}
+}
+
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

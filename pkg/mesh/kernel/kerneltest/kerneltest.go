@@ -8,6 +8,7 @@ package kerneltest
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -23,45 +24,49 @@ import (
 	"time"
 )
 
-const envInside = "MESHDRAIN_TEST_NETNS"
+const envInside = "KERNELTEST_NETNS"
 
-// Inside says whether the test runs in its own network namespace. Outside, it runs the test
-// again there (unshare -rn, or unshare -n when asRoot, which needs the real root) and returns
-// false: the caller returns, the child's result is the test's. Where unshare cannot make a
-// namespace, the test is skipped with a message.
-func Inside(t *testing.T, asRoot bool) bool {
-	t.Helper()
-	if os.Getenv(envInside) == t.Name() {
+// Inside says whether the test (or benchmark) runs in its own network namespace. Outside, it
+// runs it again there (unshare -rn, or unshare -n when asRoot, which needs the real root) and
+// returns false: the caller returns, the child's result is the test's. Where unshare cannot
+// make a namespace, it is skipped with a message.
+func Inside(tb testing.TB, asRoot bool) bool {
+	tb.Helper()
+	if os.Getenv(envInside) == tb.Name() {
 		return true
 	}
-	if strings.Contains(t.Name(), "/") {
-		t.Fatal("kerneltest.Inside is for top-level tests")
+	if strings.Contains(tb.Name(), "/") {
+		tb.Fatal("kerneltest.Inside is for top-level tests")
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skip("unshare(1) is not installed: no network namespace of the test's own")
+		tb.Skip("unshare(1) is not installed: no network namespace of the test's own")
 	}
 	ip, err := exec.LookPath("ip")
 	if err != nil {
-		t.Skip("ip(8) is not installed: the namespace's loopback cannot be brought up")
+		tb.Skip("ip(8) is not installed: the namespace's loopback cannot be brought up")
 	}
 	flags := "-rn"
 	if asRoot {
 		if os.Geteuid() != 0 {
-			t.Skip("needs root (a namespace where uid 65532 exists to setpriv to)")
+			tb.Skip("needs root (a namespace where uid 65532 exists to setpriv to)")
 		}
 		flags = "-n"
 	}
 	if out, err := exec.Command(unshare, flags, "true").CombinedOutput(); err != nil {
-		t.Skipf("unshare %s does not work here (%v: %s): no network namespace of the test's own", flags, err, strings.TrimSpace(string(out)))
+		tb.Skipf("unshare %s does not work here (%v: %s): no network namespace of the test's own", flags, err, strings.TrimSpace(string(out)))
 	}
-	args := []string{flags, "sh", "-c", ip + ` link set lo up && exec "$@"`, "sh", os.Args[0], "-test.run=^" + t.Name() + "$", "-test.count=1", "-test.v"}
+	run := []string{"-test.run=^" + tb.Name() + "$", "-test.count=1", "-test.v"}
+	if _, bench := tb.(*testing.B); bench {
+		run = []string{"-test.run=^$", "-test.bench=^" + tb.Name() + "$", "-test.count=1", "-test.benchtime=" + flag.Lookup("test.benchtime").Value.String()}
+	}
+	args := append([]string{flags, "sh", "-c", ip + ` link set lo up && exec "$@"`, "sh", os.Args[0]}, run...)
 	cmd := exec.Command(unshare, args...)
-	cmd.Env = append(os.Environ(), envInside+"="+t.Name())
+	cmd.Env = append(os.Environ(), envInside+"="+tb.Name())
 	out, err := cmd.CombinedOutput()
-	t.Logf("in a network namespace of its own:\n%s", out)
+	tb.Logf("in a network namespace of its own:\n%s", out)
 	if err != nil {
-		t.Fatalf("the test failed in its namespace: %v", err)
+		tb.Fatalf("failed in its namespace: %v", err)
 	}
 	return false
 }
