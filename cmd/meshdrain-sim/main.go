@@ -10,5 +10,6 @@ import (
 )
 
 func main() {
+	simcli.OwnNetnsReexec = true
 	os.Exit(simcli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -7,14 +7,16 @@
 // answered), and prints one table: the floor (the last client's endpoint update), each
 // strategy's app-stop time and losses, and whether meshdrain met its targets. Then the
 // fallback shapes: clients whose connections tell the pod nothing, replayed with meshdrain's
-// per-client evidence and without it. Then what one poll costs, measured side by side in the same run: the bytes of a filtered poll; meshdrain's
+// per-client evidence and without it. Then a pod without a sidecar (podsim.MeshlessTraffics,
+// prestop --mesh none) against the best clean sleep on a 5 s grid. Then what one poll costs, measured side by side in the same run: the bytes of a filtered poll; meshdrain's
 // own CPU and allocations per poll; the emulated Envoy's CPU per filtered poll against the
 // unfiltered dump and against pilot-agent's own poll, at 110k stats; the binary's size and
 // prestop's peak RSS.
 //
 // It needs nothing but Go and the binaries it is given. The parts read one at a time:
 // main.go (flags, and the run in order), matrix.go (the shapes × strategies runs),
-// targets.go (issue 21's targets), evidence.go (the per-client evidence table), fallback.go
+// targets.go (issue 21's targets), evidence.go (the per-client evidence table), meshless.go
+// (a pod without a sidecar: prestop --mesh none against the best clean sleep), fallback.go
 // (the clients whose connections tell the pod nothing: meshdrain with its per-client evidence
 // against meshdrain without), costs.go (what a poll costs), emulator.go (the emulated
 // Envoy those costs are measured on), prestop.go (the prestop process's own CPU and memory)
@@ -47,6 +49,10 @@ type options struct {
 	fallback      bool
 	fallbackOnly  bool
 	fallbackSeeds int
+	meshless      bool
+	meshlessOnly  bool
+	meshlessShape string
+	abruptSeeds   int
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -60,6 +66,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.fallback, "fallback", true, "replay the fallback shapes (clients whose connections tell the pod nothing) after the matrix")
 	fs.BoolVar(&o.fallbackOnly, "fallback-only", false, "replay only the fallback shapes: no matrix, no poll costs")
 	fs.IntVar(&o.fallbackSeeds, "fallback-seeds", 2, "replay the fallback shapes with the first N of --seeds (about 75s a seed)")
+	fs.BoolVar(&o.meshless, "meshless", true, "replay the pod without a sidecar (prestop --mesh none) after the fallback shapes")
+	fs.BoolVar(&o.meshlessOnly, "meshless-only", false, "replay only the pod without a sidecar: no matrix, no fallback, no poll costs")
+	fs.StringVar(&o.meshlessShape, "meshless-traffic", "", "only these meshless shapes (comma-separated; default: all of mixed, per-request, keep-alive, ingress, no-traffic)")
+	fs.IntVar(&o.abruptSeeds, "abrupt-seeds", 1, "replay the meshless shapes with an abrupt app with the first N of --seeds")
 }
 
 func main() {
@@ -93,6 +103,17 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	m := matrix{meshdrainBin: bin, seeds: seeds, timeScale: opts.timeScale, strategies: strats}
+	if opts.meshlessOnly {
+		ml, err := m.runMeshless(ctx, opts.simBin, opts.meshlessShape, opts.abruptSeeds)
+		if err != nil {
+			return err
+		}
+		printMeshless(os.Stdout, ml)
+		if opts.jsonOut != "" {
+			return writeJSONWith(opts.jsonOut, nil, nil, nil, ml)
+		}
+		return nil
+	}
 	if opts.fallbackOnly {
 		fb, err := m.runFallback(ctx, opts.fallbackSeeds)
 		if err != nil {
@@ -118,6 +139,13 @@ func run(ctx context.Context, opts options) error {
 		}
 	}
 
+	var ml *meshlessReport
+	if opts.meshless {
+		if ml, err = m.runMeshless(ctx, opts.simBin, opts.meshlessShape, opts.abruptSeeds); err != nil {
+			return err
+		}
+	}
+
 	var c *costReport
 	if opts.costs {
 		fmt.Fprintln(os.Stderr, "bench: measuring poll costs")
@@ -125,9 +153,15 @@ func run(ctx context.Context, opts options) error {
 			return fmt.Errorf("poll costs: %w", err)
 		}
 	}
-	printReport(os.Stdout, rows, seeds, opts.timeScale, wall, fb, c)
+	printReport(os.Stdout, rows, seeds, opts.timeScale, wall, fb, nil)
+	if ml != nil {
+		printMeshless(os.Stdout, ml)
+	}
+	if c != nil {
+		printCosts(os.Stdout, c)
+	}
 	if opts.jsonOut != "" {
-		return writeJSON(opts.jsonOut, rows, fb, c)
+		return writeJSONWith(opts.jsonOut, rows, fb, c, ml)
 	}
 	return nil
 }

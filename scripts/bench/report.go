@@ -203,6 +203,11 @@ func (c *costReport) lines() [][2]string {
 // matrix holds over a hundred runs, and the timelines are for reading one run at a time
 // (meshdrain-sim simulate).
 func writeJSON(path string, rows []row, fb *fallbackReport, c *costReport) error {
+	return writeJSONWith(path, rows, fb, c, nil)
+}
+
+// writeJSONWith is writeJSON with the meshless runs, if any.
+func writeJSONWith(path string, rows []row, fb *fallbackReport, c *costReport, ml *meshlessReport) error {
 	type out struct {
 		Traffic    string                     `json:"traffic"`
 		PlanSleepS float64                    `json:"plan_sleep_s,omitempty"`
@@ -211,10 +216,14 @@ func writeJSON(path string, rows []row, fb *fallbackReport, c *costReport) error
 	doc := struct {
 		Matrix   []out          `json:"matrix"`
 		Fallback []fallbackJSON `json:"fallback,omitempty"`
+		Meshless []meshlessJSON `json:"meshless,omitempty"`
 		Costs    *costReport    `json:"costs,omitempty"`
 	}{Costs: c}
 	if fb != nil {
 		doc.Fallback = fb.json()
+	}
+	if ml != nil {
+		doc.Meshless = ml.json()
 	}
 	for _, r := range rows {
 		for _, rs := range r.results {

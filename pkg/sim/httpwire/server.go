@@ -77,6 +77,20 @@ func (s *Server) SetKeepAlivesEnabled(v bool) {
 	}
 }
 
+// StopKeepAlives makes every later response close its connection, as SetKeepAlivesEnabled(false)
+// does, but leaves the idle connections open: each closes after its next response, or when
+// CloseIdle closes it. An app that must not race its clients' next request on an idle
+// connection shuts down so (closing an idle connection races the client's send).
+func (s *Server) StopKeepAlives() { s.noKeepAlive.Store(true) }
+
+// CloseIdle closes the idle connections and returns how many connections remain.
+func (s *Server) CloseIdle() int {
+	s.mu.Lock()
+	s.init()
+	s.mu.Unlock()
+	return s.closeIdle()
+}
+
 // maxBody bounds a request body, which is read whole before the handler runs.
 const maxBody = 16 << 20
 

@@ -21,15 +21,21 @@ const workHeader = "X-Podsim-Work"
 type app struct {
 	scale    float64
 	shutdown AppShutdown
-	workers  chan struct{}
-	ln       net.Listener
-	srv      *httpwire.Server
+	// idleGrace, when set, is how long a graceful shutdown leaves the connections idle at
+	// SIGTERM open for their client's next request (answered with Connection: close) before
+	// it closes those still idle: clients that reach the app directly may be sending on them
+	// right then (docs/facts.md §7). Zero closes them at SIGTERM.
+	idleGrace time.Duration
+	workers   chan struct{}
+	ln        net.Listener
+	srv       *httpwire.Server
 
 	mu         sync.Mutex
 	inFlight   int                         // requests in the handler
 	connState  map[net.Conn]http.ConnState // to know when the last response is written
 	active     int                         // connections in StateActive
 	stopping   bool
+	idleClosed bool // the idle connections have been closed (at SIGTERM or after idleGrace)
 	exited     bool
 	exitedAt   time.Time
 	done       chan struct{}
@@ -121,7 +127,7 @@ func (a *app) trackConn(c net.Conn, state http.ConnState) {
 	} else {
 		a.connState[c] = state
 	}
-	last := a.stopping && a.active == 0
+	last := a.stopping && a.active == 0 && (a.idleClosed || len(a.connState) == 0)
 	a.mu.Unlock()
 	if last {
 		// Not from inside the hook: exit closes the server, which tracks this connection.
@@ -146,7 +152,8 @@ func (a *app) Terminate() {
 		return
 	}
 	a.stopping = true
-	idle := a.active == 0
+	a.idleClosed = a.idleGrace <= 0
+	idle := a.active == 0 && (a.idleClosed || len(a.connState) == 0)
 	a.mu.Unlock()
 	close(a.closing)
 
@@ -155,9 +162,29 @@ func (a *app) Terminate() {
 		a.Kill()
 		return
 	}
-	// No more keep-alive: idle connections are closed now, busy ones after their response.
-	a.srv.SetKeepAlivesEnabled(false)
+	if a.idleGrace > 0 {
+		// No more keep-alive: every connection closes after its next response; those still
+		// idle after idleGrace are closed then.
+		a.srv.StopKeepAlives()
+		time.AfterFunc(a.idleGrace, a.closeIdle)
+	} else {
+		// No more keep-alive: idle connections are closed now, busy ones after their response.
+		a.srv.SetKeepAlivesEnabled(false)
+	}
 	if idle {
+		a.exit()
+	}
+}
+
+// closeIdle ends a graceful shutdown's idle grace: the connections still idle are closed,
+// and the app exits if nothing is in progress.
+func (a *app) closeIdle() {
+	a.srv.CloseIdle()
+	a.mu.Lock()
+	a.idleClosed = true
+	last := a.active == 0
+	a.mu.Unlock()
+	if last {
 		a.exit()
 	}
 }

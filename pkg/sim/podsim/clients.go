@@ -33,11 +33,30 @@ type clientPlan struct {
 	// to the other replicas and cannot fail here.
 	arrivals []time.Duration
 	work     []time.Duration
+	// kind is a meshless client's way of reaching the pod ("" for a mesh's client sidecar),
+	// and serverCloses says that a per-request client asks Connection: close, so that the
+	// app's side closes first.
+	kind         clientKind
+	serverCloses bool
+}
+
+// toPod are the arrivals that go to the pod whatever the strategy: those before the client
+// learns. Only a keep-alive client (a holder) has more, which reach the pod as long as it
+// holds a connection there.
+func (p clientPlan) toPod(warmup time.Duration) []time.Duration {
+	n := len(p.arrivals)
+	for n > 0 && p.arrivals[n-1] >= warmup+p.lag {
+		n--
+	}
+	return p.arrivals[:n]
 }
 
 // planClients draws the clients' lags and requests. Each client has its own random stream,
 // so the draws do not depend on the order in which anything runs.
 func planClients(sc Scenario) []clientPlan {
+	if sc.meshless() {
+		return planMeshless(sc)
+	}
 	latency := latencyDist(sc.P99)
 	perClient := sc.QPS / float64(sc.Clients)
 	// The synchronised bursts' common phase.
@@ -77,12 +96,12 @@ func planClients(sc Scenario) []clientPlan {
 	return plans
 }
 
-// trafficPauses is the longest pause between two requests planned for the pod, and when the
-// last one is sent, from the start of the run.
-func trafficPauses(plans []clientPlan) (longest, last time.Duration) {
+// trafficPauses is the longest pause between two requests planned for the pod whatever the
+// strategy (clientPlan.toPod), and when the last one is sent, from the start of the run.
+func trafficPauses(plans []clientPlan, warmup time.Duration) (longest, last time.Duration) {
 	var all []time.Duration
 	for _, p := range plans {
-		all = append(all, p.arrivals...)
+		all = append(all, p.toPod(warmup)...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	for i := 1; i < len(all); i++ {
@@ -121,6 +140,9 @@ const (
 	// outcomeRetried503: the pod's sidecar answered 503 (retriable-status-codes), the
 	// retry succeeded.
 	outcomeRetried503 = "retried-503"
+	// outcomeElsewhere: a keep-alive client routed per connection whose node has synced
+	// opened its new connection to another replica: the request never reached the pod.
+	outcomeElsewhere = "elsewhere"
 	// Failures seen by the caller.
 	failCut     = "503 UC (cut in flight)"
 	failTimeout = "504 UT (route timeout)"
@@ -235,14 +257,21 @@ type podPool interface {
 	roundTripper
 	removeHost()
 	closeAll()
+	// routedAway: the client has applied the removal and holds no connection to the pod any
+	// more, so its requests go elsewhere.
+	routedAway() bool
 }
 
 // newPool is the connection pool of client i (the plans' index; streams come after them).
 func (f *fleet) newPool(i int) podPool {
-	if f.sc.Protocol == ProtocolGRPC {
-		return newH2Pool(f.podAddr, clientSourceIP(i), f.sc.clientPolicy(), f.sc.scale(connectTimeout))
+	policy := f.sc.clientPolicy()
+	if i < len(f.plans) {
+		policy = f.plans[i].policy(f.sc)
 	}
-	return newClientPool(f.podAddr, clientSourceIP(i), f.sc.clientPolicy(), f.sc.scale(connectTimeout))
+	if f.sc.Protocol == ProtocolGRPC {
+		return newH2Pool(f.podAddr, clientSourceIP(i), policy, f.sc.scale(connectTimeout))
+	}
+	return newClientPool(f.podAddr, clientSourceIP(i), policy, f.sc.scale(connectTimeout))
 }
 
 // newClientTransport is the connection pool to the other replicas, which are never drained
@@ -279,13 +308,10 @@ const warmConcurrency = 32
 // for Envoy), so when the warm-up begins its pool holds a connection that has carried
 // requests. One request without work stands for them; it is not counted.
 func (f *fleet) warm(ctx context.Context) {
-	if !f.sc.clientPolicy().reuse {
-		return
-	}
 	sem := make(chan struct{}, warmConcurrency)
 	var wg sync.WaitGroup
 	for i := range f.plans {
-		if len(f.plans[i].arrivals) == 0 {
+		if len(f.plans[i].arrivals) == 0 || !f.plans[i].policy(f.sc).reuse {
 			continue
 		}
 		f.pools[i] = f.newPool(i)
@@ -381,6 +407,9 @@ func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 			return
 		case <-timer.C:
 		}
+		if tr.routedAway() {
+			return // a holder whose connections to the pod are gone: the rest goes elsewhere
+		}
 		if at >= f.sc.Warmup {
 			f.noteLate(&f.lateSend, time.Since(sendAt), at-f.sc.Warmup)
 		}
@@ -390,8 +419,13 @@ func (f *fleet) runClient(ctx context.Context, start time.Time, i int) {
 		inFlight.Add(1)
 		go func(work time.Duration) {
 			defer inFlight.Done()
-			outcome := f.request(ctx, tr, work)
+			outcome := f.request(ctx, tr, p, work)
 			f.mu.Lock()
+			if outcome == outcomeElsewhere {
+				f.requests-- // it never reached the pod
+				f.mu.Unlock()
+				return
+			}
 			f.outcomes[outcome]++
 			if isFailure(outcome) {
 				f.failedAt = append(f.failedAt, time.Now())
@@ -418,17 +452,28 @@ func isFailure(outcome string) bool {
 
 // request sends one request to the pod and, if Istio's default policy allows, retries it
 // on another replica. It returns the outcome kind; "" means the run was cancelled.
-func (f *fleet) request(ctx context.Context, tr roundTripper, work time.Duration) string {
+func (f *fleet) request(ctx context.Context, tr roundTripper, p *clientPlan, work time.Duration) string {
 	reqCtx := ctx
 	if f.sc.RouteTimeout > 0 {
 		var cancel context.CancelFunc
 		reqCtx, cancel = context.WithTimeout(ctx, f.sc.scale(f.sc.RouteTimeout))
 		defer cancel()
 	}
-	first := attempt(reqCtx, tr, f.podAddr, work)
+	first := attemptClose(reqCtx, tr, f.podAddr, work, p.serverCloses)
 	f.answeredOne()
 	if ctx.Err() != nil {
 		return ""
+	}
+	if first == attemptElsewhere {
+		return outcomeElsewhere
+	}
+	retryAs := outcomeRetriedRefused
+	if f.sc.meshless() {
+		outcome, retry := meshlessOutcome(p.kind, first, f.sc.Retries)
+		if !retry {
+			return outcome
+		}
+		return f.retry(ctx, reqCtx, work, retryAs)
 	}
 	if f.sc.Protocol == ProtocolTCP {
 		// A TCP proxy has no request to retry: whatever went wrong, the caller saw it.
@@ -455,7 +500,6 @@ func (f *fleet) request(ctx context.Context, tr roundTripper, work time.Duration
 			return fail503
 		}
 	}
-	var retryAs string
 	switch first {
 	case attemptOK:
 		return outcomeOK
@@ -476,8 +520,14 @@ func (f *fleet) request(ctx context.Context, tr roundTripper, work time.Duration
 		}
 		return fail503
 	}
-	// previous_hosts: the retry goes to another replica, which is healthy; one retry is
-	// therefore enough and the second of the budget is never used.
+	return f.retry(ctx, reqCtx, work, retryAs)
+}
+
+// retry sends a request that failed on the pod to another replica, after Envoy's back-off,
+// and returns retryAs if it succeeds there. previous_hosts: the retry goes to another
+// replica, which is healthy; one retry is therefore enough and the second of the budget is
+// never used.
+func (f *fleet) retry(ctx, reqCtx context.Context, work time.Duration, retryAs string) string {
 	t := time.NewTimer(f.sc.scale(retryBackoff))
 	select {
 	case <-reqCtx.Done():
@@ -511,19 +561,30 @@ const (
 	attemptOtherStatus
 	attemptReset
 	attemptTimeout
+	// attemptElsewhere: the client's routing sent the connection to another replica.
+	attemptElsewhere
 )
 
 // attempt is one try against addr.
 func attempt(ctx context.Context, tr roundTripper, addr string, work time.Duration) attemptResult {
+	return attemptClose(ctx, tr, addr, work, false)
+}
+
+// attemptClose is one try against addr; closeConn asks Connection: close, so that the
+// server closes the connection after its response.
+func attemptClose(ctx context.Context, tr roundTripper, addr string, work time.Duration, closeConn bool) attemptResult {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/", nil)
 	if err != nil {
 		return attemptOtherStatus
 	}
 	req.Header.Set(workHeader, work.String())
+	req.Close = closeConn
 	resp, err := tr.Do(req)
 	if err != nil {
 		var opErr *net.OpError
 		switch {
+		case errors.Is(err, errRoutedAway):
+			return attemptElsewhere
 		case ctx.Err() != nil:
 			return attemptTimeout
 		case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, errRefusedStream):

@@ -211,6 +211,12 @@ func (p *h2Pool) removeHost() {
 }
 
 // closeAll closes every connection, busy or idle: the run is over.
+func (p *h2Pool) routedAway() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.draining && len(p.all) == 0
+}
+
 func (p *h2Pool) closeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

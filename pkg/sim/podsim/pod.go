@@ -74,7 +74,7 @@ type podRun struct {
 // update) and the traffic's own pauses, which no strategy changes.
 func newPodRun(sc Scenario, plans []clientPlan, strat Strategy, spec SidecarSpec) *podRun {
 	grace := sc.grace(spec)
-	longest, last := trafficPauses(plans)
+	longest, last := trafficPauses(plans, sc.Warmup)
 	if spec.holds() {
 		spec.holdChannel = newHoldChannel()
 	}
@@ -103,6 +103,9 @@ func (p *podRun) start(ctx context.Context, startSidecar startSidecarFunc, traff
 	if err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
+	if p.sc.meshless() {
+		a.idleGrace = p.sc.scale(meshlessIdleGrace)
+	}
 	p.app = a
 	side, err := startSidecar(p.sc, p.spec, p.strat, a.Addr())
 	if err != nil {
@@ -116,6 +119,9 @@ func (p *podRun) start(ctx context.Context, startSidecar startSidecarFunc, traff
 	clients.warm(runCtx)
 	begin := time.Now()
 	clients.start(runCtx, begin)
+	if p.sc.meshless() {
+		go runProbes(runCtx, a.Addr(), p.sc.scale(p.sc.Meshless.ProbePeriod), p.sc.scale(connectTimeout))
+	}
 	clientsDone := make(chan struct{})
 	p.clientsDone = clientsDone
 	go func() {
@@ -165,7 +171,9 @@ func (p *podRun) deletePod(ctx context.Context) error {
 	case !p.spec.DeferDrain:
 		p.side.Terminate()
 	}
-	p.log(now, p.proxy, "%s", sidecarOnDeletion(p.spec))
+	if !p.sc.meshless() {
+		p.log(now, p.proxy, "%s", sidecarOnDeletion(p.spec))
+	}
 	hook, err := startPreStop(ctx, p.sc, p.spec, p.strat, p.side.AdminURL(), listenerPort(p.side.InboundAddr(p.sc.Port)), p.clients.LastAnswered())
 	if err != nil {
 		return err
@@ -204,6 +212,8 @@ func drainRegime(spec SidecarSpec, strat Strategy) string {
 	switch {
 	case spec.Mesh == mesh.Linkerd:
 		return "no drain regime: Linkerd has no drain call; the proxy stops accepting at its SIGTERM"
+	case spec.Mesh == MeshNone:
+		return "no sidecar: nothing drains; the app's own SIGTERM handling closes its connections"
 	case spec.holds() && strat.Kind == StrategyMeshdrain:
 		return "drain regime (b): the sidecar's drain is deferred by meshdrain hold until meshdrain's --drain-at end"
 	case spec.holds():
@@ -232,6 +242,10 @@ func (p *podRun) terminate(ctx context.Context) error {
 	var holdDone chan struct{}
 	if p.hold != nil {
 		holdDone = p.hold.done
+	}
+	if p.sc.meshless() {
+		// No sidecar: the pod is gone when the app is.
+		p.sideExited, sideDone = true, nil
 	}
 	for !(p.appExited && p.sideExited) {
 		select {
@@ -476,8 +490,11 @@ func (p *podRun) countSidecarErrors() {
 
 // proxyName is the sidecar container's name in the timeline.
 func proxyName(spec SidecarSpec) string {
-	if spec.Mesh == mesh.Linkerd {
+	switch spec.Mesh {
+	case mesh.Linkerd:
 		return "linkerd-proxy"
+	case MeshNone:
+		return "no sidecar"
 	}
 	return "istio-proxy"
 }

@@ -63,6 +63,13 @@ type poolPolicy struct {
 	drainOnRemoval bool
 	// idleTimeout closes a connection idle this long (real time); zero: never.
 	idleTimeout time.Duration
+	// routePerConnection is a client whose routing (its node's kube-proxy) chooses the pod
+	// when a connection opens: after the removal its open connections stay on the pod, and a
+	// new one goes elsewhere (get returns errRoutedAway).
+	routePerConnection bool
+	// maxIdle caps the idle connections kept (0: no cap); one more is closed by the client
+	// when its response ends.
+	maxIdle int
 }
 
 // clientConns is the scenario's ClientConns with its default: a pool on HTTP ports, a
@@ -106,6 +113,10 @@ func clientSourceIP(i int) net.IP {
 // errPoolClosed is returned for a request on a pool closed at the end of the run.
 var errPoolClosed = errors.New("client connection pool closed")
 
+// errRoutedAway is returned for a request that needs a new connection once a client routed
+// per connection has applied the removal: that connection goes to another replica.
+var errRoutedAway = errors.New("new connection routed to another replica")
+
 // clientPool is one client's connections to the pod. It speaks HTTP/1.1 with keep-alive, as
 // Istio sidecars do between themselves on http ports (h2UpgradePolicy DO_NOT_UPGRADE), and
 // behaves as Envoy's upstream pool: the most recently used idle connection is reused first,
@@ -124,6 +135,8 @@ type clientPool struct {
 	open     map[*pooledConn]struct{}
 	draining bool
 	closed   bool
+	// removed: the client has applied the removal and routes per connection.
+	removed bool
 }
 
 // pooledConn is one connection of a clientPool.
@@ -208,6 +221,12 @@ func (p *clientPool) get(ctx context.Context) (*pooledConn, error) {
 		_ = c.SetDeadline(time.Time{})
 		return c, nil
 	}
+	p.mu.Lock()
+	removed := p.removed
+	p.mu.Unlock()
+	if removed {
+		return nil, errRoutedAway
+	}
 	raw, err := p.dialer.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err // a *net.OpError with Op "dial": attempt tells refused connections by it
@@ -230,7 +249,7 @@ func (p *clientPool) get(ctx context.Context) (*pooledConn, error) {
 // or one that does not reuse connections, closes it instead.
 func (p *clientPool) put(c *pooledConn) {
 	p.mu.Lock()
-	if p.draining || p.closed || !p.policy.reuse {
+	if p.draining || p.closed || !p.policy.reuse || (p.policy.maxIdle > 0 && len(p.idle) >= p.policy.maxIdle) {
 		p.mu.Unlock()
 		p.discard(c)
 		return
@@ -293,6 +312,12 @@ func (p *clientPool) discard(c *pooledConn) {
 // closes its idle connections now and the busy ones as their requests end; the others keep
 // theirs (the endpoint kept as DRAINING, a TCP proxy, a client without a sidecar).
 func (p *clientPool) removeHost() {
+	if p.policy.routePerConnection {
+		p.mu.Lock()
+		p.removed = true
+		p.mu.Unlock()
+		return
+	}
 	if !p.policy.drainOnRemoval {
 		return
 	}
@@ -303,6 +328,14 @@ func (p *clientPool) removeHost() {
 	for _, c := range idle {
 		p.discard(c)
 	}
+}
+
+// routedAway says that a client routed per connection has applied the removal and holds no
+// connection to the pod any more: whatever it sends next goes elsewhere.
+func (p *clientPool) routedAway() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.removed && len(p.open) == 0
 }
 
 // takeIdle empties the idle list, marking its connections taken; p.mu is held.

@@ -78,12 +78,17 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 		minWait = spec.MeshdrainMinWait
 	}
 	args := []string{"prestop"}
-	if spec.Mesh == mesh.Linkerd {
-		args = append(args, "--mesh", string(mesh.Linkerd))
+	switch spec.Mesh {
+	case mesh.Linkerd:
+		args = append(args, "--mesh", string(mesh.Linkerd), "--admin", adminURL, "--port", strconv.Itoa(sc.Port))
+	case MeshNone:
+		// No sidecar: the kernel is read for the app's own listening port, and the kubelet's
+		// probes, from the node's address, are nobody's traffic.
+		args = append(args, "--mesh", string(MeshNone), "--port", strconv.Itoa(listenerPort), "--ignore-source", probeSourceIP.String())
+	default:
+		args = append(args, "--admin", adminURL, "--port", strconv.Itoa(sc.Port))
 	}
 	args = append(args,
-		"--admin", adminURL,
-		"--port", strconv.Itoa(sc.Port),
 		"--grace-period", sc.scale(grace).String(),
 		"--app-drain", sc.scale(appDrain).String(),
 		"--deadline", sc.scale(deadline).String(),
@@ -105,7 +110,7 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 	}
 	// The emulator's stats name Istio's 15006 but it listens on a free loopback port: the
 	// clients' connections are on that one.
-	if spec.Mesh != mesh.Linkerd && listenerPort > 0 {
+	if spec.Mesh != mesh.Linkerd && spec.Mesh != MeshNone && listenerPort > 0 {
 		args = append(args, "--inbound-listener-port", strconv.Itoa(listenerPort))
 	}
 	if spec.DeferDrain || spec.MeshdrainDrainAtEnd {

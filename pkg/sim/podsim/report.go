@@ -23,21 +23,34 @@ type Report struct {
 
 // ScenarioSummary is the scenario as the JSON output shows it.
 type ScenarioSummary struct {
-	// Mesh is written for Linkerd only, so that an Istio report's JSON stays what it was.
-	Mesh           mesh.Mesh `json:"mesh,omitempty"`
-	Traffic        string    `json:"traffic"`
-	QPS            float64   `json:"qps"`
-	Clients        int       `json:"clients"`
-	Threads        int       `json:"threads"`
-	P99            string    `json:"p99"`
-	AppShutdown    string    `json:"app_shutdown"`
-	EDSLag         string    `json:"eds_lag"`
-	LastClientLagS float64   `json:"last_client_lag_s"`
-	Retries        int       `json:"retries"`
-	RouteTimeout   string    `json:"route_timeout"`
-	GracePeriod    string    `json:"grace_period"`
-	TimeScale      float64   `json:"time_scale"`
-	Seed           uint64    `json:"seed"`
+	// Mesh is written for Linkerd and none only, so that an Istio report's JSON stays what
+	// it was.
+	Mesh mesh.Mesh `json:"mesh,omitempty"`
+	// Meshless is a pod without a sidecar's clients by kind.
+	Meshless       *MeshlessSummary `json:"meshless,omitempty"`
+	Traffic        string           `json:"traffic"`
+	QPS            float64          `json:"qps"`
+	Clients        int              `json:"clients"`
+	Threads        int              `json:"threads"`
+	P99            string           `json:"p99"`
+	AppShutdown    string           `json:"app_shutdown"`
+	EDSLag         string           `json:"eds_lag"`
+	LastClientLagS float64          `json:"last_client_lag_s"`
+	Retries        int              `json:"retries"`
+	RouteTimeout   string           `json:"route_timeout"`
+	GracePeriod    string           `json:"grace_period"`
+	TimeScale      float64          `json:"time_scale"`
+	Seed           uint64           `json:"seed"`
+}
+
+// MeshlessSummary is a pod without a sidecar's clients, as the JSON output shows them.
+type MeshlessSummary struct {
+	Nodes       int    `json:"nodes"`
+	PerRequest  int    `json:"per_request"`
+	Holders     int    `json:"keep_alive"`
+	Ingress     int    `json:"ingress"`
+	IngressLag  string `json:"ingress_lag"`
+	ProbePeriod string `json:"probe_period"`
 }
 
 // SidecarNote says what one sidecar label stands for.
@@ -50,7 +63,7 @@ type SidecarNote struct {
 func NewReport(sc Scenario, sidecars []SidecarSpec, results []Result, wall time.Duration) Report {
 	r := Report{
 		Scenario: ScenarioSummary{
-			Mesh: linkerdOnly(sc.Mesh), Traffic: sc.Traffic, QPS: sc.QPS, Clients: sc.Clients, Threads: sc.Threads, P99: fmtD(sc.P99),
+			Mesh: notIstio(sc.Mesh), Traffic: sc.Traffic, QPS: sc.QPS, Clients: sc.Clients, Threads: sc.Threads, P99: fmtD(sc.P99),
 			AppShutdown: string(sc.AppShutdown), EDSLag: sc.EDSLag.String(),
 			LastClientLagS: roundS(lastLag(planClients(sc)).Seconds()),
 			Retries:        sc.Retries, RouteTimeout: fmtD(sc.RouteTimeout), GracePeriod: fmtD(sc.GracePeriod),
@@ -58,6 +71,10 @@ func NewReport(sc Scenario, sidecars []SidecarSpec, results []Result, wall time.
 		},
 		Results:     results,
 		WallSeconds: roundS(wall.Seconds()),
+	}
+	if m := sc.Meshless; sc.meshless() {
+		r.Scenario.Meshless = &MeshlessSummary{Nodes: m.Nodes, PerRequest: m.PerRequest, Holders: m.Holders, Ingress: m.Ingress,
+			IngressLag: m.IngressLag.String(), ProbePeriod: fmtD(m.ProbePeriod)}
 	}
 	for _, s := range sidecars {
 		r.Sidecars = append(r.Sidecars, SidecarNote{Name: s.Name, Note: s.Note})
@@ -109,10 +126,18 @@ func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
 	if sc.Traffic != "" && sc.Traffic != "steady" {
 		fmt.Fprintf(w, "Traffic %q: ", sc.Traffic)
 	}
-	fmt.Fprintf(w, "Pod deletion replayed: %g QPS from %d client sidecars to an app with P99 %s on %d threads (%s shutdown),\n",
-		sc.QPS, sc.Clients, sc.P99, sc.Threads, sc.AppShutdown)
-	fmt.Fprintf(w, "grace period %s, EDS lag %s (last client at %.2fs), %s, %s.\n",
-		sc.GracePeriod, sc.EDSLag, sc.LastClientLagS, retries, timeout)
+	if m := sc.Meshless; m != nil {
+		fmt.Fprintf(w, "Pod deletion replayed without a sidecar: %g QPS from %d per-request and %d keep-alive clients on %d nodes and %d ingresses\n",
+			sc.QPS, m.PerRequest, m.Holders, m.Nodes, m.Ingress)
+		fmt.Fprintf(w, "to an app with P99 %s on %d threads (%s shutdown), grace period %s, kube-proxy lag %s per node, ingress lag %s\n",
+			sc.P99, sc.Threads, sc.AppShutdown, sc.GracePeriod, sc.EDSLag, m.IngressLag)
+		fmt.Fprintf(w, "(the last learns at %.2fs), readiness probe every %s, ingress retries %d.\n", sc.LastClientLagS, m.ProbePeriod, sc.Retries)
+	} else {
+		fmt.Fprintf(w, "Pod deletion replayed: %g QPS from %d client sidecars to an app with P99 %s on %d threads (%s shutdown),\n",
+			sc.QPS, sc.Clients, sc.P99, sc.Threads, sc.AppShutdown)
+		fmt.Fprintf(w, "grace period %s, EDS lag %s (last client at %.2fs), %s, %s.\n",
+			sc.GracePeriod, sc.EDSLag, sc.LastClientLagS, retries, timeout)
+	}
 	fmt.Fprintf(w, "Times are pod seconds from the deletion; run at time scale %g, seed %d, in %.1fs.\n\n", sc.TimeScale, sc.Seed, r.WallSeconds)
 	for _, s := range r.Sidecars {
 		fmt.Fprintf(w, "  %-14s %s\n", s.Name, s.Note)
@@ -130,12 +155,18 @@ func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	if sc.Mesh == mesh.Linkerd {
+	switch sc.Mesh {
+	case MeshNone:
+		fmt.Fprintln(w, "SIDECAR 5XX  none: the pod has no sidecar.")
+		fmt.Fprintln(w, "CLIENT FAILURES  what the callers saw: connection refused = a node's kube-proxy still sent a new connection to an")
+		fmt.Fprintln(w, "             app that had stopped listening; connection reset = the app closed or cut a connection under a request;")
+		fmt.Fprintln(w, "             ingress 502 = an ingress's connection to the app was refused or reset (the ingress's caller sees it).")
+	case mesh.Linkerd:
 		fmt.Fprintln(w, "SIDECAR 5XX  502s linkerd-proxy answered for the app (l5d-proxy-error), in Envoy's two classes: UF = the app")
 		fmt.Fprintln(w, "             refused the connection, UC = the connection to the app was reset. Linkerd clients retry none.")
 		fmt.Fprintln(w, "CLIENT FAILURES  what the callers saw: 502 l5d-proxy-error = the app had stopped accepting while clients")
 		fmt.Fprintln(w, "             still sent; 503 UC = cut in flight (a container killed mid-request).")
-	} else {
+	default:
 		fmt.Fprintln(w, "SIDECAR 5XX  503s in the pod sidecar's access log: UF = the app refused the connection, UC = the connection to the")
 		fmt.Fprintln(w, "             app was reset. The callers' sidecars retried them on another replica (Istio's default policy).")
 		fmt.Fprintln(w, "CLIENT FAILURES  what the callers saw after retries: 503 UC = cut in flight (Envoy or the app killed mid-request,")
@@ -349,9 +380,9 @@ func wrapWords(text string, width int) []string {
 	return append(lines, line)
 }
 
-// linkerdOnly keeps the mesh out of an Istio report.
-func linkerdOnly(m mesh.Mesh) mesh.Mesh {
-	if m == mesh.Linkerd {
+// notIstio keeps the mesh out of an Istio report.
+func notIstio(m mesh.Mesh) mesh.Mesh {
+	if m == mesh.Linkerd || m == MeshNone {
 		return m
 	}
 	return ""

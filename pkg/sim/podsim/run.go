@@ -99,12 +99,23 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, err
 	}
 	start := opts.startSidecar
-	if start == nil {
+	switch {
+	case start != nil:
+	case sc.meshless():
+		start = startNoSidecar
+	default:
 		start = startSidecarFor
 	}
 	for _, spec := range opts.Sidecars {
-		if (spec.Mesh == mesh.Linkerd) != sc.linkerd() {
+		if meshOf(spec.Mesh) != meshOf(sc.Mesh) {
 			return nil, fmt.Errorf("sidecar %s is for mesh %s, the scenario's mesh is %s", spec.Name, meshOf(spec.Mesh), meshOf(sc.Mesh))
+		}
+	}
+	for _, strat := range opts.Strategies {
+		if sc.meshless() && strat.Kind == StrategyOracle {
+			// The oracle waits for the last request planned for the pod; a keep-alive
+			// client's requests reach it for as long as the app keeps its connections.
+			return nil, errors.New("the oracle strategy needs a mesh: without a sidecar, which requests reach the pod depends on the strategy")
 		}
 	}
 	type job struct {
@@ -142,8 +153,14 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		go func(i int, j job) {
 			var once sync.Once
 			trafficOver := func() { once.Do(func() { next <- struct{}{} }) }
+			runOver := trafficOver
+			if sc.meshless() {
+				// Without a sidecar the hook reads the namespace's kernel counters: the next
+				// run's listener and traffic would be accepts it cannot name. One at a time.
+				trafficOver = func() {}
+			}
 			res, err := runPod(ctx, sc, plans, j.strat, j.spec, start, trafficOver)
-			trafficOver()
+			runOver()
 			if err != nil {
 				err = fmt.Errorf("%s with sidecar %s: %w", j.strat, j.spec.Name, err)
 				cancel()

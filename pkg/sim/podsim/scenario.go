@@ -80,8 +80,12 @@ type Scenario struct {
 	ClientIdleTimeout time.Duration
 	// Mesh is the service mesh the pod and its clients are in: MeshIstio (the default) or
 	// MeshLinkerd. It decides the pod's proxy (envoysim or linkerdsim) and the clients'
-	// retry policy.
+	// retry policy. MeshNone is a pod without a sidecar: the clients reach the app itself,
+	// as Meshless says.
 	Mesh mesh.Mesh
+	// Meshless are the clients of a pod without a sidecar (Mesh MeshNone), by kind; EDSLag is
+	// then one node's kube-proxy lag.
+	Meshless MeshlessClients
 
 	// PlanKnowsRate says that the operator tells `meshdrain plan` the rate of one client
 	// (--rps-per-client QPS/Clients), as one would for a service whose clients are each
@@ -203,14 +207,19 @@ func (sc Scenario) Validate() error {
 			// linkerdsim proxies HTTP/1.1 only (pkg/mesh/linkerd/FIDELITY.md).
 			errs = append(errs, fmt.Errorf("the Linkerd proxy emulator proxies HTTP/1.1 only: protocol %s needs mesh istio", sc.Protocol))
 		}
+	case MeshNone:
+		errs = append(errs, sc.validateMeshless()...)
 	default:
-		errs = append(errs, fmt.Errorf("mesh %q is not istio or linkerd", sc.Mesh))
+		errs = append(errs, fmt.Errorf("mesh %q is not istio, linkerd or none", sc.Mesh))
 	}
 	return errors.Join(errs...)
 }
 
 // linkerd says whether the scenario runs a Linkerd mesh.
 func (sc Scenario) linkerd() bool { return sc.Mesh == mesh.Linkerd }
+
+// meshless says whether the pod has no sidecar.
+func (sc Scenario) meshless() bool { return sc.Mesh == MeshNone }
 
 // scale turns a pod-time duration into the real duration the run waits.
 func (sc Scenario) scale(d time.Duration) time.Duration {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -297,8 +298,11 @@ const halo = ` stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-o
 // writeSVG draws one run on axis a.
 func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	proxy := "istio-proxy"
-	if r.Scenario.Mesh == mesh.Linkerd {
+	switch r.Scenario.Mesh {
+	case mesh.Linkerd:
 		proxy = "linkerd-proxy"
+	case MeshNone:
+		proxy = "no sidecar"
 	}
 	lanes := []string{"clients", "app", proxy, "client failures", "sidecar 5xx"}
 	lane := func(i int) (top, textY float64) {
@@ -310,6 +314,9 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	legendY := axisY + 52
 	failedHook := preStopFailure(res)
 	keys := legend(res, failedHook)
+	if r.Scenario.Mesh == MeshNone {
+		keys = slices.DeleteFunc(keys, func(k legendKey) bool { return k.name == "sidecar alive" })
+	}
 	height := legendY + 20 + float64(keys[len(keys)-1].row)*legendRowHeight
 
 	var c svgCanvas
@@ -366,7 +373,11 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	// Clients: sending since before the deletion until the last one's endpoint update.
 	top, ty := lane(0)
 	c.rect(a.x(a.from), top, xLast-a.x(a.from), barHeight, colourClients, ` class="clients-send"`)
-	c.label(xLast, ty, fmt.Sprintf("clients still send until the last client's EDS update, %.2fs", res.LastClientLagS), a.x(a.from))
+	sendUntil := "clients still send until the last client's EDS update, %.2fs"
+	if r.Scenario.Mesh == MeshNone {
+		sendUntil = "new connections reach the pod until the last kube-proxy or ingress update, %.2fs"
+	}
+	c.label(xLast, ty, fmt.Sprintf(sendUntil, res.LastClientLagS), a.x(a.from))
 
 	// The app: serving until its preStop returned, then finishing what it had until it exited.
 	top, ty = lane(1)
@@ -385,13 +396,18 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 
 	// The sidecar: alive until it exited or was killed.
 	top, ty = lane(2)
-	xSide := a.x(res.SidecarExit)
-	c.rect(a.x(a.from), top, xSide-a.x(a.from), barHeight, colourSidecar, ` class="sidecar-alive"`)
-	sideLabel := fmt.Sprintf("exited at %.2fs", res.SidecarExit)
-	if killedBy := killed(res, "envoy", proxy); killedBy != "" {
-		sideLabel = "SIGKILLed " + killedBy
+	noSidecar := r.Scenario.Mesh == MeshNone
+	if noSidecar {
+		c.note(ty, "none: the clients reach the app itself")
+	} else {
+		xSide := a.x(res.SidecarExit)
+		c.rect(a.x(a.from), top, xSide-a.x(a.from), barHeight, colourSidecar, ` class="sidecar-alive"`)
+		sideLabel := fmt.Sprintf("exited at %.2fs", res.SidecarExit)
+		if killedBy := killed(res, "envoy", proxy); killedBy != "" {
+			sideLabel = "SIGKILLed " + killedBy
+		}
+		c.label(xSide, ty, sideLabel, a.x(a.from))
 	}
-	c.label(xSide, ty, sideLabel, a.x(a.from))
 
 	_, ty = lane(3)
 	if failed {

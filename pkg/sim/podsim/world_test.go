@@ -142,7 +142,7 @@ func TestFleetRetryPolicy(t *testing.T) {
 			sc := sc
 			sc.Retries, sc.RouteTimeout = tc.retries, tc.timeout
 			f := newFleet(sc, nil, tc.addr, other.Addr())
-			if got := f.request(context.Background(), newClientTransport(sc), time.Millisecond); got != tc.want {
+			if got := f.request(context.Background(), newClientTransport(sc), &clientPlan{}, time.Millisecond); got != tc.want {
 				t.Errorf("outcome %q, want %q", got, tc.want)
 			}
 		})

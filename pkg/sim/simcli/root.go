@@ -6,6 +6,7 @@ package simcli
 
 import (
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -70,8 +71,8 @@ func enumFlags() map[string]map[string][]string {
 			"traffic":      trafficNames(),
 			"strategy":     {"none", "sleep:5s", "sleep:15s", "meshdrain"},
 			"client-conns": {string(podsim.ConnsPool), string(podsim.ConnsPerRequest), string(podsim.ConnsPersistentSession), string(podsim.ConnsNoSidecar)},
-			"sidecar":      {"istio-default", "recommended", "recommended-native", "regime-a", "linkerd-default", string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
-			"mesh":         mesh.Names(mesh.Istio, mesh.Linkerd),
+			"sidecar":      {"istio-default", "recommended", "recommended-native", "regime-a", "linkerd-default", noSidecar, string(podsim.SidecarClassic), string(podsim.SidecarExitOnZero), string(podsim.SidecarNative)},
+			"mesh":         append(mesh.Names(mesh.Istio, mesh.Linkerd), string(podsim.MeshNone)),
 			"app-shutdown": {string(podsim.AppGraceful), string(podsim.AppImmediate)},
 		},
 		"emulate": {
@@ -92,8 +93,10 @@ func enumFlags() map[string]map[string][]string {
 
 func trafficNames() []string {
 	var names []string
-	for _, t := range podsim.Traffics() {
-		names = append(names, t.Name)
+	for _, t := range append(podsim.Traffics(), podsim.MeshlessTraffics()...) {
+		if !slices.Contains(names, t.Name) {
+			names = append(names, t.Name)
+		}
 	}
 	return names
 }

@@ -1,8 +1,10 @@
 package simcli
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 	"github.com/meshdrain/meshdrain/pkg/sim/podsim"
 )
 
@@ -48,6 +51,7 @@ type simulateOptions struct {
 	maxFailures      int
 	timelines        bool
 	svgDir           string
+	ownNetns         bool
 }
 
 // defaultSVGDir is where simulate draws its runs unless told otherwise: beside where it was
@@ -88,6 +92,7 @@ func defaultSimulateOptions() simulateOptions {
 		output:           output.Text,
 		maxFailures:      -1,
 		svgDir:           defaultSVGDir,
+		ownNetns:         true,
 	}
 }
 
@@ -127,6 +132,18 @@ Linkerd's default since 2.20, and the scenario's grace period), recommended (the
 and deadline of 'meshdrain plan --mesh linkerd'), native, or classic (a classic proxy whose
 preStop sleeps --wait-before-exit); the default is linkerd-default,recommended.
 
+--mesh none replays a pod without a sidecar: its clients connect straight to the app, each
+node's kube-proxy syncs the removal at its own lag (--eds-lag is then one node's lag), and the
+clients are of four kinds: per-request clients (half close first, half ask Connection: close),
+keep-alive clients routed per connection that never learn (they send until the app closes
+their connection), ingress-like pools routed per request that learn and then leave their
+idle connections open, and the kubelet's readiness probes from the node's address. Losses are
+counted as the client sees them: connection refused, connection reset, or the ingress's 502.
+--app-shutdown immediate is an abrupt app (it closes its listener and every connection, and
+exits). meshdrain runs as 'prestop --mesh none --port P --ignore-source NODE'. --traffic then
+takes mixed (the default), per-request, keep-alive, ingress or no-traffic; --sidecar is
+no-sidecar.
+
 --traffic changes the reference scenario's traffic: steady (the default), bursts,
 client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests,
 streams, tcp, grpc (make bench runs them all); flags given explicitly still win. The oracle
@@ -143,6 +160,10 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 
   # The same rollout in a Linkerd mesh:
   meshdrain-sim simulate --mesh linkerd
+
+  # A pod without a sidecar behind kube-proxy and an ingress, and an abrupt app:
+  meshdrain-sim simulate --mesh none --strategy none,sleep:10s,meshdrain
+  meshdrain-sim simulate --mesh none --app-shutdown immediate
 
   # Raw failures without Istio's retries, as JSON:
   meshdrain-sim simulate --retries 0 -o json
@@ -161,6 +182,9 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 			if err != nil {
 				return err
 			}
+			if ran, err := o.inOwnNetns(cmd, s); ran || err != nil {
+				return err
+			}
 			return runSimulate(cmd, s, o, opts)
 		},
 	}
@@ -170,11 +194,11 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
 
 // addFlags registers simulate's flags on f, bound to o.
 func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVar((*string)(&o.mesh), "mesh", string(o.mesh), "the service mesh: istio (an Envoy sidecar run by pilot-agent) or linkerd (a linkerd2-proxy sidecar)")
+	f.StringVar((*string)(&o.mesh), "mesh", string(o.mesh), "the service mesh: istio (an Envoy sidecar run by pilot-agent), linkerd (a linkerd2-proxy sidecar) or none (no sidecar: clients reach the app through kube-proxy or an ingress)")
 	f.DurationVar(&o.waitBeforeExit, "wait-before-exit", 0, "config.alpha.linkerd.io/proxy-wait-before-exit-seconds, for --mesh linkerd --sidecar classic")
-	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp, grpc")
+	f.StringVar(&o.traffic, "traffic", o.traffic, "traffic shape: steady, bursts, client-bursts, sparse, late-client, no-traffic, clients-500, clients-2000, long-requests, streams, tcp, grpc; with --mesh none: mixed (default), per-request, keep-alive, ingress, no-traffic")
 	f.StringSliceVar(&o.strategies, "strategy", o.strategies, "preStop strategies to compare: none, sleep:<duration>, meshdrain, oracle")
-	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended (what meshdrain plan writes: regime b, istio-proxy's preStop meshdrain hold, classic), recommended-native (the same, native), regime-a (plan --defer-sidecar-drain=false), classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended)")
+	f.StringSliceVar(&o.sidecars, "sidecar", o.sidecars, "sidecar configurations: istio-default, recommended (what meshdrain plan writes: regime b, istio-proxy's preStop meshdrain hold, classic), recommended-native (the same, native), regime-a (plan --defer-sidecar-drain=false), classic, exit-on-zero, native; with --mesh linkerd: linkerd-default, recommended, native, classic (default linkerd-default,recommended); with --mesh none: no-sidecar")
 	f.DurationVar(&o.terminationDrain, "termination-drain-duration", o.terminationDrain, "Istio terminationDrainDuration, for --sidecar classic")
 	f.DurationVar(&o.drainDuration, "drain-duration", o.drainDuration, "Istio drainDuration (Envoy --drain-time-s), for --sidecar classic, exit-on-zero, native")
 	f.DurationVar(&o.minDrainDuration, "min-drain-duration", o.minDrainDuration, "Istio MINIMUM_DRAIN_DURATION, for --sidecar exit-on-zero")
@@ -185,7 +209,7 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.appShutdown, "app-shutdown", o.appShutdown, "the app on SIGTERM: graceful (finish in-flight requests) or immediate")
 	f.StringVar(&o.clientConns, "client-conns", "", "how each client holds its connections to the pod: pool (Envoy's keep-alive pool, drained at the client's EDS update; HTTP's default), per-request (TCP's default), persistent-session (the endpoint kept DRAINING: no drain) or no-sidecar (a keep-alive pool that ignores the removal)")
 	f.DurationVar(&o.clientIdle, "client-idle-timeout", 0, "close a client's connection idle this long (default Envoy's 1h; 60s for no-sidecar)")
-	f.StringVar(&o.edsLag, "eds-lag", o.edsLag, "time until each client stops sending to the pod: a duration or p50=D,p99=D (lognormal)")
+	f.StringVar(&o.edsLag, "eds-lag", o.edsLag, "time until each client stops sending to the pod: a duration or p50=D,p99=D (lognormal); with --mesh none, one node's kube-proxy lag")
 	f.IntVar(&o.retries, "retries", o.retries, "client retries (Istio default 2); 0 shows raw failures")
 	f.DurationVar(&o.routeTimeout, "route-timeout", o.routeTimeout, "client route timeout (0: none, Istio's default)")
 	f.DurationVar(&o.gracePeriod, "grace-period", o.gracePeriod, "terminationGracePeriodSeconds")
@@ -201,17 +225,21 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text (the table), json or yaml")
 	f.IntVar(&o.maxFailures, "max-failures", o.maxFailures, "exit 1 when a run has more client failures than this (-1: never)")
 	f.BoolVar(&o.timelines, "timelines", o.timelines, "print each run's timeline after the table (text output)")
+	f.BoolVar(&o.ownNetns, "own-netns", o.ownNetns, "with --mesh none: run in a network namespace of its own (a new user and network namespace), so that the kernel counters the preStop reads are the simulated pod's alone; where the kernel allows none, the run says so and uses this machine's")
 	f.StringVar(&o.svgDir, "svg", o.svgDir, "directory to draw each run into as an SVG timeline, with an index.html (\"\": none; with -o json or yaml only when given)")
 }
 
 // applyTraffic takes the numbers of the --traffic preset for every flag not given.
 func (o *simulateOptions) applyTraffic(cmd *cobra.Command) error {
-	traffic, err := podsim.TrafficByName(o.traffic)
+	changed := cmd.Flags().Changed
+	if o.mesh == podsim.MeshNone && !changed("traffic") {
+		o.traffic = podsim.MeshlessScenario().Traffic
+	}
+	traffic, base, err := podsim.TrafficFor(o.mesh, o.traffic)
 	if err != nil {
 		return usageError("--traffic: %v", err)
 	}
-	preset := traffic.Apply(podsim.UserScenario())
-	changed := cmd.Flags().Changed
+	preset := traffic.Apply(base)
 	if !changed("qps") {
 		o.qps = preset.QPS
 	}
@@ -229,6 +257,9 @@ func (o *simulateOptions) applyTraffic(cmd *cobra.Command) error {
 	}
 	if !changed("app-drain") {
 		o.appDrain = preset.AppDrain
+	}
+	if !changed("retries") {
+		o.retries = preset.Retries
 	}
 	return nil
 }
@@ -251,8 +282,17 @@ func (o *simulateOptions) applyMesh(cmd *cobra.Command) error {
 				return usageError("--%s is an Istio setting; a Linkerd proxy has none (--mesh linkerd)", name)
 			}
 		}
+	case podsim.MeshNone:
+		if !cmd.Flags().Changed("sidecar") {
+			o.sidecars = []string{noSidecar}
+		}
+		for _, name := range []string{"termination-drain-duration", "drain-duration", "min-drain-duration", "wait-before-exit", "client-conns", "client-idle-timeout", "route-timeout"} {
+			if cmd.Flags().Changed(name) {
+				return usageError("--%s is a sidecar's or a mesh client's setting; a pod without a sidecar has none (--mesh none)", name)
+			}
+		}
 	default:
-		return usageError("--mesh %q: want istio or linkerd", o.mesh)
+		return usageError("--mesh %q: want istio, linkerd or none", o.mesh)
 	}
 	if o.waitBeforeExit < 0 || o.waitBeforeExit%time.Second != 0 {
 		return usageError("--wait-before-exit %s: want a whole number of seconds >= 0, as the annotation takes", o.waitBeforeExit)
@@ -273,12 +313,12 @@ func (o simulateOptions) build() (podsim.Options, error) {
 	if err != nil {
 		return opts, usageError("--eds-lag: %v", err)
 	}
-	traffic, err := podsim.TrafficByName(o.traffic)
+	traffic, base, err := podsim.TrafficFor(o.mesh, o.traffic)
 	if err != nil {
 		return opts, usageError("--traffic: %v", err)
 	}
 	// The traffic's shape comes from its preset; every number a flag names, from the flag.
-	sc := traffic.Apply(podsim.UserScenario())
+	sc := traffic.Apply(base)
 	sc.QPS, sc.Clients, sc.Threads, sc.P99 = o.qps, o.clients, o.threads, o.p99
 	sc.AppShutdown, sc.EDSLag, sc.Retries = podsim.AppShutdown(o.appShutdown), lag, o.retries
 	if o.clientConns != "" {
@@ -289,6 +329,10 @@ func (o simulateOptions) build() (podsim.Options, error) {
 	sc.AppDrain, sc.Quiet, sc.MinWait, sc.StreamsWait, sc.Poll = o.appDrain, o.quiet, o.minWait, o.streamsWait, o.poll
 	sc.TimeScale, sc.Seed, sc.MeshdrainBinary = o.timeScale, o.seed, o.meshdrainBin
 	sc.Mesh = mesh.Mesh(o.mesh)
+	if sc.Mesh == podsim.MeshNone && sc.Clients != sc.Meshless.PerRequest+sc.Meshless.Holders+sc.Meshless.Ingress {
+		// --clients with --mesh none: the traffic's kinds, each in its share.
+		sc.Meshless = sc.Meshless.WithClients(sc.Clients)
+	}
 	if err := sc.Validate(); err != nil {
 		return opts, usageError("%v", err)
 	}
@@ -300,9 +344,12 @@ func (o simulateOptions) build() (podsim.Options, error) {
 		}
 		opts.Strategies = append(opts.Strategies, strat)
 	}
-	if sc.Mesh == mesh.Linkerd {
+	switch sc.Mesh {
+	case podsim.MeshNone:
+		opts, err = o.meshlessPods(sc, opts)
+	case mesh.Linkerd:
 		opts, err = o.linkerdSidecars(sc, opts)
-	} else {
+	default:
 		opts, err = o.istioSidecars(sc, opts)
 	}
 	if err != nil {
@@ -366,6 +413,85 @@ func (o simulateOptions) linkerdSidecars(sc podsim.Scenario, opts podsim.Options
 			opts.Sidecars = append(opts.Sidecars, podsim.LinkerdClassicSidecar(o.waitBeforeExit))
 		default:
 			return opts, usageError("--sidecar %q with --mesh linkerd: want linkerd-default, recommended, native or classic", name)
+		}
+	}
+	return opts, nil
+}
+
+// OwnNetnsReexec is set by the meshdrain-sim binary: simulate --mesh none may then run itself
+// again in a network namespace of its own. A test that calls Main in its own process leaves it
+// unset, so that it never re-executes the test binary.
+var OwnNetnsReexec bool
+
+// inOwnNetns runs this very simulation again in a network namespace of its own, for a pod
+// without a sidecar: meshdrain prestop --mesh none reads the namespace's TCP counters and
+// socket table, and in this machine's namespace every other program's accepts would count as
+// the pod's clients'. It returns whether it ran the simulation. In the child it brings lo up
+// and returns false, so that the simulation runs there.
+func (o simulateOptions) inOwnNetns(cmd *cobra.Command, s streams) (bool, error) {
+	if o.mesh != podsim.MeshNone || !o.ownNetns {
+		return false, nil
+	}
+	if loopback.InOwnNetns() {
+		if err := loopback.Up(); err != nil {
+			return false, fmt.Errorf("--own-netns: %w", err)
+		}
+		return false, nil
+	}
+	if !OwnNetnsReexec {
+		return false, nil
+	}
+	if err := loopback.CanOwnNetns(); err != nil {
+		fmt.Fprintf(s.err, "simulate: %v; running in this machine's network namespace: the preStop counts every connection this machine accepts meanwhile (--own-netns=false says so quietly)\n", err)
+		return false, nil
+	}
+	child, err := loopback.OwnNetnsCommand(childArgs(cmd)...)
+	if err != nil {
+		return false, fmt.Errorf("--own-netns: %w", err)
+	}
+	child.Stdout, child.Stderr = s.out, s.err
+	if err := child.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return true, &ExitError{Code: exit.ExitCode(), Err: errors.New("simulate in its own network namespace failed (its own message is above)")}
+		}
+		return true, fmt.Errorf("--own-netns: %w", err)
+	}
+	return true, nil
+}
+
+// childArgs are the command line of cmd as given: its path and the flags set.
+func childArgs(cmd *cobra.Command) []string {
+	args := strings.Fields(cmd.CommandPath())[1:]
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		value := f.Value.String()
+		if slice, ok := f.Value.(pflag.SliceValue); ok {
+			value = strings.Join(slice.GetSlice(), ",")
+		}
+		args = append(args, "--"+f.Name+"="+value)
+	})
+	return args
+}
+
+// noSidecar is --sidecar's value for a pod without a sidecar (--mesh none).
+const noSidecar = "no-sidecar"
+
+// meshlessPods adds the pod of a --mesh none run: it has no sidecar to configure, only
+// meshdrain's flags (podsim.MeshlessPod).
+func (o simulateOptions) meshlessPods(sc podsim.Scenario, opts podsim.Options) (podsim.Options, error) {
+	for _, name := range o.sidecars {
+		if strings.TrimSpace(name) != noSidecar {
+			return opts, usageError("--sidecar %q with --mesh none: want %s (the pod has no sidecar)", name, noSidecar)
+		}
+	}
+	spec, err := podsim.MeshlessPod(sc)
+	if err != nil {
+		return opts, usageError("--mesh none: %v", err)
+	}
+	opts.Sidecars = append(opts.Sidecars, spec)
+	for _, strat := range opts.Strategies {
+		if strat.Kind == podsim.StrategyOracle {
+			return opts, usageError("--strategy oracle: not with --mesh none (which requests reach a pod without a sidecar depends on the strategy)")
 		}
 	}
 	return opts, nil

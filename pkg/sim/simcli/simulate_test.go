@@ -29,6 +29,11 @@ func TestSimulateMeshFlags(t *testing.T) {
 		{[]string{"--mesh", "linkerd", "--termination-drain-duration", "30s"}, "an Istio setting"},
 		{[]string{"--mesh", "linkerd", "--retries", "0"}, "--retries is an Istio setting"},
 		{[]string{"--mesh", "linkerd", "--sidecar", "istio-default"}, `--sidecar "istio-default" with --mesh linkerd`},
+		{[]string{"--mesh", "none", "--sidecar", "recommended"}, `--sidecar "recommended" with --mesh none`},
+		{[]string{"--mesh", "none", "--termination-drain-duration", "30s"}, "a pod without a sidecar has none"},
+		{[]string{"--mesh", "none", "--client-conns", "pool"}, "--client-conns is a sidecar's or a mesh client's setting"},
+		{[]string{"--mesh", "none", "--traffic", "tcp"}, `traffic "tcp" with mesh none`},
+		{[]string{"--mesh", "none", "--strategy", "oracle"}, "--strategy oracle: not with --mesh none"},
 	} {
 		code, _, errOut := runMain(t, append([]string{"simulate"}, tc.args...)...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
@@ -201,5 +206,43 @@ func TestSimulateClientConnsAndDeferredFlags(t *testing.T) {
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q", tc.args, code, errOut)
 		}
+	}
+}
+
+// TestSimulateMeshless: --mesh none takes the meshless shapes (mixed by default), no retries,
+// the pod without a sidecar with meshdrain's --mesh none flags, and --clients in each kind's
+// share.
+func TestSimulateMeshless(t *testing.T) {
+	build := func(args ...string) podsim.Options {
+		t.Helper()
+		o := defaultSimulateOptions()
+		cmd := &cobra.Command{}
+		o.addFlags(cmd.Flags())
+		if err := cmd.Flags().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.applyTraffic(cmd); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.applyMesh(cmd); err != nil {
+			t.Fatal(err)
+		}
+		o.strategies = []string{"none", "sleep:5s"}
+		opts, err := o.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return opts
+	}
+	opts := build("--mesh", "none")
+	sc := opts.Scenario
+	if sc.Mesh != podsim.MeshNone || sc.Traffic != "mixed" || sc.Retries != 0 || sc.Meshless.Holders == 0 || sc.Meshless.Ingress == 0 {
+		t.Errorf("--mesh none: mesh %q, traffic %q, retries %d, clients %+v; want none, mixed, 0, every kind", sc.Mesh, sc.Traffic, sc.Retries, sc.Meshless)
+	}
+	if len(opts.Sidecars) != 1 || opts.Sidecars[0].Name != noSidecar || opts.Sidecars[0].MeshdrainLagBound <= 0 {
+		t.Errorf("sidecars %+v, want one no-sidecar pod with a lag bound", opts.Sidecars)
+	}
+	if sc := build("--mesh", "none", "--traffic", "keep-alive", "--clients", "5").Scenario; sc.Meshless.Holders != 5 || sc.Meshless.PerRequest != 0 {
+		t.Errorf("--traffic keep-alive --clients 5: %+v, want 5 keep-alive clients", sc.Meshless)
 	}
 }
