@@ -83,6 +83,9 @@ func (setup *prestopSetup) chooseKernel(cfg *drain.Config, lookup func(string) (
 	}
 	var ignore []netip.Prefix
 	for _, v := range o.ignoreSources {
+		if _, ref := kernel.EnvRef(v); ref && o.offline {
+			continue // the pod's environment, not this machine's (plan writes $(HOST_IP))
+		}
 		p, err := kernel.ParseIgnoreSource(v, lookup)
 		if err != nil {
 			add("%v", err)

@@ -68,3 +68,15 @@ func TestPrestopMeshNoneConfig(t *testing.T) {
 		t.Fatalf("problems %v", problems)
 	}
 }
+
+// plan checks the hooks it writes away from the pod: $(HOST_IP) is the pod's variable, and
+// the pod's kernel is not this machine's.
+func TestPrestopMeshNoneOffline(t *testing.T) {
+	hook := []string{"--mesh=none", "--port=8080", "--ignore-source=$(HOST_IP)", "--eds-lag-bound=10s", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"}
+	if problems := prestopOffline(hook); len(problems) > 0 {
+		t.Fatalf("problems: %v", problems)
+	}
+	if problems := prestopOffline([]string{"--mesh=none"}); !strings.Contains(fmt.Sprint(problems), "--port") {
+		t.Fatalf("problems %v, want --port named", problems)
+	}
+}
