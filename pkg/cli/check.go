@@ -53,6 +53,10 @@ func newCheckCommand(s streams) *cobra.Command {
     a classic proxy's SIGTERM until the app has let go), so regime (a)'s rule that it outlive
     the app's latest exit is not applied.
 
+--mesh none (no sidecar: the kernel is the sidecar) checks what prestop --mesh none needs in
+the pod instead: a network namespace of its own (not hostNetwork), /proc/net/snmp, a listener
+on every --port, the socket table with tcp_info (inet_diag), and the kernel's destroy records.
+
 A Linkerd proxy needs no annotation for its metrics, but writes a port's series only once
 traffic has used it and drops them after 10 minutes idle: a --port with no series fails
 (quiet or wrong, the proxy cannot tell), one that only the kubelet's probes reached warns.
@@ -75,6 +79,9 @@ environment is checked with the same settings.`,
 
   # A classic Linkerd proxy, with its proxy-wait-before-exit-seconds:
   meshdrain check --mesh linkerd --port 8080 --grace-period 52s --app-drain 5s --proxy-wait-before-exit 51s
+
+  # A pod without a sidecar (prestop --mesh none), in the app's container:
+  kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --mesh none --port 8080
 
   # Accept istio_requests_total when request-level stats cannot be enabled, as JSON:
   meshdrain check --min-signal completions -o json`,
@@ -119,6 +126,9 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 	if o.drainAt != "" && o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
 		return usageError("--drain-at %q: want %s or %s, as the pod's prestop", o.drainAt, drainAtStart, drainAtEnd)
 	}
+	if o.sidecar.mesh == mesh.None {
+		return runKernelCheck(s, o, output)
+	}
 	switch {
 	case o.sidecar.mesh == mesh.Linkerd && o.drainAt == drainAtEnd:
 		return usageError("--drain-at end defers an Envoy sidecar's drain (regime b); a Linkerd proxy gets no drain call")
@@ -148,6 +158,22 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 	}
 	if !res.OK {
 		// The problems and their fixes are already on stdout.
+		return &ExitError{Code: ExitFailure}
+	}
+	return nil
+}
+
+// runKernelCheck is check --mesh none: the pod's kernel, as prestop --mesh none reads it.
+func runKernelCheck(s streams, o checkOptions, format string) error {
+	_, ignore, reader, err := o.sidecar.kernel()
+	if err != nil {
+		return err
+	}
+	items := status.CheckKernel(reader, "", o.sidecar.ports, ignore)
+	if err := status.WriteKernelCheck(s.out, items, format); err != nil {
+		return err
+	}
+	if status.KernelCheckFailed(items) {
 		return &ExitError{Code: ExitFailure}
 	}
 	return nil

@@ -35,11 +35,12 @@ func TestHelpExamples(t *testing.T) {
 			// meshdrain
 			"meshdrain prestop --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1": hook,
 			// prestop
-			`command: ["/meshdrain/meshdrain", "prestop", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"]`:                             hook,
-			"meshdrain prestop --dry-run --log-format console --port 8080":                                                                                liveSidecar + " until its clients stop",
-			"/meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1":         "the hook in a Linkerd pod: reads its proxy on 127.0.0.1:4191 and logs to the app container's stdout",
-			"meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener --signal TERM --pidfile /var/run/app.pid": "drains a live Envoy (127.0.0.1:19000) and signals the app whose pid is in the pod's /var/run/app.pid",
-			"meshdrain prestop --exec /app/bin/stop -- --graceful":                                                                                        "drains a live sidecar, then runs the app image's /app/bin/stop",
+			`command: ["/meshdrain/meshdrain", "prestop", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"]`:                                               hook,
+			"meshdrain prestop --dry-run --log-format console --port 8080":                                                                                                  liveSidecar + " until its clients stop",
+			"/meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1":                           "the hook in a Linkerd pod: reads its proxy on 127.0.0.1:4191 and logs to the app container's stdout",
+			"meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener --signal TERM --pidfile /var/run/app.pid":                   "drains a live Envoy (127.0.0.1:19000) and signals the app whose pid is in the pod's /var/run/app.pid",
+			"meshdrain prestop --exec /app/bin/stop -- --graceful":                                                                                                          "drains a live sidecar, then runs the app image's /app/bin/stop",
+			"/meshdrain/meshdrain prestop --mesh=none --port=8080 --ignore-source=$(HOST_IP) --eds-lag-bound=10s --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1": "the hook in a pod without a sidecar: reads the pod's own kernel on :8080 and logs to the app container's stdout",
 			// hold
 			"meshdrain hold --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1":                                     holdHook,
 			`command: ["/meshdrain/meshdrain", "hold", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"]`: holdHook,
@@ -50,13 +51,15 @@ func TestHelpExamples(t *testing.T) {
 			// plan
 			"kubectl patch deployment web --type strategic --patch-file patch.yaml": "kubectl, against a cluster",
 			// status
-			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain status":                                             inPodSidecar,
-			"kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --port 8080 --watch --interval 500ms":          inPodSidecar + ", until Ctrl-C",
-			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080":                                 inPodSidecar,
-			"kubectl port-forward deploy/web 15000:15000 &":                                                             "kubectl, against a cluster",
-			"meshdrain status --admin http://127.0.0.1:15000":                                                           "reads the pod's sidecar through the port-forward above",
-			"meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json": "reads a live Envoy's admin API (127.0.0.1:19000)",
+			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain status":                                                            inPodSidecar,
+			"kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --port 8080 --watch --interval 500ms":                         inPodSidecar + ", until Ctrl-C",
+			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain status --port 8080":                                                inPodSidecar,
+			"kubectl port-forward deploy/web 15000:15000 &":                                                                            "kubectl, against a cluster",
+			"meshdrain status --admin http://127.0.0.1:15000":                                                                          "reads the pod's sidecar through the port-forward above",
+			"meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json":                "reads a live Envoy's admin API (127.0.0.1:19000)",
+			"kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --mesh none --port 8080 --ignore-source '$(HOST_IP)' --watch": "runs in a pod without a sidecar, reading its kernel, until Ctrl-C",
 			// check
+			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --mesh none --port 8080":                      "runs in a pod without a sidecar, against its own kernel and app port",
 			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080":                                  inPodSidecar,
 			"meshdrain check --grace-period 52s --app-drain 5s --termination-drain-duration 52s":                        liveSidecar,
 			"meshdrain check --port 8080 --drain-at end --grace-period 52s --app-drain 5s":                              liveSidecar,

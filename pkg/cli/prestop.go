@@ -157,6 +157,11 @@ func newPrestopCommand(s streams) *cobra.Command {
   # A Linkerd pod (as plan --mesh linkerd writes it):
   /meshdrain/meshdrain prestop --mesh=linkerd --admin=http://127.0.0.1:4191 --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
 
+  # A pod without a sidecar (plain Service, ingress, IP-mode load balancer, Istio ambient):
+  # the kernel is the sidecar; env HOST_IP from fieldRef status.hostIP leaves the kubelet's
+  # probes out ($(HOST_IP) is read by meshdrain itself if the kubelet did not expand it):
+  /meshdrain/meshdrain prestop --mesh=none --port=8080 --ignore-source=$(HOST_IP) --eds-lag-bound=10s --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
+
   # A generic Envoy (Consul-style names), signalling the app itself:
   meshdrain prestop --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener \
     --signal TERM --pidfile /var/run/app.pid
@@ -200,6 +205,17 @@ func prestopLong() string {
   4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you
      configure, always by --deadline (default: grace-period - app-drain - 1s); the actions'
      own timeout is cut so that they end before the grace period.
+
+--mesh none is a pod without a sidecar: the kernel is the sidecar. It watches the app's own
+listening ports (--port, required) in the pod's socket table and /proc/net/snmp: every
+connection accepted (PassiveOpens counts even those opened and closed between two reads; one
+nothing names is an unknown client's) and the data received on open connections, per client
+address; --ignore-source leaves the kubelet's probes out. Past --eds-lag-bound (for kube-proxy,
+its sync bound), a client still sending on a connection opened before it is routed per
+connection and will never learn: it is named (clients_never_learn) and does not hold the app,
+whose graceful shutdown must close it; one opening new connections past it is named too
+(clients_opening_past_bound). There is no drain call. It is refused in a hostNetwork pod,
+whose socket table and counters are the node's.
 
 --mesh istio (the default) and envoy read Envoy; linkerd reads a Linkerd proxy; auto asks the
 admin port at start which sidecar it is (--admin, else 4191 then 15000), within

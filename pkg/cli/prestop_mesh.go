@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
@@ -84,7 +83,7 @@ func (setup *prestopSetup) chooseKernel(cfg *drain.Config, lookup func(string) (
 	}
 	var ignore []netip.Prefix
 	for _, v := range o.ignoreSources {
-		if o.offline && isEnvReference(v) {
+		if _, ref := kernel.EnvRef(v); ref && o.offline {
 			// plan's check away from the pod: the pod's env has the variable (plan writes it
 			// from the downward API), this machine's does not.
 			continue
@@ -123,10 +122,4 @@ func (setup *prestopSetup) chooseKernel(cfg *drain.Config, lookup func(string) (
 			add("--port %v: nothing listens on it in this pod (listening: %v); as a hook it would hold the app for --fallback-wait", notListening, listening)
 		}
 	}
-}
-
-// isEnvReference: v is a $(NAME) reference, which prestop resolves from its environment.
-func isEnvReference(v string) bool {
-	name, ok := strings.CutPrefix(strings.TrimSpace(v), "$(")
-	return ok && strings.HasSuffix(name, ")") && len(name) > 1
 }

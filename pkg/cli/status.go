@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 	"github.com/meshdrain/meshdrain/pkg/operator/status"
@@ -27,6 +29,7 @@ type sidecarFlags struct {
 	httpPrefixes   []string
 	connectTimeout time.Duration
 	allowRemote    bool
+	ignoreSources  []string
 }
 
 func defaultSidecarFlags() sidecarFlags {
@@ -34,13 +37,35 @@ func defaultSidecarFlags() sidecarFlags {
 }
 
 func (s *sidecarFlags) bind(f *pflag.FlagSet) {
-	f.StringVar((*string)(&s.mesh), "mesh", string(s.mesh), "the sidecar: auto (ask the admin port: Linkerd's 4191, then Envoy's 15000), istio, envoy or linkerd")
+	f.StringVar((*string)(&s.mesh), "mesh", string(s.mesh), "the sidecar: auto (ask the admin port: Linkerd's 4191, then Envoy's 15000), istio, envoy, linkerd, or none (no sidecar: the pod's own socket table and TCP counters on the app's --port)")
 	f.StringVar(&s.admin, "admin", "", "the sidecar's admin base URL (default per mesh: Envoy "+envoy.DefaultURL+", Linkerd "+linkerd.DefaultAdminURL+")")
 	f.IntSliceVar(&s.ports, "port", nil, "inbound target port to read (repeatable; default: every inbound port found)")
 	f.StringSliceVar(&s.clusters, "cluster", nil, "generic Envoy: inbound cluster name, e.g. local_app (repeatable)")
 	f.StringSliceVar(&s.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix, e.g. public_listener (repeatable)")
 	f.DurationVar(&s.connectTimeout, "connect-timeout", s.connectTimeout, "bound on one sample's admin calls")
 	f.BoolVar(&s.allowRemote, "allow-remote", false, "let --admin name a host other than the loopback (a pod's IP); kubectl port-forward keeps it loopback")
+	f.StringSliceVar(&s.ignoreSources, "ignore-source", nil, "--mesh none: a source that is never a client, as a CIDR, an IP or $(NAME), an environment variable (repeatable; the kubelet's probes come from the node's address)")
+}
+
+// kernel checks the flags of --mesh none: the app's own ports, no sidecar setting.
+func (s *sidecarFlags) kernel() (*kernel.Kernel, []netip.Prefix, *sockets.AutoReader, error) {
+	if s.admin != "" || len(s.clusters) > 0 || len(s.httpPrefixes) > 0 {
+		return nil, nil, nil, usageError("--admin, --cluster and --http-prefix name a sidecar; --mesh none has none: watch the app's own ports with --port")
+	}
+	var ignore []netip.Prefix
+	for _, v := range s.ignoreSources {
+		p, err := kernel.ParseIgnoreSource(v, os.LookupEnv)
+		if err != nil {
+			return nil, nil, nil, usageError("%v", err)
+		}
+		ignore = append(ignore, p)
+	}
+	reader := sockets.NewReader()
+	k, err := kernel.New(kernel.Options{Ports: s.ports, Ignore: ignore, Reader: reader})
+	if err != nil {
+		return nil, nil, nil, usageError("%v", err)
+	}
+	return k, ignore, reader, nil
 }
 
 // sidecar validates the flags and returns the sidecar to sample, the admin URL to show (""
@@ -66,6 +91,13 @@ func (s *sidecarFlags) sidecar() (status.Sampler, string, mesh.Selector, error) 
 		return nil, "", sel, usageError("--cluster and --http-prefix name Envoy stats; a Linkerd proxy counts per target port: use --port")
 	}
 	sel = mesh.Selector{Ports: s.ports, Clusters: s.clusters, HTTPPrefixes: s.httpPrefixes}
+	if s.mesh == mesh.None {
+		k, _, _, err := s.kernel()
+		if err != nil {
+			return nil, "", sel, err
+		}
+		return status.Kernel(k), "", sel, nil
+	}
 	// Each call is bounded by the sample's timeout, at most 1s.
 	opts := sidecars.Options{RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: s.allowRemote}
 	if s.mesh == mesh.Auto {
@@ -149,6 +181,14 @@ there, it says so. Each client is judged as prestop counts it: holding (keeps an
 connection open: it still routes here), sending (sent since), left (closed its connection
 itself: it applied the endpoint removal), with its open connections and when it last sent.
 
+--mesh none (a pod without a sidecar: plain Services, ingress controllers, load balancers in IP
+mode, Istio ambient) reads the app's own --port from the kernel of the namespace status runs
+in (run it in the pod): per port, the activity prestop --mesh none counts (connections accepted
+from clients, data on open ones) and the requests in flight; per client, who opens new
+connections, who still sends on connections that were open at the first sample (routed per
+connection, such a client will not move), and since when. --ignore-source leaves the kubelet's
+probes out, as prestop's.
+
 --admin must be the loopback (127.0.0.0/8, [::1], localhost) or a unix socket, as prestop's:
 run status in the pod (kubectl exec), or through kubectl port-forward, which listens on your
 loopback. --allow-remote lets it name another host, e.g. a pod IP from a debug pod.
@@ -167,6 +207,9 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
   # From your machine, through a port-forward (loopback, no --allow-remote needed):
   kubectl port-forward deploy/web 15000:15000 &
   meshdrain status --admin http://127.0.0.1:15000
+
+  # A pod without a sidecar: who still opens connections to port 8080, who sends on old ones:
+  kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --mesh none --port 8080 --ignore-source '$(HOST_IP)' --watch
 
   # A plain Envoy or Consul sidecar, as JSON:
   meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`,
@@ -241,7 +284,8 @@ func isTerminal(w any) bool {
 // itself on its drain, so its clients' closes say nothing: docs/decision-rule.md), nil
 // without one. A pool shows over one sample interval, as over prestop's read interval.
 func (o statusOptions) clientWatch() *evidence.Watch {
-	if !o.clients || o.sidecar.mesh == mesh.Linkerd {
+	// Without a sidecar, the kernel sampler shows the clients itself.
+	if !o.clients || o.sidecar.mesh == mesh.Linkerd || o.sidecar.mesh == mesh.None {
 		return nil
 	}
 	return &evidence.Watch{Reader: sockets.NewReader(), Ports: o.listenerPorts, Every: o.interval}

@@ -94,13 +94,21 @@ func CheckListening(r sockets.ListenerReader, ports []int) (notListening, listen
 	return notListening, listening, nil
 }
 
+// EnvRef returns NAME for a value written $(NAME), and whether it is one.
+func EnvRef(v string) (string, bool) {
+	name, ok := strings.CutPrefix(strings.TrimSpace(v), "$(")
+	if !ok || !strings.HasSuffix(name, ")") || len(name) < 2 {
+		return "", false
+	}
+	return strings.TrimSuffix(name, ")"), true
+}
+
 // ParseIgnoreSource reads one --ignore-source value: a CIDR, an IP, or $(NAME), an environment
 // variable read here (so the value works whether or not the kubelet expanded it; plan writes
 // $(HOST_IP) with HOST_IP from status.hostIP). lookup reads the environment.
 func ParseIgnoreSource(v string, lookup func(string) (string, bool)) (netip.Prefix, error) {
 	raw := strings.TrimSpace(v)
-	if name, ok := strings.CutPrefix(raw, "$("); ok && strings.HasSuffix(name, ")") {
-		name = strings.TrimSuffix(name, ")")
+	if name, ok := EnvRef(raw); ok {
 		if lookup == nil {
 			lookup = os.LookupEnv
 		}

@@ -11,8 +11,8 @@
 //   - a connection accepted on a watched port from a client that counts (not --ignore-source,
 //     not the pod itself), named by a read of the table or, for one that opened and closed
 //     between two reads, by the kernel's record of its destruction (sockets.GoneWatch);
-//   - an accept that PassiveOpens counted and that no read and no record named, one read
-//     after it was counted: a client nobody could name (an unknown client);
+//   - an accept that PassiveOpens counted and that no read and no record named for 250 ms
+//     and a read after it was counted: a client nobody could name (an unknown client);
 //   - new data on an open connection (tcp_info's bytes received grew; counted as the data
 //     segments received since, about one per small request), unless the connection
 //     was opened before the lag bound and the data came after it: such a client is routed per
@@ -99,9 +99,10 @@ type Kernel struct {
 	conns     map[connKey]*conn
 	forgotten map[uint64]forgottenConn
 	clients   map[netip.Addr]*client
-	// unattributed are accepts PassiveOpens counted that no read or record has named yet;
-	// carried those already left unnamed by the read before.
-	unattributed, carried int64
+	// pending are accepts PassiveOpens counted that no read or record has named yet, oldest
+	// first, and unattributed their sum.
+	pending      []unnamedAccepts
+	unattributed int64
 
 	activity       map[uint16]float64 // counted activity per watched port
 	active         map[uint16]float64 // requests in flight at the latest read
@@ -479,26 +480,56 @@ func (k *Kernel) read(now time.Time) error {
 }
 
 // account sets what PassiveOpens counted against the accepts this read named: one that stays
-// unnamed for a whole read after it was counted is an unknown client's.
+// unnamed for unnamedAfter (and at least one more read) is an unknown client's. The kernel
+// broadcasts a freed socket's record from a work queue, so a connection opened and closed
+// just before a read is named a little later; a read can come milliseconds after the last.
 func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int) {
-	opened := int64(counters.PassiveOpens - k.atRead.PassiveOpens)
-	if counters.PassiveOpens < k.atRead.PassiveOpens {
-		opened = 0
+	opened := int64(0)
+	if counters.PassiveOpens > k.atRead.PassiveOpens {
+		opened = int64(counters.PassiveOpens - k.atRead.PassiveOpens)
 	}
-	k.unattributed += opened - int64(named)
-	if k.unattributed < 0 {
-		k.unattributed = 0
+	// The named accepts pay for the oldest unnamed ones first: what is left unnamed is the
+	// least that can be.
+	paid := int64(named)
+	for len(k.pending) > 0 && paid > 0 {
+		n := min(paid, k.pending[0].n)
+		k.pending[0].n -= n
+		paid -= n
+		if k.pending[0].n == 0 {
+			k.pending = k.pending[1:]
+		}
 	}
-	unknown := min(max(k.carried-int64(named), 0), k.unattributed)
+	if rest := opened - paid; rest > 0 {
+		k.pending = append(k.pending, unnamedAccepts{n: rest, at: now, read: k.reads})
+	}
+	var unknown int64
+	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read {
+		unknown += k.pending[0].n
+		k.pending = k.pending[1:]
+	}
+	k.unattributed = 0
+	for _, p := range k.pending {
+		k.unattributed += p.n
+	}
 	if unknown > 0 {
-		k.unattributed -= unknown
 		k.unknownAccepts += int(unknown)
 		port := k.firstListeningWatched()
 		k.activity[port] += float64(unknown)
 		k.lastKind, k.lastActivity = ActivityUnknownClient, now
 	}
-	k.carried = k.unattributed
 }
+
+// unnamedAccepts are accepts PassiveOpens counted at a read that no read or record named.
+type unnamedAccepts struct {
+	n    int64
+	at   time.Time
+	read int
+}
+
+// unnamedAfter is how long an accept may stay unnamed before it counts as an unknown
+// client's: the kernel's work queue sends a freed socket's record within milliseconds, far
+// less on a machine that keeps its work queues running.
+const unnamedAfter = 250 * time.Millisecond
 
 func (k *Kernel) firstListeningWatched() uint16 {
 	for _, p := range k.opts.Ports {

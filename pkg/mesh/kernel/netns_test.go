@@ -180,6 +180,13 @@ func TestShapesOnRealSockets(t *testing.T) {
 			t.Errorf("last_activity %v: the probes counted", got)
 		}
 	})
+	t.Run("a port nobody listens on", func(t *testing.T) {
+		s := kerneltest.StartServer(t) // another port listens: the drain names it
+		run := runHook(t, s.Port+1, 5*time.Second)
+		if reason(run) != string(drain.ReasonNoSignal) || run.res.ExitCode() != 4 {
+			t.Errorf("reason %q exit %d, want no-signal, 4 (the fallback wait)", reason(run), run.res.ExitCode())
+		}
+	})
 	t.Run("no traffic", func(t *testing.T) {
 		s := kerneltest.StartServer(t)
 		start := time.Now()

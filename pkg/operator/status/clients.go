@@ -27,6 +27,15 @@ type Client struct {
 	Since    time.Time  `json:"since"`
 	LastData *time.Time `json:"last_data,omitempty"`
 	LeftAt   *time.Time `json:"left_at,omitempty"`
+	// Without a sidecar (--mesh none), the kernel's view: NewConnections it opened since the
+	// first sample, the latest at LastNewConnection; LastSentOnOld when it last sent on a
+	// connection already open at the first sample (a client routed per connection keeps
+	// sending there whatever its routing learns). States there: opening (its latest activity
+	// was a new connection), sending (data on open connections), idle, ignored
+	// (--ignore-source, or the pod itself).
+	NewConnections    *int       `json:"new_connections,omitempty"`
+	LastNewConnection *time.Time `json:"last_new_connection,omitempty"`
+	LastSentOnOld     *time.Time `json:"last_sent_on_old,omitempty"`
 }
 
 // maxClientRows bounds the text table; JSON lists every client.

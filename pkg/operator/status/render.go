@@ -26,8 +26,11 @@ func ParseOutput(s string) (string, error) { return output.Parse(s) }
 // WriteText writes the report for a person: a header, one row per inbound endpoint, hints.
 // Unknown values print as "-", never as 0, so a missing stat is not mistaken for silence.
 func WriteText(w io.Writer, r Report) error {
-	if r.Mesh == mesh.Linkerd {
+	switch r.Mesh {
+	case mesh.Linkerd:
 		return writeLinkerdText(w, r)
+	case mesh.None:
+		return writeKernelText(w, r)
 	}
 	var b strings.Builder
 	version := ""
@@ -100,7 +103,7 @@ func WriteLine(w io.Writer, r Report) error {
 	if lm := r.ListenerManager; lm != nil {
 		fmt.Fprintf(&b, " listeners_stopped=%s", num(lm.Stopped))
 	}
-	if r.Mesh != mesh.Linkerd {
+	if r.Mesh != mesh.Linkerd && r.Mesh != mesh.None {
 		fmt.Fprintf(&b, " drain=%s", drainToken(r.Drain))
 	}
 	if r.DrainRegime != "" {
@@ -126,7 +129,11 @@ func WriteLine(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, " | completed_5xx=%s completed_5xx_rate=%s completed_5xx_flags=%s", num(r.CompletedServerErrorsTotal),
 			rate(r.CompletedServerErrorsRate), lineList(failuresText(r.CompletedServerErrors)))
 	}
-	if r.Clients != nil {
+	switch {
+	case r.Clients != nil && r.Mesh == mesh.None:
+		counts := clientCounts(r.Clients)
+		fmt.Fprintf(&b, " | clients opening=%d sending=%d idle=%d ignored=%d", counts[KernelOpening], counts[KernelSending], counts[KernelIdle], counts[KernelIgnored])
+	case r.Clients != nil:
 		counts := clientCounts(r.Clients)
 		fmt.Fprintf(&b, " | clients holding=%d sending=%d left=%d no_evidence=%d", counts["holding"], counts["sending"], counts["left"], counts["no-evidence"])
 	}
@@ -291,7 +298,11 @@ func WriteClientChanges(w io.Writer, prev *Report, r Report) error {
 		if c.LastData != nil {
 			last = c.LastData.UTC().Format(time.RFC3339Nano)
 		}
-		fmt.Fprintf(&b, "%s client=%s state=%s was=%s open=%d last_sent=%s\n", at, c.Address, c.State, from, c.Open, last)
+		fmt.Fprintf(&b, "%s client=%s state=%s was=%s open=%d last_sent=%s", at, c.Address, c.State, from, c.Open, last)
+		if c.NewConnections != nil {
+			fmt.Fprintf(&b, " new_connections=%d last_sent_on_old=%s", *c.NewConnections, timeToken(c.LastSentOnOld))
+		}
+		b.WriteByte('\n')
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -168,7 +168,7 @@ const RegimeSpan = "since status's first sample"
 
 // fill sets the report's regime from the samples so far, this one included.
 func (w *regimeWatch) fill(r *Report) {
-	if r.Mesh == mesh.Linkerd {
+	if r.Mesh == mesh.Linkerd || r.Mesh == mesh.None { // no drain call: no regime
 		return
 	}
 	w.reads.Observe(r.traffic, r.drainSeen.Known)

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
+)
+
+// A misconfigured --mesh none fails safe at start, each problem naming its flag.
+func TestPrestopMeshNoneProblems(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"--mesh", "none"}, nil, "--port"},
+		{[]string{"--mesh", "none", "--port", "8080", "--admin", "http://127.0.0.1:15000"}, nil, "--admin"},
+		{[]string{"--mesh", "none", "--port", "8080", "--cluster", "local_app"}, nil, "--cluster"},
+		{[]string{"--mesh", "none", "--port", "8080", "--drain-at", "end"}, nil, "--drain-at"},
+		{[]string{"--mesh", "none", "--port", "8080", "--ignore-source", "$(HOST_IP)"}, nil, "--ignore-source $(HOST_IP): the variable HOST_IP is not set"},
+		{[]string{"--mesh", "none", "--port", "8080", "--ignore-source", "nonsense"}, nil, "--ignore-source"},
+	} {
+		_, problems := CheckPrestopConfig(context.Background(), c.args, c.env)
+		text := fmt.Sprint(problems)
+		if !strings.Contains(text, c.want) {
+			t.Errorf("%v: problems %s, want one naming %q", c.args, text, c.want)
+		}
+	}
+}
+
+// With the app listening, --validate passes and the drain reads the kernel, with its
+// clients as the evidence and no drain call; $(NAME) is read from the environment.
+func TestPrestopMeshNoneConfig(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	setup := loadPrestop(context.Background(), []string{"--mesh", "none", "--port", port, "--ignore-source", "$(HOST_IP)", "--validate"}, []string{"HOST_IP=192.0.2.7"})
+	if len(setup.problems) > 0 {
+		if strings.Contains(fmt.Sprint(setup.problems), "hostNetwork") {
+			t.Skipf("this machine's namespace is a node's: %v", setup.problems)
+		}
+		t.Fatalf("problems: %v", setup.problems)
+	}
+	if _, ok := setup.sidecar.(*kernel.Kernel); !ok {
+		t.Fatalf("sidecar %T, want the kernel", setup.sidecar)
+	}
+	if _, ok := setup.cfg.Clients.(evidence.Kernel); !ok {
+		t.Fatalf("evidence %T, want the kernel's", setup.cfg.Clients)
+	}
+	if setup.cfg.DrainMode != mesh.DrainNone {
+		t.Fatalf("drain mode %s", setup.cfg.DrainMode)
+	}
+	// A port nobody listens on: --validate says so.
+	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+	free := fmt.Sprint(ln2.Addr().(*net.TCPAddr).Port)
+	ln2.Close()
+	_, problems := CheckPrestopConfig(context.Background(), []string{"--mesh", "none", "--port", free}, nil)
+	if !strings.Contains(fmt.Sprint(problems), "--port ["+free+"]: nothing listens on it") {
+		t.Fatalf("problems %v", problems)
+	}
+}
+
+// plan checks the hooks it writes away from the pod: $(HOST_IP) is the pod's variable, and
+// the pod's kernel is not this machine's.
+func TestPrestopMeshNoneOffline(t *testing.T) {
+	hook := []string{"--mesh=none", "--port=8080", "--ignore-source=$(HOST_IP)", "--eds-lag-bound=10s", "--grace-period=52s", "--app-drain=5s", "--log-file=/proc/1/fd/1"}
+	if problems := prestopOffline(hook); len(problems) > 0 {
+		t.Fatalf("problems: %v", problems)
+	}
+	if problems := prestopOffline([]string{"--mesh=none"}); !strings.Contains(fmt.Sprint(problems), "--port") {
+		t.Fatalf("problems %v, want --port named", problems)
+	}
+}

@@ -1,0 +1,235 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/sockets"
+)
+
+// fakeTable is a socket table and a namespace's counters the test writes.
+type fakeTable struct {
+	socks     []sockets.Socket
+	listeners []sockets.Socket
+	snmp      string
+	passive   uint64
+	inSegs    uint64
+}
+
+func (f *fakeTable) Read([]uint16) ([]sockets.Socket, error) { return f.socks, nil }
+func (f *fakeTable) Listeners(ports []uint16) ([]sockets.Socket, error) {
+	var out []sockets.Socket
+	for _, l := range f.listeners {
+		if len(ports) == 0 || containsPort(ports, l.Local.Port()) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func containsPort(ports []uint16, p uint16) bool {
+	for _, x := range ports {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// counters writes PassiveOpens and InSegs as /proc/net/snmp does.
+func (f *fakeTable) counters(t *testing.T) {
+	t.Helper()
+	content := fmt.Sprintf("Tcp: ActiveOpens PassiveOpens InSegs\nTcp: 0 %d %d\n", f.passive, f.inSegs)
+	if err := os.WriteFile(f.snmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sock(t *testing.T, from string, port uint16, cookie uint64, bytes uint64, segs uint32) sockets.Socket {
+	t.Helper()
+	return sockets.Socket{Local: netip.MustParseAddrPort(fmt.Sprintf("10.0.0.1:%d", port)), Remote: netip.MustParseAddrPort(from),
+		State: sockets.Established, Cookie: cookie, Inode: cookie, HasTCPInfo: true, BytesReceived: bytes, DataSegsIn: segs}
+}
+
+type fixture struct {
+	t     *testing.T
+	table *fakeTable
+	k     *Kernel
+	now   time.Time
+}
+
+func newFixture(t *testing.T, lagBound time.Duration, initial ...sockets.Socket) *fixture {
+	table := &fakeTable{snmp: filepath.Join(t.TempDir(), "snmp"), socks: initial,
+		listeners: []sockets.Socket{{Local: netip.MustParseAddrPort("0.0.0.0:8080"), State: sockets.Listen}, {Local: netip.MustParseAddrPort("0.0.0.0:15008"), State: sockets.Listen}}}
+	table.counters(t)
+	f := &fixture{t: t, table: table, now: time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)}
+	k, err := New(Options{Ports: []int{8080}, Ignore: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, LagBound: lagBound,
+		Start: f.now, Reader: table, SNMPPath: table.snmp, Now: func() time.Time { return f.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.k = k
+	f.poll()
+	return f
+}
+
+// poll moves the clock a poll on and reads; it returns the activity counter.
+func (f *fixture) poll() float64 {
+	f.t.Helper()
+	f.now = f.now.Add(100 * time.Millisecond)
+	snap, err := f.k.Inbound(context.Background(), mesh.Selector{Ports: []int{8080}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	r := snap.Read()
+	if r.Signal != mesh.SignalKernel {
+		f.t.Fatalf("signal %s", r.Signal)
+	}
+	return *r.Arrivals
+}
+
+func (f *fixture) traffic(passive uint64, socks ...sockets.Socket) {
+	f.table.passive += passive
+	f.table.inSegs += 10
+	f.table.socks = socks
+	f.table.counters(f.t)
+}
+
+// Every accept counts once: from the table, and, where nothing names it, from PassiveOpens a
+// read later as an unknown client's; an ignored source's and another port's do not.
+func TestAcceptsCountedWithoutMisses(t *testing.T) {
+	f := newFixture(t, 0)
+	f.traffic(1, sock(t, "10.1.0.2:40000", 8080, 1, 0, 0))
+	if got := f.poll(); got != 1 {
+		t.Fatalf("a named accept: activity %v, want 1", got)
+	}
+	f.traffic(2, sock(t, "10.1.0.2:40000", 8080, 1, 0, 0), sock(t, "10.9.0.1:5000", 8080, 2, 0, 0), sock(t, "10.1.0.7:6000", 15008, 3, 0, 0))
+	if got := f.poll(); got != 1 {
+		t.Fatalf("an ignored probe and ztunnel's own accept counted: activity %v, want 1", got)
+	}
+	// An accept the table never shows (opened and closed unseen, no destroy records here).
+	f.traffic(1, sock(t, "10.1.0.2:40000", 8080, 1, 0, 0))
+	if got := f.poll(); got != 1 {
+		t.Fatalf("an unnamed accept counted at once: activity %v, want 1 (it gets a read to be named)", got)
+	}
+	f.traffic(0, sock(t, "10.1.0.2:40000", 8080, 1, 0, 0))
+	if got := f.poll(); got != 1 {
+		t.Fatalf("an unnamed accept, a read and 100ms later: activity %v, want 1 (its record may still come)", got)
+	}
+	f.poll()
+	f.traffic(0, sock(t, "10.1.0.2:40000", 8080, 1, 0, 0))
+	if got := f.poll(); got != 2 {
+		t.Fatalf("an unnamed accept, 300ms later: activity %v, want 2", got)
+	}
+	if s := f.k.Summary(); s.UnknownAccepts != 1 || s.LastActivity != ActivityUnknownClient {
+		t.Fatalf("summary %+v", s)
+	}
+}
+
+// Data on an open connection counts by its data segments, until the lag bound; past it, an
+// old connection's data names its client as one that never learns and counts nothing, while
+// a connection opened past the bound still counts and names its client too.
+func TestHoldersPastTheBound(t *testing.T) {
+	old := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, time.Second, old)
+	sent := func(s sockets.Socket, bytes uint64, segs uint32) sockets.Socket {
+		s.BytesReceived, s.DataSegsIn = bytes, segs
+		return s
+	}
+	f.traffic(0, sent(old, 400, 4))
+	if got := f.poll(); got != 3 {
+		t.Fatalf("three requests on an open connection: activity %v, want 3", got)
+	}
+	for f.now.Before(f.k.opts.Start.Add(time.Second)) {
+		f.traffic(0, sent(old, 400, 4))
+		f.poll()
+	}
+	before := f.poll()
+	f.traffic(0, sent(old, 500, 5))
+	if got := f.poll(); got != before {
+		t.Fatalf("data past the bound on a connection opened before it counted: %v → %v", before, got)
+	}
+	late := sock(t, "10.1.0.3:41000", 8080, 2, 50, 1)
+	f.traffic(1, sent(old, 500, 5), late)
+	if got := f.poll(); got != before+1 {
+		t.Fatalf("a connection opened past the bound: activity %v, want %v", got, before+1)
+	}
+	var never, opening []string
+	for _, c := range f.k.Clients() {
+		if c.NeverLearns() {
+			never = append(never, c.Addr.String())
+		}
+		if c.NewPastBound > 0 {
+			opening = append(opening, c.Addr.String())
+		}
+	}
+	if strings.Join(never, ",") != "10.1.0.2" || strings.Join(opening, ",") != "10.1.0.3" {
+		t.Fatalf("never learn %v, opening past the bound %v", never, opening)
+	}
+}
+
+// The counters stand still: the table is not read (a read walks the node's connection hash).
+func TestNoReadWhileTheCountersStandStill(t *testing.T) {
+	f := newFixture(t, 0)
+	reads := f.k.reads
+	f.table.socks = []sockets.Socket{sock(t, "10.1.0.2:40000", 8080, 1, 0, 0)} // unseen: no counter moved
+	f.poll()
+	if f.k.reads != reads {
+		t.Fatalf("the table was read although the counters stood still")
+	}
+}
+
+func TestNewNeedsPorts(t *testing.T) {
+	if _, err := New(Options{}); err == nil || !strings.Contains(err.Error(), "--port") {
+		t.Fatalf("error %v does not name --port", err)
+	}
+}
+
+// A missing /proc/net/snmp is an error naming --mesh none at the first read.
+func TestUnreadableCounters(t *testing.T) {
+	k, err := New(Options{Ports: []int{8080}, Reader: &fakeTable{}, SNMPPath: "/nonexistent/snmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Inbound(context.Background(), mesh.Selector{Ports: []int{8080}}); err == nil || !strings.Contains(err.Error(), "--mesh none") {
+		t.Fatalf("error %v", err)
+	}
+	if err := CheckCounters("/nonexistent/snmp"); err == nil || !strings.Contains(err.Error(), "--mesh none") {
+		t.Fatalf("CheckCounters: %v", err)
+	}
+}
+
+// The kubelet's listener in the table is the node's namespace.
+func TestCheckNamespaceRefusesTheNodes(t *testing.T) {
+	node := &fakeTable{listeners: []sockets.Socket{{Local: netip.MustParseAddrPort("0.0.0.0:10250"), State: sockets.Listen}}}
+	if err := CheckNamespace(node, nil); !errors.Is(err, ErrHostNetwork) {
+		t.Fatalf("error %v, want ErrHostNetwork", err)
+	}
+	if err := CheckNamespace(&fakeTable{}, []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32")}); err != nil {
+		t.Fatalf("a pod's namespace refused: %v", err)
+	}
+}
+
+func TestParseIgnoreSource(t *testing.T) {
+	env := map[string]string{"HOST_IP": "10.0.5.4"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	for in, want := range map[string]string{"10.0.0.0/8": "10.0.0.0/8", "10.1.2.3": "10.1.2.3/32", "$(HOST_IP)": "10.0.5.4/32", "fd00::1": "fd00::1/128"} {
+		p, err := ParseIgnoreSource(in, lookup)
+		if err != nil || p.String() != want {
+			t.Errorf("%s: %v %v, want %s", in, p, err, want)
+		}
+	}
+	for _, bad := range []string{"$(NODE_IP)", "nonsense", ""} {
+		if _, err := ParseIgnoreSource(bad, lookup); err == nil || !strings.Contains(err.Error(), "--ignore-source") {
+			t.Errorf("%q: error %v", bad, err)
+		}
+	}
+}
