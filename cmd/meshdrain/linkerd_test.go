@@ -187,8 +187,18 @@ func TestPrestopLinkerdNoSignal(t *testing.T) {
 func TestPrestopMeshAuto(t *testing.T) {
 	pod := startLinkerdPod(t, linkerdsim.Config{})
 	pod.traffic(t)
-	time.AfterFunc(200*time.Millisecond, pod.stop)
-	res := runBinary(t, nil, "prestop", "--mesh", "auto", "--admin", pod.proxy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String(), "--min-wait", "0")
+	// The clients stop once 20 requests have been answered since the hook began watching: a
+	// timer from the start would stop them before a slow start saw enough of them to know
+	// their rate, and the rule would then rightly wait to the deadline.
+	var once sync.Once
+	res := runBinaryWatching([]string{"prestop", "--mesh", "auto", "--admin", pod.proxy.AdminURL(), "--poll", poll.String(), "--quiet", quiet.String(), "--min-wait", "0"}, nil, func(line string) {
+		if strings.Contains(line, `"phase":"watch"`) {
+			once.Do(func() { pod.afterAnswers(20, pod.stop) })
+		}
+	})
+	if res.startErr != nil {
+		t.Fatal(res.startErr)
+	}
 	if res.code != 0 || !strings.Contains(res.stderr, `"msg":"sidecar detected","component":"prestop","mesh":"linkerd"`) ||
 		res.final(t)["naming"] != "linkerd" || res.final(t)["drain_called"] != false {
 		t.Errorf("auto, Linkerd: exit %d\n%s", res.code, res.stderr)
