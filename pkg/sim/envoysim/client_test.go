@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -148,12 +147,7 @@ func TestMeshdrainClientAgainstEmulator(t *testing.T) {
 // (envoyproxy/envoy integration_admin_test.cc), Istio cuts "_5xx" and labels "5xx"
 // (istio/istio tools/packaging/common/envoy_bootstrap.json).
 func TestFailureStatsAsMeshdrainReadsThem(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	_ = ln.Close()
+	dead := refusingAddr(t)
 	cases := []struct {
 		profile Profile
 		sel     mesh.Selector

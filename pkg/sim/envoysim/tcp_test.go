@@ -108,10 +108,7 @@ func TestTCPProxyCountsLikeEnvoy(t *testing.T) {
 
 // The app refusing: Envoy closes the client's connection (no protocol to answer in) and logs UF.
 func TestTCPProxyAppRefusesClosesTheConnection(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln.Addr().String()
-	_ = ln.Close()
-	s := tcpSidecar(t, ProfileIstio, dead)
+	s := tcpSidecar(t, ProfileIstio, refusingAddr(t))
 	c, err := net.Dial("tcp", s.InboundAddr(5432))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 )
 
 // post sends one request with a service time to addr.
@@ -161,14 +163,14 @@ func serve(t *testing.T, h http.Handler) string {
 	return ln.Addr().String()
 }
 
+// closedPort is an address whose connections are refused for the whole test.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, release, err := loopback.RefusingAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	t.Cleanup(release)
 	return addr
 }
 
