@@ -3,13 +3,13 @@ package cli
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 )
@@ -42,13 +42,7 @@ func startSim(t *testing.T, cfg envoysim.Config, n int) *envoysim.Sidecar {
 // closedAdminURL is an admin URL where nothing listens.
 func closedAdminURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
+	return localhttptest.RefusingURL(t)
 }
 
 func TestStatusCommandProfiles(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -141,12 +142,7 @@ func TestClientErrorsAreNotRetried(t *testing.T) {
 }
 
 func TestRefusedIsReportedAtOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := localhttptest.RefusingAddr(t)
 	// Counted, not timed: a retried refusal dials again within milliseconds (the backoff is
 	// at most 5 ms), whereas a wall-clock bound is one a busy machine can break.
 	opts := fastOptions()
@@ -158,7 +154,7 @@ func TestRefusedIsReportedAtOnce(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err = newClientWith(t, "http://"+addr, opts).Inbound(ctx, mesh.Selector{})
+	_, err := newClientWith(t, "http://"+addr, opts).Inbound(ctx, mesh.Selector{})
 	if !IsRefused(err) || !IsUnreachable(err) {
 		t.Fatalf("err = %v, want refused", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
@@ -182,13 +183,8 @@ func TestClientBounds(t *testing.T) {
 		}
 	})
 	t.Run("refused reads as refused and unreachable", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		_, err = newClient(t, "http://"+addr, Options{}).Inbound(context.Background(), mesh.Selector{})
+		addr := localhttptest.RefusingAddr(t)
+		_, err := newClient(t, "http://"+addr, Options{}).Inbound(context.Background(), mesh.Selector{})
 		if !envoy.IsRefused(err) || !envoy.IsUnreachable(err) {
 			t.Errorf("error %v not classified as refused", err)
 		}
@@ -287,12 +283,7 @@ func TestDetect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer envoy.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	closed := "http://" + localhttptest.RefusingAddr(t)
 
 	ctx := context.Background()
 	var hc *http.Client // the default: localhttp's

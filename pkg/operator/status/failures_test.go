@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
@@ -22,13 +22,7 @@ import (
 // deadAppAddr is a loopback address nothing listens on: an app that is not up.
 func deadAppAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	return localhttptest.RefusingAddr(t)
 }
 
 // startEmulatedDown starts an emulated sidecar whose app on 8080 is not listening.

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
@@ -280,12 +280,7 @@ func TestLinkerdCheckNotReady(t *testing.T) {
 // TestDetectPicksTheSidecar runs detection as the CLI does (linkerd.DetectWith) against the
 // two emulators and against nothing.
 func TestDetectPicksTheSidecar(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	closed := "http://" + localhttptest.RefusingAddr(t)
 	l5d := startLinkerd(t)
 	l5d.get(t, "/", 2)
 	envoy := startEmulated(t, envoysim.Config{})
@@ -330,7 +325,7 @@ func TestDetectPicksTheSidecar(t *testing.T) {
 	if res.OK || !strings.Contains(out, "no sidecar admin port reachable at "+closed) {
 		t.Errorf("nothing there:\n%s", out)
 	}
-	_, err = Detect([]string{closed, other.URL}, detect, build).Sample(context.Background(), "", mesh.Selector{}, time.Now())
+	_, err := Detect([]string{closed, other.URL}, detect, build).Sample(context.Background(), "", mesh.Selector{}, time.Now())
 	var notSidecar *NotASidecarError
 	if !errors.As(err, &notSidecar) || !strings.Contains(err.Error(), other.URL) {
 		t.Errorf("something else answering: %v", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 )
@@ -147,7 +148,7 @@ func TestMeshdrainClientAgainstEmulator(t *testing.T) {
 // (envoyproxy/envoy integration_admin_test.cc), Istio cuts "_5xx" and labels "5xx"
 // (istio/istio tools/packaging/common/envoy_bootstrap.json).
 func TestFailureStatsAsMeshdrainReadsThem(t *testing.T) {
-	dead := refusingAddr(t)
+	dead := localhttptest.RefusingAddr(t)
 	cases := []struct {
 		profile Profile
 		sel     mesh.Selector

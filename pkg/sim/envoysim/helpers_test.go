@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
 )
 
 // startApp starts an app on loopback that answers 200 "ok" (or what handler says).
@@ -166,16 +164,4 @@ func mustRefuse(t *testing.T, addr string) {
 	if !isRefused(err) {
 		t.Fatalf("%s: %v, want connection refused", addr, err)
 	}
-}
-
-// refusingAddr is an app address that refuses connections for the whole test (a closed
-// listener's port could be taken by another test's socket meanwhile).
-func refusingAddr(t *testing.T) string {
-	t.Helper()
-	addr, release, err := loopback.RefusingAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(release)
-	return addr
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 )
@@ -108,7 +109,7 @@ func TestTCPProxyCountsLikeEnvoy(t *testing.T) {
 
 // The app refusing: Envoy closes the client's connection (no protocol to answer in) and logs UF.
 func TestTCPProxyAppRefusesClosesTheConnection(t *testing.T) {
-	s := tcpSidecar(t, ProfileIstio, refusingAddr(t))
+	s := tcpSidecar(t, ProfileIstio, localhttptest.RefusingAddr(t))
 	c, err := net.Dial("tcp", s.InboundAddr(5432))
 	if err != nil {
 		t.Fatal(err)

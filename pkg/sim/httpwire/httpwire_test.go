@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"io"
 	"net"
 	"net/http"
@@ -164,9 +165,7 @@ func TestAbortResetsInFlightRequests(t *testing.T) {
 }
 
 func TestRefusedAndContextErrors(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := localhttptest.RefusingAddr(t)
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr, nil)
 	if _, err := (&Client{}).Do(req); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("err = %v, want ECONNREFUSED", err)

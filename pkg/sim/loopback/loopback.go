@@ -5,7 +5,6 @@ package loopback
 
 import (
 	"net"
-	"strconv"
 	"syscall"
 	"time"
 )
@@ -36,27 +35,4 @@ func Dialer(source net.IP, timeout time.Duration) *net.Dialer {
 			return err
 		},
 	}
-}
-
-// RefusingAddr holds a port of 127.0.0.1 on which nothing listens, until release: a connection
-// to it is refused (the kernel answers its SYN with a reset), as to an app that is not
-// listening. A closed listener's port would do so only until another socket took it, which
-// a busy machine's other tests do; a socket bound without SO_REUSEADDR keeps the port from
-// every other bind and from connect's choice of local ports.
-func RefusingAddr() (addr string, release func(), err error) {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return "", nil, err
-	}
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		syscall.Close(fd)
-		return "", nil, err
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		syscall.Close(fd)
-		return "", nil, err
-	}
-	port := sa.(*syscall.SockaddrInet4).Port
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), func() { syscall.Close(fd) }, nil
 }

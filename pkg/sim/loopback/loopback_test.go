@@ -101,22 +101,3 @@ func TestDialerLeavesFromItsSource(t *testing.T) {
 		t.Fatalf("left from %v, want 127.0.0.9", ip)
 	}
 }
-
-// A held refusing port refuses connections, and no listener can take it while it is held.
-func TestRefusingAddr(t *testing.T) {
-	addr, release, err := RefusingAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err == nil {
-		c.Close()
-		t.Fatalf("dial %s: connected, want refused", addr)
-	} else if !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("dial %s: %v, want connection refused", addr, err)
-	}
-	if ln, err := net.Listen("tcp", addr); err == nil {
-		ln.Close()
-		t.Fatalf("a listener took %s while it was held", addr)
-	}
-}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/sim/loopback"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 )
 
 // post sends one request with a service time to addr.
@@ -108,7 +108,7 @@ func TestFleetRetryPolicy(t *testing.T) {
 	}
 	defer other.Close()
 
-	refusing := closedPort(t)
+	refusing := localhttptest.RefusingAddr(t)
 	unavailable := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
@@ -161,17 +161,6 @@ func serve(t *testing.T, h http.Handler) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
-}
-
-// closedPort is an address whose connections are refused for the whole test.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	addr, release, err := loopback.RefusingAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(release)
-	return addr
 }
 
 // fakeSidecar is a plain reverse proxy with pilot-agent's timing, enough to test the

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"io"
 	"net"
 	"net/http"
@@ -73,13 +74,7 @@ func serve(t *testing.T, handle func(c *net.TCPConn, r *http.Request)) string {
 // that closed its listener meets.
 func refusedURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr + "/healthz"
+	return localhttptest.RefusingURL(t) + "/healthz"
 }
 
 // TestRunSortsEachMisbehaviour: each way a server fails a request is counted under its own
