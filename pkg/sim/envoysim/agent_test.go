@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 )
 
 // waitDone waits for Envoy's exit; within is a guard, well past what a busy machine adds to
@@ -45,7 +47,7 @@ func TestAgentClassicDrainsThenExitsAfterTerminationDrainDuration(t *testing.T) 
 	start := time.Now()
 	s.Terminate()
 	s.Terminate() // a second SIGTERM changes nothing
-	eventually(t, "pilot-agent drain", s.draining)
+	clocktest.Eventually(t, "pilot-agent drain", s.draining)
 	// During terminationDrainDuration a new connection is accepted and told to close.
 	c, err := dialRaw(t, s.InboundAddr(8080))
 	if err != nil {
@@ -77,7 +79,7 @@ func TestAgentDrainFailureIsTold(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Terminate()
-	eventually(t, "pilot-agent's drain call to end", func() bool { _, err := s.AgentDrain(); return err != nil })
+	clocktest.Eventually(t, "pilot-agent's drain call to end", func() bool { _, err := s.AgentDrain(); return err != nil })
 	if at, err := s.AgentDrain(); !at.IsZero() || !strings.Contains(err.Error(), "500") {
 		t.Errorf("AgentDrain() = %v, %v; want no time and the 500", at, err)
 	}
@@ -139,7 +141,7 @@ func TestAgentExitOnZeroWithIstioDefaultInclusion(t *testing.T) {
 	}
 	_, _, _ = c.get("/")
 	_ = c.conn.Close()
-	eventually(t, "connection closed", func() bool { return s.listeners["0.0.0.0_15006"].cxActive.get() == 0 })
+	clocktest.Eventually(t, "connection closed", func() bool { return s.listeners["0.0.0.0_15006"].cxActive.get() == 0 })
 	_, body := adminDo(t, s, "GET", "/stats?usedonly&filter=downstream_cx_active$")
 	if !hasLine(body, "listener.0.0.0.0_15006.downstream_cx_active: 0") {
 		t.Errorf("poll body:\n%s", body)
@@ -153,7 +155,7 @@ func TestAgentExitOnZeroWithIstioDefaultInclusion(t *testing.T) {
 func TestAgentNativeDrainsWithSkipExitAndExitsOnAppExit(t *testing.T) {
 	s := startSidecar(t, Config{Agent: AgentNative, DrainTime: 20 * time.Millisecond}, appAddr(startApp(t, nil)))
 	s.Terminate()
-	eventually(t, "preStop drain", s.draining)
+	clocktest.Eventually(t, "preStop drain", s.draining)
 	stillRunning(t, s, 60*time.Millisecond)
 	// skip_exit: the listeners still accept after the drain time.
 	c, err := dialRaw(t, s.InboundAddr(8080))

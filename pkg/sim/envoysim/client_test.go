@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
@@ -61,7 +62,7 @@ func TestMeshdrainClientAgainstEmulator(t *testing.T) {
 					resp.Body.Close()
 				}
 			}()
-			eventually(t, "slow request in flight", func() bool { return slowStarted.Load() == before+1 })
+			clocktest.Eventually(t, "slow request in flight", func() bool { return slowStarted.Load() == before+1 })
 
 			client, err := envoy.New(s.AdminURL(), envoy.Options{RequestTimeout: time.Second, RetryInitial: 5 * time.Millisecond, RetryMax: 10 * time.Millisecond})
 			if err != nil {
@@ -178,7 +179,7 @@ func TestFailureStatsAsMeshdrainReadsThem(t *testing.T) {
 				}
 				resp.Body.Close()
 			}
-			eventually(t, "both requests logged", func() bool { return len(s.AccessLog()) == 2 })
+			clocktest.Eventually(t, "both requests logged", func() bool { return len(s.AccessLog()) == 2 })
 			_, body := adminDo(t, s, "GET", "/stats/prometheus?filter="+url.QueryEscape(envoy.FailuresFilter(c.sel)))
 			for _, line := range c.lines {
 				if !hasLine(body, line) {

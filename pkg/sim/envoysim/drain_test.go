@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 )
 
 // TestGracefulDrainKeepsAcceptingAndClosesConnections: during a graceful drain a new
@@ -106,7 +108,7 @@ func TestGracefulDrainStopsListenersAtDrainTimeUnlessSkipExit(t *testing.T) {
 			}
 			continue
 		}
-		eventually(t, "listener stopped at drain time", func() bool {
+		clocktest.Eventually(t, "listener stopped at drain time", func() bool {
 			c, err := dialRaw(t, addr)
 			if err == nil {
 				_ = c.conn.Close()
@@ -183,7 +185,7 @@ func TestConnectionCloseOnLocalReplyDuringDrain(t *testing.T) {
 func TestRepeatedDrainWithoutSkipExitStopsListenersAtTheFirstDrainsEnd(t *testing.T) {
 	app := startApp(t, nil)
 	mustStop := func(s *Sidecar) {
-		eventually(t, "listener stopped", func() bool {
+		clocktest.Eventually(t, "listener stopped", func() bool {
 			c, err := dialRaw(t, s.InboundAddr(8080))
 			if err == nil {
 				_ = c.conn.Close()

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http2"
+
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 )
 
 // h2Conn is a client sidecar's HTTP/2 connection to the inbound port (h2c).
@@ -52,7 +54,7 @@ func TestGRPCPortDrainSendsGoAway(t *testing.T) {
 		t.Fatalf("drain = %d", code)
 	}
 	h2Get(t, busy, addr)
-	eventually(t, "the busy connection closed after its GOAWAY", func() bool { return busy.State().Closed })
+	clocktest.Eventually(t, "the busy connection closed after its GOAWAY", func() bool { return busy.State().Closed })
 	if st := idle.State(); st.Closing || st.Closed {
 		t.Errorf("idle connection: %+v; a connection without a request is told nothing", st)
 	}

@@ -2,7 +2,6 @@ package envoysim
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -95,28 +94,6 @@ func regexpQuote(s string) string {
 
 func urlQuery(s string) string {
 	return strings.NewReplacer("%", "%25", "|", "%7C", "&", "%26", "+", "%2B", "#", "%23", ";", "%3B", " ", "%20", `\`, "%5C", "$", "%24", "^", "%5E").Replace(s)
-}
-
-// eventually polls cond every few milliseconds for up to ten seconds: a guard for what
-// happens within milliseconds on an idle machine, long enough for a busy one, and below
-// every later time (a default drain time) that a case rules out.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	tick := time.NewTimer(0)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-			if cond() {
-				return
-			}
-			tick.Reset(5 * time.Millisecond)
-		}
-	}
 }
 
 // rawConn is one client connection to an inbound listener, for tests that care which

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 )
 
 // render renders one store's stats with a query, as the admin API would.
@@ -231,7 +233,7 @@ func TestInclusionIstioDefault(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, "request in flight at the app", func() bool { return s.inbound[0].(*inboundListener).upRqActive == nil || len(s.AccessLog()) == 0 })
+	clocktest.Eventually(t, "request in flight at the app", func() bool { return s.inbound[0].(*inboundListener).upRqActive == nil || len(s.AccessLog()) == 0 })
 	_, text := adminDo(t, s, "GET", "/stats")
 	for _, absent := range []string{"cluster.inbound|", "http.inbound_", "listener.0.0.0.0_15006", "http.admin."} {
 		if strings.Contains(text, absent) {
@@ -243,7 +245,7 @@ func TestInclusionIstioDefault(t *testing.T) {
 	}
 	close(release)
 	<-done
-	eventually(t, "istio_requests_total", func() bool {
+	clocktest.Eventually(t, "istio_requests_total", func() bool {
 		_, prom := adminDo(t, s, "GET", "/stats/prometheus")
 		return regexp.MustCompile(`(?m)^istio_requests_total\{reporter="destination",.*response_code="200".*\} 1$`).MatchString(prom)
 	})

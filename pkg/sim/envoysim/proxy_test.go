@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 )
 
 func TestProxyCountsLikeEnvoy(t *testing.T) {
@@ -41,7 +43,7 @@ func TestProxyCountsLikeEnvoy(t *testing.T) {
 		}
 	}
 	_ = c.conn.Close()
-	eventually(t, "connection gauges back to 0", func() bool {
+	clocktest.Eventually(t, "connection gauges back to 0", func() bool {
 		return statValue(t, s, "listener.0.0.0.0_8080.downstream_cx_active") == 0 &&
 			statValue(t, s, "listener.0.0.0.0_8080.worker_0.downstream_cx_active") == 0 &&
 			statValue(t, s, "http.ingress_http.downstream_cx_active") == 0
@@ -155,7 +157,7 @@ func TestProxyAppResetMidBodyResetsClient(t *testing.T) {
 	if err == nil {
 		t.Fatal("client read a complete body from an upstream reset mid-body")
 	}
-	eventually(t, "access log", func() bool { return len(s.AccessLog()) == 1 })
+	clocktest.Eventually(t, "access log", func() bool { return len(s.AccessLog()) == 1 })
 	if e := s.AccessLog()[0]; e.Code != 200 || e.Flags != "UC" {
 		t.Errorf("access log = %+v", e)
 	}
@@ -178,7 +180,7 @@ func TestKillCutsInFlightRequests(t *testing.T) {
 		}
 		errc <- err
 	}()
-	eventually(t, "request in flight", func() bool { return s.inbound[0].(*inboundListener).rqActive.get() == 1 })
+	clocktest.Eventually(t, "request in flight", func() bool { return s.inbound[0].(*inboundListener).rqActive.get() == 1 })
 	s.Kill()
 	if err := <-errc; err == nil || err.Error() == "got a response" {
 		t.Errorf("in-flight request after kill: %v", err)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 )
 
 // postDrain is `meshdrain hold`'s call: POST /drain on pilot-agent's status port.
@@ -35,7 +37,7 @@ func TestStatusDrainMakesTheClassicSIGTERMFinal(t *testing.T) {
 	if code := postDrain(t, s, http.MethodPost); code != http.StatusOK {
 		t.Fatalf("POST /drain = %d", code)
 	}
-	eventually(t, "/drain's drain", s.draining)
+	clocktest.Eventually(t, "/drain's drain", s.draining)
 	stillRunning(t, s, 60*time.Millisecond)
 	c, err := dialRaw(t, s.InboundAddr(8080))
 	if err != nil {
@@ -68,7 +70,7 @@ func TestStatusDrainMakesTheNativeSIGTERMFinal(t *testing.T) {
 			waitDone(t, s, 10*time.Second)
 			continue
 		}
-		eventually(t, "the drain at SIGTERM", s.draining)
+		clocktest.Eventually(t, "the drain at SIGTERM", s.draining)
 		stillRunning(t, s, 100*time.Millisecond)
 	}
 }

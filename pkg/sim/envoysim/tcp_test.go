@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -97,7 +98,7 @@ func TestTCPProxyCountsLikeEnvoy(t *testing.T) {
 		}
 	}
 	_ = c.Close()
-	eventually(t, "upstream request closed with the connection", func() bool {
+	clocktest.Eventually(t, "upstream request closed with the connection", func() bool {
 		return statValue(t, s, "cluster.inbound|5432||;.upstream_rq_active") == 0
 	})
 	// Prometheus names and labels: tcp_prefix is a tag of every Istio profile.
@@ -119,7 +120,7 @@ func TestTCPProxyAppRefusesClosesTheConnection(t *testing.T) {
 	if n, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatalf("read %d bytes from a connection whose app refused", n)
 	}
-	eventually(t, "UF logged", func() bool {
+	clocktest.Eventually(t, "UF logged", func() bool {
 		log := s.AccessLog()
 		return len(log) == 1 && log[0].Flags == "UF" && log[0].Code == 0
 	})
@@ -198,7 +199,7 @@ func TestIstio116TelemetryV2Names(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	eventually(t, "request logged", func() bool { return len(s.AccessLog()) == 1 })
+	clocktest.Eventually(t, "request logged", func() bool { return len(s.AccessLog()) == 1 })
 	_, text := adminDo(t, s, "GET", "/stats?filter="+urlQuery("istio_requests_total"))
 	if !strings.HasPrefix(text, "reporter=.=destination;.;source_workload=.=unknown;.;") || !strings.Contains(text, ";.;response_code=.=200;.;") ||
 		!strings.HasSuffix(strings.TrimSpace(text), ";.;istio_requests_total: 1") {
@@ -224,7 +225,7 @@ func TestServerUptimeRefreshedAtFlush(t *testing.T) {
 	if got := statValue(t, s, "server.uptime"); got != 0 {
 		t.Errorf("uptime %d before the first flush", got)
 	}
-	eventually2s(t, "first flush", func() bool { return statValue(t, s, "server.uptime") == 1 })
+	clocktest.Eventually(t, "first flush", func() bool { return statValue(t, s, "server.uptime") == 1 })
 }
 
 func f(v float64) *float64 { return &v }
@@ -241,17 +242,6 @@ func deref(p *float64) any {
 		return nil
 	}
 	return *p
-}
-
-func eventually2s(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // The drain never calls a TCP port with an open connection "quiet", whichever of its stats
@@ -286,7 +276,7 @@ func TestDrainNeverQuietWithAnOpenTCPConnection(t *testing.T) {
 			if len(inclusion) == 1 {
 				want = drain.ReasonDeadline // no gauge: open connections are unknown, never 0
 			}
-			eventually(t, "connection closed", func() bool { return statValue(t, s, "listener.0.0.0.0_15006.downstream_cx_active") <= 0 })
+			clocktest.Eventually(t, "connection closed", func() bool { return statValue(t, s, "listener.0.0.0.0_15006.downstream_cx_active") <= 0 })
 			if res := drain.Run(context.Background(), cfg, client); res.Reason != want {
 				t.Errorf("after close: reason %s, want %s", res.Reason, want)
 			}

@@ -44,11 +44,9 @@ type H2Server struct {
 	// stream is reset either way.
 	OnPanic func(recovered any)
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
-	conns     map[*h2Conn]struct{}
-	closing   bool
-	wg        sync.WaitGroup
+	acceptor // mu guards conns too
+	conns    map[*h2Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 // H2Drainer is implemented by the ResponseWriter of an H2Server: StartDrain starts the
@@ -114,46 +112,14 @@ type h2Stream struct {
 func (s *H2Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.init()
-	if s.closing {
-		s.mu.Unlock()
-		ln.Close()
-		return ErrServerClosed
-	}
-	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, ln)
-		s.mu.Unlock()
-	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing || errors.Is(err, net.ErrClosed) {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
-		}
+	return s.acceptLoop(ln, func(c net.Conn) func() {
 		hc := &h2Conn{srv: s, conn: c, streams: map[uint32]*h2Stream{}, sendWindow: h2DefaultWindow, initWindow: h2DefaultWindow}
 		hc.cond = sync.NewCond(&hc.mu)
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			c.Close()
-			return ErrServerClosed
-		}
 		s.conns[hc] = struct{}{}
 		s.wg.Add(1)
-		s.mu.Unlock()
-		go hc.serve()
-	}
+		return func() { go hc.serve() }
+	})
 }
 
 func (s *H2Server) init() {

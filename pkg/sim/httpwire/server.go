@@ -50,12 +50,10 @@ type Server struct {
 
 	noKeepAlive atomic.Bool
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
-	conns     map[*serverConn]struct{}
-	closing   bool
-	wg        sync.WaitGroup
-	done      chan struct{}
+	acceptor // mu guards conns and done too
+	conns    map[*serverConn]struct{}
+	wg       sync.WaitGroup
+	done     chan struct{}
 }
 
 type serverConn struct {
@@ -106,46 +104,16 @@ func (s *Server) init() {
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.init()
-	if s.closing {
-		s.mu.Unlock()
-		ln.Close()
-		return ErrServerClosed
-	}
-	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, ln)
-		s.mu.Unlock()
-	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing || errors.Is(err, net.ErrClosed) {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
-		}
+	return s.acceptLoop(ln, func(c net.Conn) func() {
 		sc := &serverConn{Conn: c}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			c.Close()
-			return ErrServerClosed
-		}
 		s.conns[sc] = struct{}{}
 		s.wg.Add(1)
-		s.mu.Unlock()
-		s.setState(sc, http.StateNew)
-		go s.serveConn(sc)
-	}
+		return func() {
+			s.setState(sc, http.StateNew)
+			go s.serveConn(sc)
+		}
+	})
 }
 
 func (s *Server) setState(c *serverConn, state http.ConnState) {

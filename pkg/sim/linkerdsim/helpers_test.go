@@ -109,19 +109,6 @@ func matches(m *dto.Metric, match map[string]string) bool {
 	return true
 }
 
-// eventually polls cond until it holds or a generous real-time bound passes: the proxy's
-// goroutines react to a state change within milliseconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // refused reports whether nothing accepts connections at addr.
 func refused(addr string) bool {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 )
 
 func inbound8080(extra map[string]string) map[string]string {
@@ -125,7 +126,7 @@ func TestInFlightAndAbandonedRequests(t *testing.T) {
 	if code := <-done; code != 200 {
 		t.Fatalf("slow request: %d", code)
 	}
-	eventually(t, "the response to be counted", func() bool { return diff() == 0 })
+	clocktest.Eventually(t, "the response to be counted", func() bool { return diff() == 0 })
 
 	// A client that gives up before the response headers: the request stays counted and
 	// no response ever is, the drift Endpoint.InFlight documents.
@@ -139,7 +140,7 @@ func TestInFlightAndAbandonedRequests(t *testing.T) {
 	if _, err := httpClient().Do(req); err == nil {
 		t.Fatal("abandoned request succeeded")
 	}
-	eventually(t, "the abandoned request to be logged", func() bool { return len(s.AccessLog()) == 2 })
+	clocktest.Eventually(t, "the abandoned request to be logged", func() bool { return len(s.AccessLog()) == 2 })
 	if d := diff(); d != 1 {
 		t.Errorf("requests - responses after an abandoned request = %v, want 1 (no response recorded)", d)
 	}
@@ -198,8 +199,8 @@ func TestClassicSIGTERM(t *testing.T) {
 	if st := s.State(); st != StateDraining {
 		t.Fatalf("state %s after SIGTERM", st)
 	}
-	eventually(t, "the inbound port to refuse", func() bool { return refused(inboundAddr) })
-	eventually(t, "the admin port to refuse", func() bool { return refused(adminAddr) })
+	clocktest.Eventually(t, "the inbound port to refuse", func() bool { return refused(inboundAddr) })
+	clocktest.Eventually(t, "the admin port to refuse", func() bool { return refused(adminAddr) })
 	if !idle.closedByPeer() {
 		t.Error("idle keep-alive connection left open after SIGTERM")
 	}
@@ -240,7 +241,7 @@ func TestShutdownGracePeriod(t *testing.T) {
 	<-entered
 
 	s.Terminate()
-	eventually(t, "the grace timer", func() bool { return fake.Waiters() == 1 })
+	clocktest.Eventually(t, "the grace timer", func() bool { return fake.Waiters() == 1 })
 	fake.Advance(2*time.Minute - time.Millisecond)
 	select {
 	case <-s.Done():
@@ -271,7 +272,7 @@ func TestClassicWaitBeforeExit(t *testing.T) {
 	if st := s.State(); st != StatePreStop {
 		t.Fatalf("state %s during the preStop sleep", st)
 	}
-	eventually(t, "the preStop timer", func() bool { return fake.Waiters() == 1 })
+	clocktest.Eventually(t, "the preStop timer", func() bool { return fake.Waiters() == 1 })
 	fake.Advance(40*time.Second - time.Millisecond)
 	if code, _, _ := get(t, httpClient(), base+"/"); code != 200 {
 		t.Errorf("during the preStop sleep: %d", code)
@@ -280,7 +281,7 @@ func TestClassicWaitBeforeExit(t *testing.T) {
 		t.Errorf("admin during the preStop sleep: %d", code)
 	}
 	fake.Advance(time.Millisecond)
-	eventually(t, "SIGTERM after the sleep", func() bool { return refused(s.InboundAddr(8080)) })
+	clocktest.Eventually(t, "SIGTERM after the sleep", func() bool { return refused(s.InboundAddr(8080)) })
 	select {
 	case <-s.Done():
 	case <-time.After(5 * time.Second):

@@ -244,11 +244,11 @@ func (j *judged) end() {
 	}
 }
 
-// untilTimely runs a socket-table test at sc's time scale, and again at 3 and 9 times it while
-// a run fails having not kept pod time (an action more than 0.15 s of pod time late: the
+// judgeAtATimelyScale runs a socket-table test at sc's time scale, and again at 3 and 9 times
+// it while a run fails having not kept pod time (an action more than 0.15 s of pod time late: the
 // moments the tests tell apart are 0.3 s apart). A run that kept pod time is judged as it is,
 // and so is the last one, with its lateness said: a failure is never retried away.
-func untilTimely(t *testing.T, sc Scenario, run func(j *judged, sc Scenario)) {
+func judgeAtATimelyScale(t *testing.T, sc Scenario, run func(j *judged, sc Scenario)) {
 	t.Helper()
 	base := sc.TimeScale
 	for i, factor := range []float64{1, 3, 9} {
@@ -356,7 +356,7 @@ const ms = time.Millisecond
 // connection, or two where a loaded machine made a client's requests overlap: the counts are
 // taken against what each held during the drain.
 func TestClientsLetGoAtTheirEDSUpdate(t *testing.T) {
-	untilTimely(t, connScenario(), clientsLetGo)
+	judgeAtATimelyScale(t, connScenario(), clientsLetGo)
 }
 
 func clientsLetGo(t *judged, sc Scenario) {
@@ -467,7 +467,7 @@ func TestClientsThatDoNotLetGo(t *testing.T) {
 			if err := sc.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			untilTimely(t, sc, func(t *judged, sc Scenario) {
+			judgeAtATimelyScale(t, sc, func(t *judged, sc Scenario) {
 				// t0 at 1s, the EDS update at 1.5s.
 				w := startConnWorld(t, sc, []clientPlan{handPlan(500*ms, 100*ms, 500*ms)})
 				if n := w.table(900*ms).podSide(clientAddr(0), "ESTABLISHED"); tc.pooled && n != 1 {
@@ -485,7 +485,7 @@ func TestClientsThatDoNotLetGo(t *testing.T) {
 func TestPodClosesAtTheDrainTimeout(t *testing.T) {
 	sc := connScenario()
 	sc.TimeScale = 0.1 // the drain timeout, 5s, is 500ms
-	untilTimely(t, sc, podClosesAtTheDrainTimeout)
+	judgeAtATimelyScale(t, sc, podClosesAtTheDrainTimeout)
 }
 
 func podClosesAtTheDrainTimeout(t *judged, sc Scenario) {

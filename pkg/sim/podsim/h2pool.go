@@ -210,13 +210,14 @@ func (p *h2Pool) removeHost() {
 	}
 }
 
-// closeAll closes every connection, busy or idle: the run is over.
+// routedAway says whether the client has applied the removal and closed every connection.
 func (p *h2Pool) routedAway() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.draining && len(p.all) == 0
 }
 
+// closeAll closes every connection, busy or idle: the run is over.
 func (p *h2Pool) closeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

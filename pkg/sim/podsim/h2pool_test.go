@@ -1,7 +1,6 @@
 package podsim
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/clock/clocktest"
 	"github.com/meshdrain/meshdrain/pkg/sim/httpwire"
 )
 
@@ -23,7 +23,7 @@ func TestGRPCClientsLetGoAtTheirEDSUpdate(t *testing.T) {
 	if err := sc.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	untilTimely(t, sc, grpcClientsLetGo)
+	judgeAtATimelyScale(t, sc, grpcClientsLetGo)
 }
 
 func grpcClientsLetGo(t *judged, sc Scenario) {
@@ -102,14 +102,14 @@ func TestH2PoolRemovalWaitsForStreams(t *testing.T) {
 	}
 	held := make(chan error, 1)
 	go func() { held <- send(busy, "/held") }()
-	eventually(t, "two streams carried on one connection per client", func() bool {
+	clocktest.Eventually(t, "two streams carried on one connection per client", func() bool {
 		est := table().established()
 		return est[clientAddr(1)] == 1 && est[clientAddr(2)] == 1 && len(srvStreams(busy)) == 1
 	})
 
 	idle.removeHost()
 	busy.removeHost()
-	eventually(t, "the idle client's connection closed by the client", func() bool {
+	clocktest.Eventually(t, "the idle client's connection closed by the client", func() bool {
 		tb := table()
 		return tb.podSide(clientAddr(1), "ESTABLISHED") == 0 && tb.clientSide(clientAddr(1), "TIME_WAIT") == 1
 	})
@@ -120,7 +120,7 @@ func TestH2PoolRemovalWaitsForStreams(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatalf("the open stream: %v", err)
 	}
-	eventually(t, "the busy client's connection closed after its last stream", func() bool {
+	clocktest.Eventually(t, "the busy client's connection closed after its last stream", func() bool {
 		tb := table()
 		return tb.podSide(clientAddr(2), "ESTABLISHED") == 0 && tb.clientSide(clientAddr(2), "TIME_WAIT") == 1
 	})
@@ -158,7 +158,7 @@ func TestH2PoolOneConnectionForConcurrentStreams(t *testing.T) {
 			done <- err
 		}()
 	}
-	eventually(t, "every stream open", func() bool {
+	clocktest.Eventually(t, "every stream open", func() bool {
 		n := 0
 		for _, s := range srvStreams(pool) {
 			n += s
@@ -187,25 +187,4 @@ func srvStreams(p *h2Pool) []int {
 		}
 	}
 	return out
-}
-
-// eventually polls cond every few milliseconds for up to ten seconds, long enough for a busy
-// machine.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	tick := time.NewTimer(0)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-			if cond() {
-				return
-			}
-			tick.Reset(5 * time.Millisecond)
-		}
-	}
 }
