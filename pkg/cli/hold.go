@@ -59,7 +59,7 @@ func defaultHoldOptions() holdOptions {
 
 func holdFlags(f *pflag.FlagSet, o *holdOptions) {
 	secondsVar(f, &o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds (as given to prestop)")
-	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM to finish its in-flight work (as given to prestop): the proxy is kept that long after the app was told to stop, unless the app lets go of it sooner")
+	f.DurationVar(&o.appDrain, "app-drain", o.appDrain, "time the app needs after SIGTERM to finish its in-flight work (as given to prestop): where the app cannot be seen, the proxy is kept that long after the app was told to stop; an app seen listening is watched until it lets go, within the bound")
 	f.DurationVar(&o.deadline, "deadline", 0, "the app hook's deadline, as given to prestop (default grace-period - app-drain - 1s)")
 	f.DurationVar(&o.prestopWait, "prestop-wait", o.prestopWait, "how long to wait for a prestop to report before taking the app as having none (or as gone)")
 	f.StringVar(&o.channel, "channel", o.channel, "where prestop reports: @NAME, an abstract unix socket the pod's containers share, or /PATH, a socket file on a shared volume (prestop's --hold-channel)")
@@ -126,8 +126,10 @@ docs/decision-rule.md), with one manifest for classic and native sidecars. It:
      drains Envoy's inbound listeners and makes the proxy's SIGTERM end it at once,
   3. returns once the app has let go of the proxy: no listener or connection of its own on
      its ports (--port; by default the pod's declared containerPorts), and no outbound
-     connection through --outbound-port, in two reads in a row; or --app-drain after the app
-     was told to stop (its prestop ended, or its listener went away).
+     connection through --outbound-port, in two reads in a row. While the app, once seen
+     listening, still holds them, it serves: the proxy is kept, up to the bound. Where the
+     app cannot be seen (no port known, no socket table, a port it never listened on): at
+     --app-drain after it was told to stop (its prestop ended, or its listener went away).
 
 A classic proxy gets its SIGTERM when hold returns, so it outlives the app's last requests
 and calls; a native one gets it only after the app has exited, and then ends at once. hold

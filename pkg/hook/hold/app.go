@@ -177,8 +177,11 @@ func (v *appView) failed(err error) error {
 
 // letGo: the app was seen listening, and now neither listens nor holds anything.
 func (v *appView) letGo() bool {
-	return v.visible() && len(v.seen) > 0 && v.clear >= drain.MinQuietPolls
+	return v.watched() && v.clear >= drain.MinQuietPolls
 }
+
+// watched: the app can be seen and was seen listening, so its letting go can be watched.
+func (v *appView) watched() bool { return v.visible() && len(v.seen) > 0 }
 
 // neverThere: the app's ports never had its listener, and nothing of the app's is open: the
 // app container is gone (or never served on its declared ports).

@@ -12,7 +12,7 @@
 //
 //   - classic: the kubelet sends the proxy its SIGTERM when hold returns, so hold returns only
 //     once the app has stopped using the proxy (its ports released, no outbound connection
-//     through it), or --app-drain after it was told to stop;
+//     through it), or, where hold cannot see the app, --app-drain after it was told to stop;
 //   - native: the kubelet sends the proxy its SIGTERM only after the app has exited anyway;
 //     hold's /drain call makes that SIGTERM end the proxy at once instead of after
 //     terminationDrainDuration.
@@ -92,9 +92,9 @@ type ReasonInfo struct {
 var reasonTable = []ReasonInfo{
 	{ReasonReleased, 0, "the app's hook ended (or there was none) and the app let go of the proxy: no listener or connection of its own on its ports, no outbound connection through the proxy, in two reads in a row"},
 	{ReasonAppGone, 0, "no prestop reported within --prestop-wait and the app's ports never had a listener: the app container is gone, nothing uses the proxy"},
-	{ReasonAppDrain, 0, "--app-drain passed since the app was told to stop (its prestop ended, or its listener went away) without the app being seen to let go: its ports are unknown, the socket table cannot be read, or it still holds them"},
+	{ReasonAppDrain, 0, "--app-drain passed since the app was told to stop (its prestop ended, or its listener went away), and the app cannot be seen letting go: its ports are unknown, the socket table cannot be read, or it never listened on them"},
 	{ReasonConfigError, 2, "a flag or MESHDRAIN_* value was wrong: the error is logged and the proxy is held until the hook deadline plus --app-drain (within the grace period), without a drain call, as a preStop sleep would; also when the channel could not be opened (the hold ran without it: the final line has channel_error)"},
-	{ReasonDeadline, 3, "a prestop still ran at its deadline (or, none reporting, the app kept listening until the hook deadline): hold drained the proxy then and returned at the deadline plus --app-drain, or when the app let go"},
+	{ReasonDeadline, 3, "a prestop still ran at its deadline (or, none reporting, the app kept listening until the hook deadline): hold drained the proxy then and returned at the deadline plus --app-drain, or when the app let go; also when the app, seen listening, still held its ports or an outbound connection at that bound"},
 	{ReasonInterrupted, 130, "hold itself got SIGINT, SIGTERM or SIGHUP; no drain call is made after it"},
 }
 
@@ -442,7 +442,7 @@ func (h *holder) step(ctx context.Context, now time.Time) Reason {
 	case !now.Before(h.releaseBy()) && (h.releasingReads >= drain.MinQuietPolls || !now.Before(h.end)):
 		// The reads that can show the app gone or let go come first, however late a busy
 		// machine ran them: ending on the clock alone would name the wrong reason.
-		if h.result.Prestop == PrestopOverdue || h.result.Prestop == PrestopUnreported || h.running() {
+		if h.result.Prestop == PrestopOverdue || h.result.Prestop == PrestopUnreported || h.running() || h.app.watched() {
 			return ReasonDeadline
 		}
 		return ReasonAppDrain
@@ -495,9 +495,16 @@ func (h *holder) running() bool {
 	return false
 }
 
-// releaseBy is when hold stops waiting for the app to let go: the app's drain after it was
-// told to stop, or, when that moment is not known, the bound.
+// releaseBy is when hold stops waiting for the app to let go. An app that hold has seen
+// listening is watched until it lets go, up to the bound: while it still holds its ports or
+// calls out, it serves, and the pod is not gone before it exits anyway, so keeping the proxy
+// costs nothing, and releasing it would cut requests that outlast --app-drain. An app that
+// cannot be seen (no port known, no socket table, a port it never listened on) is given its
+// drain after it was told to stop, or, when that moment is not known, the bound.
 func (h *holder) releaseBy() time.Time {
+	if h.app.watched() {
+		return h.end
+	}
 	stop := h.appStopAt
 	if stop.IsZero() && h.app.goneAt.After(h.decidedAt) {
 		// An overdue or unreported hook: the app's listener going away says it was told.

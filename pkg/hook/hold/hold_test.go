@@ -237,12 +237,23 @@ func TestHoldReleasesOnceTheAppLetsGo(t *testing.T) {
 }
 
 // Without the app's outbound connection closing, the app has not let go: its last calls
-// through the proxy would fail. The bound is the app's drain after prestop's end.
+// through the proxy would fail. An app that never lets go is kept to the bound (51 s).
 func TestHoldWaitsForTheAppsOutboundCalls(t *testing.T) {
 	c := runHold(t, []timedEvent{running(0, 0, 46*time.Second), done(12*time.Second, 0, "quiet", 0)},
 		&podTable{listenUntil: 12300 * time.Millisecond, connUntil: 13 * time.Second, outUntil: time.Hour}, nil)
-	c.want(t, ReasonAppDrain, PrestopDone, 0)
-	within(t, "release", c.result.Elapsed, 17*time.Second, 17*time.Second+poll)
+	c.want(t, ReasonDeadline, PrestopDone, 3)
+	within(t, "release", c.result.Elapsed, 51*time.Second, 51*time.Second)
+}
+
+// The app serves requests that outlast its --app-drain (5 s): told to stop at 12 s, it
+// answers its last one at 30 s. The proxy is kept until then: releasing it at 17 s would cut
+// them (the simulator's long-requests shape lost one so in regime b), and the pod is not gone
+// before the app exits anyway.
+func TestHoldKeepsTheProxyWhileTheAppStillServes(t *testing.T) {
+	c := runHold(t, []timedEvent{running(0, 0, 46*time.Second), done(12*time.Second, 0, "quiet", 0)},
+		&podTable{listenUntil: 12300 * time.Millisecond, connUntil: 30 * time.Second}, nil)
+	c.want(t, ReasonReleased, PrestopDone, 0)
+	within(t, "release", c.result.Elapsed, 30*time.Second+poll, 30*time.Second+3*poll)
 }
 
 // Fault: no prestop ever reports and the app's port never had a listener: the app
@@ -313,13 +324,13 @@ func TestHoldPrestopKilledWithItsContainer(t *testing.T) {
 	}
 }
 
-// Fault: prestop crashed but the app lives on (the kubelet sends it SIGTERM then): the
-// proxy waits the app's drain after the crash, not longer.
+// Fault: prestop crashed but the app lives on (the kubelet sends it SIGTERM then), and
+// never lets go: the proxy is kept while the app serves, to the bound, not longer.
 func TestHoldPrestopCrashedAppStillServes(t *testing.T) {
 	c := runHold(t, []timedEvent{running(0, 0, 46*time.Second), closed(10*time.Second, 0)},
 		&podTable{listenUntil: time.Hour, connUntil: time.Hour}, nil)
-	c.want(t, ReasonAppDrain, PrestopGone, 0)
-	within(t, "release", c.result.Elapsed, 15*time.Second, 15*time.Second+poll)
+	c.want(t, ReasonDeadline, PrestopGone, 3)
+	within(t, "release", c.result.Elapsed, 51*time.Second, 51*time.Second)
 }
 
 // Fault: the channel cannot be opened. No prestop can report, so the hold cannot know when

@@ -155,8 +155,8 @@ func deferredTimeline(p Plan) []Step {
 		}
 	}
 	release := Step{At: p.AppExitExpected, Worst: p.HoldBound, Who: "hold",
-		What: fmt.Sprintf("the app has let go (two reads in a row), or --app-drain %s has passed since its SIGTERM: returns; never later than its bound "+
-			"(deadline %s + app-drain %s)", fmtD(p.AppDrain), fmtD(p.Deadline), fmtD(p.AppDrain))}
+		What: fmt.Sprintf("the app has let go (two reads in a row): returns, however long after its SIGTERM the app served (where the app cannot be seen, "+
+			"--app-drain %s after it); never later than its bound (deadline %s + app-drain %s)", fmtD(p.AppDrain), fmtD(p.Deadline), fmtD(p.AppDrain))}
 	exit := Step{At: p.AppExitExpected, Worst: p.HoldBound, Who: "kubelet"}
 	switch in.Sidecar {
 	case Native:
