@@ -187,9 +187,11 @@ func (t *Tracker) RequestsArrived() { t.arrived = true }
 // connections is a departure, whether or not it carried requests; a client keeping an idle
 // connection open is holding; a connection with a request in flight holds nothing (its
 // client drops it after the request either way). A client pools once one of its connections
-// has been seen carrying a second request, or answered and still open poolIdle later: a
-// client that opens a connection per request closes it right after the response, so its
-// closes say nothing, however idle the connection was when the drain began. poolIdle is
+// has been seen carrying a second request, or answered and still open poolIdle later, in a
+// read or in the kernel's record of its close (Closed): a client that opens a connection per
+// request closes it right after the response, so its closes say nothing, however idle the
+// connection was when the drain began. A connection opened and closed between two reads,
+// gone without TIME_WAIT on the pod's side, was closed by its client. poolIdle is
 // best the read interval: a loaded client may take tens of milliseconds to close.
 // Limits: a client whose idle timeout expires during the drain looks like one that let go;
 // several clients behind one address (a NAT) are one. Sound only while nothing drains the
@@ -206,6 +208,20 @@ func (t *Tracker) Undrained(poolIdle time.Duration) {
 // an answered one, or answered and left open poolIdle (Undrained).
 func (t *Tracker) pooled(s Socket) bool {
 	return s.State == Established && (s.Reused() || s.Answered(t.poolIdle))
+}
+
+// pooledAtClose says whether the kernel's record of a connection its client closed (f) shows
+// a pool's use that no read caught: data after a read that showed every request answered (a
+// second request), or its last request answered poolIdle or more before the close (kept open
+// idle: a client that opens a connection per request closes it within milliseconds). Reads
+// while the stats move are BusyReads intervals apart, so a client that sends and then lets go
+// between two of them is known to pool only from its record (Undrained).
+func (t *Tracker) pooledAtClose(answeredBefore bool, bytesBefore uint64, haveBefore bool, f Socket) bool {
+	if !t.undrained || !f.HasTCPInfo {
+		return false
+	}
+	reused := answeredBefore && haveBefore && f.BytesReceived > bytesBefore+1
+	return reused || f.Answered(t.poolIdle)
 }
 
 // connKey names a connection at one time; a later connection may reuse it, which the
@@ -328,8 +344,9 @@ type clientEvidence struct {
 	heldAtStart int
 	newConns    int
 	state       ClientState
-	// Counts of drain-start connections, worked out again by each judge.
-	held, openUsed int
+	// Counts of drain-start connections, worked out again by each judge, and openNew of the
+	// others still open.
+	held, openUsed, openNew int
 }
 
 // lastClosed is the read that last showed the client close a connection, any kind.
@@ -440,6 +457,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		switch {
 		case recorded:
 			delete(final, d.id.cookie)
+			d.client.pools = d.client.pools || t.pooledAtClose(d.answered, d.bytes, d.haveBytes, f)
 			if !d.haveBytes || !f.HasTCPInfo || f.BytesReceived > d.bytes+1 {
 				// More than the FIN the record's count may hold: data.
 				t.usedBeforeClose(d, at)
@@ -458,8 +476,11 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			// Gone without TIME_WAIT on our side: closed by the client.
 			t.closedOther(o)
 			delete(t.other, k)
-			if f, recorded := final[o.id.cookie]; recorded && o.client != nil && o.haveBytes && f.BytesReceived > o.bytes+1 {
-				t.activity(o.client, at)
+			if f, recorded := final[o.id.cookie]; recorded && o.client != nil {
+				o.client.pools = o.client.pools || t.pooledAtClose(o.answered, o.bytes, o.haveBytes, f)
+				if o.haveBytes && f.BytesReceived > o.bytes+1 {
+					t.activity(o.client, at)
+				}
 			}
 			if o.id.cookie != 0 {
 				t.goneOther[o.id.cookie] = t.read
@@ -541,6 +562,11 @@ func (t *Tracker) briefConnections(at time.Time, final map[uint64]Socket) {
 		c.newConns++
 		c.lastNewConn = t.read
 		t.activity(c, at)
+		if t.undrained {
+			// Gone without TIME_WAIT on our side: its client closed it (Undrained).
+			c.lastUsedClose = t.read
+			c.pools = c.pools || t.pooledAtClose(false, 0, false, f)
+		}
 	}
 	for cookie, read := range t.goneOther {
 		if t.read-read >= goneOtherReads {
@@ -674,7 +700,12 @@ func (t *Tracker) client(addr netip.Addr, at time.Time) *clientEvidence {
 // judge is the one place that sets client states; see ClientState for the rules.
 func (t *Tracker) judge(at time.Time) {
 	for _, c := range t.clientList {
-		c.held, c.openUsed = 0, 0
+		c.held, c.openUsed, c.openNew = 0, 0, 0
+	}
+	for _, o := range t.other {
+		if !o.closed && o.client != nil && (o.state == Established || o.state == SynRecv || o.state == NewSynRecv) {
+			o.client.openNew++
+		}
 	}
 	for _, d := range t.drainList {
 		switch {
@@ -706,10 +737,11 @@ func (t *Tracker) judge(at time.Time) {
 			state = Left
 		case !t.undrained && c.openUsed == 0 && c.lastClose > 0 && c.lastActivity < c.lastClose:
 			state = Left
-		case t.undrained && c.pools && c.lastClosed() > 0 && c.lastActivity <= c.lastClosed() && c.lastNewConn < c.lastClosed():
+		case t.undrained && c.pools && c.lastClosed() > 0 && c.lastActivity <= c.lastClosed() && (c.lastNewConn < c.lastClosed() || c.openNew == 0):
 			// A pooling client closed a connection and keeps no idle one: activity seen in
-			// the read of the close was on it (unless a connection opened then carried it),
-			// and a request still in flight ends on its own.
+			// the read of the close was on it (unless a connection opened then carried it,
+			// and is still open: a connection it opened and has closed by this read, it let
+			// go of too), and a request still in flight ends on its own.
 			state = Left
 		case c.lastActivity > 0:
 			state = Sending

@@ -168,3 +168,74 @@ func TestUndrainedSecondRequestShowsAPool(t *testing.T) {
 	tr.Observe(at(3), nil)
 	wantState(t, clientOf(t, tr, "10.1.0.8"), Left)
 }
+
+// Reads are BusyReads intervals apart while requests arrive: a client can send on its pooled
+// connection, drop the endpoint and close the connection between two reads. The kernel's
+// record of the connection shows what no read did: a request after the answered one the
+// drain-start read showed (a second request: a pool), or the last answer long before the
+// close (kept open idle: a pool). A connection whose one request was answered moments before
+// its client closed it shows neither: a client that opens a connection per request does that.
+func TestUndrainedRecordShowsThePool(t *testing.T) {
+	answeredAtStart := withCookie(withTimes(sock("10.1.0.4", 43000, Established, 41), 200, 30*time.Millisecond, 20*time.Millisecond), 4)
+	inFlightAtStart := withCookie(unanswered(withTimes(sock("10.1.0.4", 43000, Established, 41), 200, 5*time.Millisecond, 6*time.Millisecond)), 4)
+	closedAfter := func(s Socket, bytes uint64, sinceRecv, sinceSent time.Duration) Socket {
+		r := record(s, bytes)
+		r.SinceLastDataRecv, r.SinceLastDataSent, r.NothingSent = sinceRecv, sinceSent, false
+		return r
+	}
+	for _, c := range []struct {
+		name  string
+		start Socket
+		final Socket
+		want  ClientState
+	}{
+		{"a second request, then closed", answeredAtStart, closedAfter(answeredAtStart, 450, 800*time.Millisecond, 790*time.Millisecond), Left},
+		{"answered, kept open idle, then closed", inFlightAtStart, closedAfter(inFlightAtStart, 201, 2*time.Second, time.Second), Left},
+		{"one request, closed right after its answer", inFlightAtStart, closedAfter(inFlightAtStart, 201, 12*time.Millisecond, 10*time.Millisecond), NoEvidence},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := Begin(at(0), []Socket{c.start})
+			tr.Undrained(testPoolIdle)
+			tr.RequestsArrived()
+			tr.Closed([]Socket{c.final}, true)
+			tr.Observe(at(5), nil)
+			wantState(t, clientOf(t, tr, "10.1.0.4"), c.want)
+		})
+	}
+}
+
+// A pooling client opens a second connection, drops the endpoint and closes both, all
+// between two reads: the new connection, closed by this read, does not make its client a
+// sender; one still open (a request it sent after the close, for all the read can tell)
+// does. Opened and closed unseen, a connection its client kept open idle shows a pool in its
+// record too.
+func TestUndrainedNewConnectionClosedInTheSameRead(t *testing.T) {
+	pooled := withCookie(withTimes(sock("10.1.0.5", 44000, Established, 51), 300, 2*time.Second, time.Second), 5)
+	second := withCookie(unanswered(withTimes(sock("10.1.0.5", 44001, Established, 52), 100, 5*time.Millisecond, 6*time.Millisecond)), 6)
+	for _, stillOpen := range []bool{false, true} {
+		tr := Begin(at(0), []Socket{pooled})
+		tr.Undrained(testPoolIdle)
+		if stillOpen {
+			tr.Closed([]Socket{record(pooled, 301)}, true)
+			tr.Observe(at(1), []Socket{second})
+		} else {
+			tr.Closed([]Socket{record(pooled, 301), record(second, 101)}, true)
+			tr.Observe(at(1), nil)
+		}
+		wantState(t, clientOf(t, tr, "10.1.0.5"), map[bool]ClientState{false: Left, true: Sending}[stillOpen])
+	}
+
+	brief := withCookie(sock("10.1.0.6", 45000, Established, 61), 7)
+	for _, idle := range []bool{false, true} {
+		tr := Begin(at(0), nil)
+		tr.Undrained(testPoolIdle)
+		final := record(brief, 201)
+		final.SinceLastDataRecv, final.SinceLastDataSent = 12*time.Millisecond, 10*time.Millisecond
+		if idle {
+			final.SinceLastDataRecv, final.SinceLastDataSent = 2*time.Second, time.Second
+		}
+		tr.Closed([]Socket{final}, true)
+		tr.Observe(at(1), nil)
+		wantState(t, clientOf(t, tr, "10.1.0.6"), map[bool]ClientState{false: Sending, true: Left}[idle])
+	}
+}
