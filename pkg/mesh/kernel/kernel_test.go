@@ -233,3 +233,65 @@ func TestParseIgnoreSource(t *testing.T) {
 		}
 	}
 }
+
+// Dense traffic: a client sends at every poll. After two reads that found only its data, the
+// table is read every DenseReadPolls polls, and the counter still moves at every poll; the
+// first poll at which the counters stand still reads at once and adds nothing twice. Then a
+// probe from an ignored source ends the dense reading: the next busy polls read again.
+func TestDenseTrafficReadsEveryFewPolls(t *testing.T) {
+	conn := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, 0, conn)
+	bytes, segs := uint64(100), uint32(1)
+	send := func() {
+		bytes, segs = bytes+100, segs+1
+		conn.BytesReceived, conn.DataSegsIn, conn.SinceLastDataRecv = bytes, segs, 0
+		f.traffic(0, conn)
+	}
+	last := f.poll()
+	readsAt := []int{}
+	for i := range 20 {
+		send()
+		reads := f.k.reads
+		got := f.poll()
+		if got <= last {
+			t.Fatalf("poll %d: a request and the counter stood at %v", i, got)
+		}
+		last = got
+		if f.k.reads != reads {
+			readsAt = append(readsAt, i)
+		}
+	}
+	if want := []int{0, 1, 9, 17}; fmt.Sprint(readsAt) != fmt.Sprint(want) {
+		t.Fatalf("reads at polls %v, want %v", readsAt, want)
+	}
+	// 20 requests, and no more than one poll's credit the reads did not confirm.
+	if last < 20 || last > 21 {
+		t.Fatalf("counter %v after 20 requests", last)
+	}
+	reads := f.k.reads
+	f.table.counters(t) // nothing new
+	if got := f.poll(); f.k.reads != reads+1 || got != last {
+		t.Fatalf("a still poll: %d reads (want one), counter %v → %v", f.k.reads-reads, last, got)
+	}
+
+	probe := sock(t, "10.9.0.1:5000", 8080, 9, 0, 0)
+	for range 3 {
+		send()
+		f.poll()
+	}
+	send()
+	f.table.passive++
+	f.table.socks = append(f.table.socks, probe)
+	f.table.counters(t)
+	for reads = f.k.reads; f.k.reads == reads; {
+		f.poll() // until the read that finds the probe
+		send()
+		f.table.socks = append(f.table.socks, probe)
+		f.table.counters(t)
+	}
+	reads = f.k.reads
+	f.poll()
+	if f.k.reads == reads {
+		t.Fatalf("the poll after a read that found a probe did not read")
+	}
+}

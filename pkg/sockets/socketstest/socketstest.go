@@ -36,6 +36,10 @@ func Connections(tb testing.TB, n int) uint16 {
 	return port
 }
 
+// ClientEnd is the client's end of the i-th connection Connections opened: a benchmark
+// writes to it to make the pod's side receive data.
+func ClientEnd(i int) net.Conn { return kept[2*(i%(len(kept)/2))] }
+
 func open(n int) (uint16, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
