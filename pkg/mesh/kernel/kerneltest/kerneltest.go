@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,9 +142,9 @@ type Client struct {
 	From   netip.Addr
 	Server *Server
 
-	mu       sync.Mutex
-	lastSend time.Time
-	errs     int
+	mu    sync.Mutex
+	sends []time.Time
+	errs  int
 }
 
 // NewClient is a client from addr (127.0.0.2 and up).
@@ -155,7 +156,17 @@ func NewClient(s *Server, addr string) *Client {
 func (c *Client) LastSend() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lastSend
+	if len(c.sends) == 0 {
+		return time.Time{}
+	}
+	return c.sends[len(c.sends)-1]
+}
+
+// Sends are when the client sent each request.
+func (c *Client) Sends() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sends)
 }
 
 func (c *Client) dial() (net.Conn, error) {
@@ -167,7 +178,7 @@ func (c *Client) dial() (net.Conn, error) {
 // connection after it (Connection: close: the pod's side closes first).
 func (c *Client) request(conn net.Conn, br *bufio.Reader, podFirst bool) error {
 	c.mu.Lock()
-	c.lastSend = time.Now()
+	c.sends = append(c.sends, time.Now())
 	c.mu.Unlock()
 	closeHeader := ""
 	if podFirst {
