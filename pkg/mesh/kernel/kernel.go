@@ -71,7 +71,9 @@ type Options struct {
 // it (credit), so the rule sees arrivals at every poll as before: the read then adds only what
 // the credit did not already show, and a poll at which the counters stand still reads at
 // once. Counting ahead can only lengthen the wait: credit the read does not confirm stays in
-// the counter. With 8, a dense poll costs about a ninth of a read.
+// the counter. With 8, a dense poll costs about a ninth of a read. Past the lag bound every
+// busy poll reads: there, the data of holders that never learn moves the counters and counts
+// nothing, and counting it ahead would hold the hook for them.
 const DenseReadPolls = 8
 
 // denseAfterReads is how many reads in a row must find dense traffic: one busy poll is not
@@ -453,21 +455,13 @@ func (k *Kernel) poll() error {
 	if counters == k.atRead && k.unattributed == 0 {
 		return nil
 	}
-	if k.denseReads >= denseAfterReads && movedSincePoll && k.unread < DenseReadPolls-1 && !k.crossesBound(now) {
+	if k.denseReads >= denseAfterReads && movedSincePoll && k.unread < DenseReadPolls-1 && !k.pastBound(now) {
 		k.unread++
 		k.credit[k.creditPort]++
 		k.activity[k.creditPort]++
 		return nil
 	}
 	return k.read(now)
-}
-
-// crossesBound says whether the lag bound passed since the latest read: the read at the
-// first poll past it tells the data sent before it (which counts) from the data after it on
-// old connections (which does not).
-func (k *Kernel) crossesBound(now time.Time) bool {
-	b := k.boundAt()
-	return !b.IsZero() && k.lastRead.Before(b) && !now.Before(b)
 }
 
 // addActivity counts n on port: first against the credit counted ahead of this read, so that

@@ -295,3 +295,39 @@ func TestDenseTrafficReadsEveryFewPolls(t *testing.T) {
 		t.Fatalf("the poll after a read that found a probe did not read")
 	}
 }
+
+// Past the lag bound nothing is counted ahead: a holder that never learns keeps sending and
+// moving the counters, and reads between its sends can find only a client that still counts
+// (here one opening past the bound); counting ahead then would count the holder's next data
+// and hold the hook for it.
+func TestNoCountingAheadPastTheBound(t *testing.T) {
+	holder := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, time.Second, holder)
+	bytes, segs := uint64(100), uint32(1)
+	for f.now.Before(f.k.opts.Start.Add(time.Second)) {
+		bytes, segs = bytes+100, segs+1
+		holder.BytesReceived, holder.DataSegsIn = bytes, segs
+		f.traffic(0, holder)
+		f.poll()
+	}
+	// Past the bound: a late opener's connection shows new data at every poll, the holder's
+	// at every third.
+	late := sock(t, "10.1.0.3:41000", 8080, 2, 50, 1)
+	lateBytes := uint64(50)
+	f.traffic(1, holder, late)
+	f.poll()
+	for i := range 10 {
+		if i%3 == 0 {
+			bytes, segs = bytes+100, segs+1
+			holder.BytesReceived, holder.DataSegsIn = bytes, segs
+		}
+		lateBytes += 50
+		late.BytesReceived, late.SinceLastDataRecv = lateBytes, 0
+		f.traffic(0, holder, late)
+		reads := f.k.reads
+		f.poll()
+		if f.k.reads != reads+1 {
+			t.Fatalf("poll %d past the bound did not read the table", i)
+		}
+	}
+}
