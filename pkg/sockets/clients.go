@@ -220,8 +220,13 @@ func (t *Tracker) pooledAtClose(answeredBefore bool, bytesBefore uint64, haveBef
 	if !t.undrained || !f.HasTCPInfo {
 		return false
 	}
-	reused := answeredBefore && haveBefore && f.BytesReceived > bytesBefore+1
-	return reused || f.Answered(t.poolIdle)
+	return (answeredBefore && dataInRecord(bytesBefore, haveBefore, f)) || f.Answered(t.poolIdle)
+}
+
+// dataInRecord says whether the record f of a freed connection shows data received since a
+// read counted bytes (have: that read had tcp_info): more than the FIN the count may hold.
+func dataInRecord(bytes uint64, have bool, f Socket) bool {
+	return have && f.HasTCPInfo && f.BytesReceived > bytes+1
 }
 
 // connKey names a connection at one time; a later connection may reuse it, which the
@@ -458,8 +463,8 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		case recorded:
 			delete(final, d.id.cookie)
 			d.client.pools = d.client.pools || t.pooledAtClose(d.answered, d.bytes, d.haveBytes, f)
-			if !d.haveBytes || !f.HasTCPInfo || f.BytesReceived > d.bytes+1 {
-				// More than the FIN the record's count may hold: data.
+			if !d.haveBytes || !f.HasTCPInfo || dataInRecord(d.bytes, d.haveBytes, f) {
+				// Data, or nothing to tell: counted as data.
 				t.usedBeforeClose(d, at)
 			}
 		case t.finalComplete && d.id.cookie != 0 && d.goneRead == 0:
@@ -478,7 +483,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			delete(t.other, k)
 			if f, recorded := final[o.id.cookie]; recorded && o.client != nil {
 				o.client.pools = o.client.pools || t.pooledAtClose(o.answered, o.bytes, o.haveBytes, f)
-				if o.haveBytes && f.BytesReceived > o.bytes+1 {
+				if dataInRecord(o.bytes, o.haveBytes, f) {
 					t.activity(o.client, at)
 				}
 			}

@@ -29,7 +29,8 @@ func cpuTime() time.Duration {
 // counters moved: someone sent), and the destroy records, the worst case of a poll; "dense":
 // before each poll a client sends a byte on one of the connections (a different one each
 // time), so the counters move at every poll and the table is read every DenseReadPolls polls,
-// what a poll costs while clients send densely (the send's own syscall included).
+// what a poll costs while clients send densely (the sends' own CPU measured apart and taken
+// off).
 func BenchmarkPoll(b *testing.B) {
 	// In a namespace of its own, the counters stand still unless the benchmark moves them.
 	if !kerneltest.Inside(b, false) {

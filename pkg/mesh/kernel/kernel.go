@@ -64,8 +64,8 @@ type Options struct {
 
 // DenseReadPolls is how many polls apart the table is read while the traffic is dense: the
 // latest two reads each found activity that counts since the poll before it and nothing
-// else, and the counters move at every poll. A read walks the node's whole connection hash and formats
-// tcp_info for every watched connection (about 5 ms of CPU at 2,000 connections here, docs:
+// else, and the counters move at every poll. A read walks the node's whole connection hash
+// and formats tcp_info for every watched connection (about 5 ms of CPU at 2,000 connections here, docs:
 // cost per poll), so reading at every such poll would cost that much per poll. In between,
 // each poll at which the counters moved counts one activity ahead of the read that will name
 // it (credit), so the rule sees arrivals at every poll as before: the read then adds only what
@@ -464,12 +464,14 @@ func (k *Kernel) poll() error {
 	return k.read(now)
 }
 
-// addActivity counts n on port: first against the credit counted ahead of this read, so that
-// an activity is in the counter once.
-func (k *Kernel) addActivity(port uint16, n float64) {
+// addActivity counts n on port, the latest of it at at: first against the credit counted
+// ahead of this read, so that an activity is in the counter once. The read under way has
+// then found activity that counts, and the next credit goes to port.
+func (k *Kernel) addActivity(port uint16, n float64, at time.Time) {
 	paid := min(n, k.credit[port])
 	k.credit[port] -= paid
 	k.activity[port] += n - paid
+	k.readCounted, k.creditPort = later(k.readCounted, at), port
 }
 
 // read takes the destruction records, reads the table, then the counters: an accept after
@@ -570,8 +572,7 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 	if unknown > 0 {
 		k.unknownAccepts += int(unknown)
 		port := k.firstListeningWatched()
-		k.addActivity(port, float64(unknown))
-		k.readCounted, k.creditPort = later(k.readCounted, now), port
+		k.addActivity(port, float64(unknown), now)
 		k.lastKind, k.lastActivity = ActivityUnknownClient, now
 	}
 }
@@ -728,8 +729,7 @@ func (k *Kernel) data(now time.Time, c *conn, at time.Time, n int) {
 func (k *Kernel) count(at time.Time, cl *client, port uint16, kind string, n int) {
 	cl.counted = true
 	cl.lastCountedAction = later(cl.lastCountedAction, at)
-	k.addActivity(port, float64(n))
-	k.readCounted, k.creditPort = later(k.readCounted, at), port
+	k.addActivity(port, float64(n), at)
 	if !at.Before(k.lastActivity) {
 		k.lastKind, k.lastActivity = kind, at
 	}

@@ -16,7 +16,8 @@ type acceptor struct {
 
 // acceptLoop accepts on ln until the server closes. admit is called with mu held for each
 // accepted connection, to register it, and returns what starts serving it once mu is
-// released. The server's init has made the listener set. An accept that times out is retried; any other error ends the loop.
+// released. The server's init has made the listener set. An accept that times out is
+// retried; any other error ends the loop.
 func (a *acceptor) acceptLoop(ln net.Listener, admit func(net.Conn) (start func())) error {
 	a.mu.Lock()
 	if a.closing {
