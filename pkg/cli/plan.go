@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -262,7 +263,7 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&opts.in.Quiet, "quiet", opts.in.Quiet, "meshdrain's quiet window: no new inbound request for this long = clients stopped (with -f: the preStop's --quiet)")
 	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval (with -f: the preStop's --poll)")
 	f.DurationVar(&opts.in.MinWait, "min-wait", drain.DefaultMinWait, "meshdrain's --min-wait: the hook never returns earlier (written into the preStop when not the default; with -f: the preStop's --min-wait)")
-	f.Float64Var(&opts.in.RPSPerClient, "rps-per-client", 0, "requests a second one client proxy sends, when known: a sparse client pauses longer, so --quiet becomes at least −ln(1e-4)/rate (9.2 of its mean gaps)")
+	f.Float64Var(&opts.in.RPSPerClient, "rps-per-client", 0, "requests a second one client proxy sends to one pod, when known: a sparse client pauses longer, so --quiet becomes at least −ln(1e-4)/rate (9.2 of its mean gaps); written into the preStop too, where a client that sent without showing a pool is judged by that silence of its own")
 	f.DurationVar(&opts.in.ClientPeriod, "client-period", 0, "when clients send on a schedule: the time between two of one client's requests or bursts (--quiet becomes at least this + --poll; with -f: the preStop's --client-period)")
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s; with -f: the preStop's --app-drain; 0 is refused)")
 	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+"; none and ambient are pods without a sidecar, "+
@@ -591,6 +592,15 @@ func fromPrestop(opts *planOptions, workload *plan.Workload, changed func(string
 	for _, name := range plan.InputFlags {
 		raw, ok := workload.PrestopFlag(name)
 		if !ok || changed(name) {
+			continue
+		}
+		if name == "rps-per-client" {
+			r, err := strconv.ParseFloat(raw, 64)
+			if err != nil || r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+				return usageError("%s/%s: its preStop's --%s %q is not a rate of 0 or more: fix it, or pass --%s", workload.Kind, workload.Name, name, raw, name)
+			}
+			opts.in.RPSPerClient = r
+			opts.fromPrestop = append(opts.fromPrestop, "--"+name+"="+raw)
 			continue
 		}
 		d, err := time.ParseDuration(raw)

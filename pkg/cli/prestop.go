@@ -41,6 +41,7 @@ type prestopOptions struct {
 	minWait          time.Duration
 	streamsWait      time.Duration
 	clientPeriod     time.Duration
+	rpsPerClient     float64
 	edsLagBound      time.Duration
 	settledQuiet     time.Duration
 	drainAt          string
@@ -111,6 +112,7 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.minWait, "min-wait", o.minWait, "wait at least this long whatever happens: the endpoint propagation time, within which a silent client may still send (at most the deadline; the default is cut to the deadline)")
 	f.DurationVar(&o.streamsWait, "streams-wait", o.streamsWait, "once the clients have stopped, how long requests may stay open (streams, WebSockets) before the app may stop anyway (reason quiet-streams)")
 	f.DurationVar(&o.clientPeriod, "client-period", 0, "clients that send on a schedule send at least this often: the window then ignores the traffic's own pauses (--quiet must be at least this + --poll; meshdrain plan --client-period writes both)")
+	f.Float64Var(&o.rpsPerClient, "rps-per-client", 0, "one client's request rate, requests a second (meshdrain plan --rps-per-client writes it): a client that sent during the drain without showing a pooled connection, so that its close says nothing, has stopped once silent for the pause its arrivals exceed once in 10,000 (9.2 / rate, at least --quiet); --client-period does the same with --quiet")
 	f.DurationVar(&o.edsLagBound, "eds-lag-bound", 0, "how late the last client applies the endpoint removal, from the deletion (plan writes its last-client --eds-lag): past it, one --quiet of silence is enough and idle connections still open do not hold the app")
 	f.DurationVar(&o.settledQuiet, "settled-quiet", 0, "the silence asked for once no client may still be on its way (past --eds-lag-bound, or every client left): the ordinary quiet window, not a --quiet raised for sparse clients (default 1s, at least two polls)")
 	f.StringVar(&o.drainAt, "drain-at", o.drainAt, "start: call /drain_listeners when the hook starts; end: when the clients have let go, just before the app stops (for a sidecar whose own drain at the deletion is turned off: docs/decision-rule.md)")

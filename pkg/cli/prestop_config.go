@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -242,6 +243,9 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		add("%v", err)
 	}
 	deadline := drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0))
+	if o.rpsPerClient < 0 || math.IsNaN(o.rpsPerClient) || math.IsInf(o.rpsPerClient, 0) {
+		add("--rps-per-client must be a rate of 0 or more requests a second, got %v", o.rpsPerClient)
+	}
 	if o.edsLagBound < 0 {
 		add("--eds-lag-bound must not be negative, got %v", o.edsLagBound)
 	}
@@ -281,6 +285,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		MinWait:        min(o.minWait, max(deadline, 0)),
 		StreamsWait:    o.streamsWaitOrStrict(),
 		ClientPeriod:   o.clientPeriod,
+		RPSPerClient:   o.rpsPerClient,
 		LagBound:       o.edsLagBound,
 		SettledQuiet:   o.settledQuiet,
 		DrainAtEnd:     o.drainAt == drainAtEnd,

@@ -118,8 +118,9 @@ type Tracker struct {
 	early []Socket
 	// drainBegins: the sidecar began to drain, for the next Observe (DrainBegins).
 	drainBegins bool
-	// lastAt is the time of the latest read.
-	lastAt time.Time
+	// lastAt is the time of the latest read, and begun that of the read that began the
+	// drain (Begin, or the read after DrainBegins).
+	lastAt, begun time.Time
 }
 
 // goneOtherReads is how many reads a vanished connection's cookie is remembered: its record
@@ -389,7 +390,7 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 		t.drain[k] = d
 		t.drainList = append(t.drainList, d)
 	}
-	t.lastAt = at
+	t.lastAt, t.begun = at, at
 	t.judge(at)
 	return t
 }
@@ -421,13 +422,13 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			o.client = t.client(s.Remote.Addr(), at)
 			o.client.newConns++
 			o.client.lastNewConn = t.read
-			t.activity(o.client, dataTime(at, s))
+			t.activity(o.client, s.DataAt(at))
 		} else if grew(&o.bytes, &o.haveBytes, s) {
 			if o.client == nil {
 				o.client = t.client(s.Remote.Addr(), at)
 			}
 			o.dataRead = t.read
-			t.activity(o.client, dataTime(at, s))
+			t.activity(o.client, s.DataAt(at))
 			// A request after an answered one: the connection is reused, as a pool's.
 			o.client.pools = o.client.pools || (t.undrained && o.answered)
 		}
@@ -465,7 +466,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			d.client.pools = d.client.pools || t.pooledAtClose(d.answered, d.bytes, d.haveBytes, f)
 			if !d.haveBytes || !f.HasTCPInfo || dataInRecord(d.bytes, d.haveBytes, f) {
 				// Data, or nothing to tell: counted as data.
-				t.usedBeforeClose(d, at)
+				t.usedBeforeClose(d, f.DataAt(at))
 			}
 		case t.finalComplete && d.id.cookie != 0 && d.goneRead == 0:
 			d.goneRead, d.arrivedThen = t.read, t.arrived
@@ -484,7 +485,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			if f, recorded := final[o.id.cookie]; recorded && o.client != nil {
 				o.client.pools = o.client.pools || t.pooledAtClose(o.answered, o.bytes, o.haveBytes, f)
 				if dataInRecord(o.bytes, o.haveBytes, f) {
-					t.activity(o.client, at)
+					t.activity(o.client, f.DataAt(at))
 				}
 			}
 			if o.id.cookie != 0 {
@@ -495,7 +496,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 	t.briefConnections(at, final)
 	if t.drainBegins {
 		t.rebase()
-		t.drainBegins = false
+		t.drainBegins, t.begun = false, at
 	}
 	t.lastAt = at
 	t.judge(at)
@@ -503,12 +504,12 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 
 // usedBeforeClose records that a drain-start connection carried data before its client
 // closed it, between two reads.
-func (t *Tracker) usedBeforeClose(d *drainConn, at time.Time) {
+func (t *Tracker) usedBeforeClose(d *drainConn, when time.Time) {
 	d.used = true
 	if d.usedRead == 0 {
 		d.usedRead = t.read
 	}
-	t.activity(d.client, at)
+	t.activity(d.client, when)
 }
 
 // finalByCookie indexes the records Closed gave for this read, with those kept from the
@@ -564,13 +565,22 @@ func (t *Tracker) briefConnections(at time.Time, final map[uint64]Socket) {
 			continue
 		}
 		c := t.client(f.Remote.Addr(), at)
+		if t.undrained {
+			c.pools = c.pools || t.pooledAtClose(false, 0, false, f)
+		}
+		if f.DataBefore(t.begun) {
+			// Its data all came before the drain-start read, which did not show it: it
+			// closed just before that read, or as it walked the table. It was no connection
+			// of the drain, and what it carried was sent before the drain began (a client
+			// that lets go of it at the deletion shows no activity since).
+			continue
+		}
 		c.newConns++
 		c.lastNewConn = t.read
-		t.activity(c, at)
+		t.activity(c, f.DataAt(at))
 		if t.undrained {
 			// Gone without TIME_WAIT on our side: its client closed it (Undrained).
 			c.lastUsedClose = t.read
-			c.pools = c.pools || t.pooledAtClose(false, 0, false, f)
 		}
 	}
 	for cookie, read := range t.goneOther {
@@ -623,7 +633,7 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 		if d.usedRead == 0 {
 			d.usedRead = t.read
 		}
-		t.activity(d.client, dataTime(at, s))
+		t.activity(d.client, s.DataAt(at))
 		d.client.pools = d.client.pools || (t.undrained && d.answered)
 	}
 	d.answered = answered(s)
@@ -674,15 +684,6 @@ func grew(bytes *uint64, have *bool, s Socket) bool {
 	more := *have && s.BytesReceived > *bytes
 	*bytes, *have = s.BytesReceived, true
 	return more
-}
-
-// dataTime is when the last data of s arrived: tcp_info says so exactly; otherwise the
-// read's time is the latest it can have been.
-func dataTime(at time.Time, s Socket) time.Time {
-	if s.HasTCPInfo {
-		return at.Add(-s.SinceLastDataRecv)
-	}
-	return at
 }
 
 func (t *Tracker) activity(c *clientEvidence, when time.Time) {

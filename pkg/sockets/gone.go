@@ -219,6 +219,7 @@ func (w *GoneWatch) stop(err error) {
 // add parses the records of one datagram.
 func (w *GoneWatch) add(b []byte) {
 	ne := binary.NativeEndian
+	received := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer func() {
@@ -239,6 +240,7 @@ func (w *GoneWatch) add(b []byte) {
 			case err != nil || len(w.final) >= maxGoneRecords:
 				w.lost = true
 			default:
+				s.Freed = received
 				w.final = append(w.final, s)
 			}
 		}

@@ -106,6 +106,10 @@ type Socket struct {
 	// DataSegsIn is tcpi_data_segs_in (Linux >= 4.6; 0 when unknown): segments that carried
 	// payload, about one per small request, which bytes received cannot count.
 	DataSegsIn uint32
+	// Freed is when the kernel's record of this freed connection reached meshdrain
+	// (GoneWatch); zero for the sockets of a read. The record's tcp_info times count back
+	// from the moment the kernel freed it, a little before.
+	Freed time.Time
 }
 
 // Answered says, from tcp_info, that the pod's side sent data no earlier than the last data
@@ -115,6 +119,27 @@ type Socket struct {
 func (s Socket) Answered(idle time.Duration) bool {
 	return s.HasTCPInfo && s.BytesReceived > 0 && !s.NothingSent &&
 		s.SinceLastDataSent <= s.SinceLastDataRecv && s.SinceLastDataSent >= idle
+}
+
+// DataAt is when the last data of s arrived, for a read taken at read: tcp_info counts back
+// from the read, or, for a freed connection's record, from when the record came (Freed), no
+// earlier than the kernel freed it, so the time is never earlier than the truth. Without
+// tcp_info, the read's time is the latest it can have been.
+func (s Socket) DataAt(read time.Time) time.Time {
+	if !s.HasTCPInfo {
+		return read
+	}
+	from := read
+	if !s.Freed.IsZero() && s.Freed.Before(read) {
+		from = s.Freed
+	}
+	return from.Add(-s.SinceLastDataRecv)
+}
+
+// DataBefore says whether the record s of a freed connection shows data that all arrived
+// before t: a connection of before t, whatever it did after.
+func (s Socket) DataBefore(t time.Time) bool {
+	return s.HasTCPInfo && s.BytesReceived > 0 && !s.Freed.IsZero() && s.DataAt(s.Freed).Before(t)
 }
 
 // OwnerKnown says whether UID names the socket's owner. TIME_WAIT and request sockets belong to

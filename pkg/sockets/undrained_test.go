@@ -239,3 +239,43 @@ func TestUndrainedNewConnectionClosedInTheSameRead(t *testing.T) {
 		wantState(t, clientOf(t, tr, "10.1.0.6"), map[bool]ClientState{false: Sending, true: Left}[idle])
 	}
 }
+
+// The kernel's record of a connection its client closed just before the drain-start read (so
+// that no read showed it) says when its data came, counted back from when the record arrived:
+// a client whose data all came before the drain began sent nothing in it, and is no sender.
+// One whose data came after is, as of that data's time rather than the read's. Where the
+// record's arrival is unknown, its times count back from the read, which is later.
+func TestRecordFromBeforeTheDrainIsNoActivity(t *testing.T) {
+	brief := withCookie(sock("10.1.0.8", 46000, Established, 81), 8)
+	freedAt := func(freed, sinceRecv time.Duration) Socket {
+		f := record(brief, 201)
+		f.Freed = at(0).Add(freed)
+		// Answered 50ms before the close: no pool shown (testPoolIdle is 100ms).
+		f.SinceLastDataRecv, f.SinceLastDataSent = sinceRecv, 50*time.Millisecond
+		return f
+	}
+	unknown := freedAt(0, 400*time.Millisecond)
+	unknown.Freed = time.Time{}
+	for _, c := range []struct {
+		name     string
+		final    Socket
+		want     ClientState
+		lastData time.Time
+	}{
+		{"data before the drain began, record just after", freedAt(20*time.Millisecond, 400*time.Millisecond), NoEvidence, time.Time{}},
+		{"data after the drain began", freedAt(900*time.Millisecond, 100*time.Millisecond), Sending, at(0).Add(800 * time.Millisecond)},
+		{"record's arrival unknown: counted back from the read", unknown, Sending, at(1).Add(-400 * time.Millisecond)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := Begin(at(0), nil)
+			tr.Undrained(testPoolIdle)
+			tr.Closed([]Socket{c.final}, true)
+			tr.Observe(at(1), nil)
+			cl := clientOf(t, tr, "10.1.0.8")
+			wantState(t, cl, c.want)
+			if !cl.LastData.Equal(c.lastData) {
+				t.Errorf("last data at %v, want %v", cl.LastData.Sub(at(0)), c.lastData.Sub(at(0)))
+			}
+		})
+	}
+}

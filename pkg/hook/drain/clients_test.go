@@ -100,3 +100,29 @@ func TestDrainAtEnd(t *testing.T) {
 		t.Errorf("--drain-at start: drain calls at %v, want one at the start", sidecar.drainedAt)
 	}
 }
+
+// With one client's rate stated (--rps-per-client), a client that sent without showing a
+// pool is judged by its own silence since it last sent, as the evidence says (LastSent),
+// once every pooling client has left: here 6s after its last request at 1s, before the
+// raised --quiet after the traffic's last arrival at 3s would end the wait.
+func TestDrainJudgesUnpooledSendersByTheirOwnSilence(t *testing.T) {
+	for _, rate := range []float64{0, 1.6} {
+		cfg := baseConfig()
+		cfg.Quiet, cfg.RPSPerClient = 6*time.Second, rate
+		fake := clock.NewAutoFake(t0)
+		cfg.Clients = &scriptedClients{clock: fake, counts: func(at time.Duration) (ClientCounts, error) {
+			if at < 3*time.Second {
+				return ClientCounts{Holding: 1, Left: 2, Sending: 1, LastSent: t0.Add(time.Second)}, nil
+			}
+			return ClientCounts{Left: 3, Sending: 1, LastSent: t0.Add(time.Second)}, nil
+		}}
+		res, _ := runWithClock(t, fake, cfg, steadyTraffic(3*time.Second, 0))
+		want, term := 7*time.Second, TermClientSilence
+		if rate == 0 {
+			want, term = 9*time.Second, TermQuiet
+		}
+		if res.Reason != ReasonQuiet || res.Elapsed < want || res.Elapsed > want+400*time.Millisecond || res.WindowTerm != term {
+			t.Errorf("rate %g: ended %s at %v (term %s); want quiet at %v, term %s", rate, res.Reason, res.Elapsed, res.WindowTerm, want, term)
+		}
+	}
+}

@@ -87,6 +87,10 @@ type Config struct {
 	// ClientPeriod is the clients' declared schedule (--client-period): while a client sends,
 	// it sends at least this often, so the rule's gaps term is not needed (rule.go).
 	ClientPeriod time.Duration
+	// RPSPerClient is one client's request rate as the operator stated it (--rps-per-client):
+	// with it, or with ClientPeriod, a client that sent without showing a pool is judged by
+	// its own silence (RuleConfig.ClientQuiet).
+	RPSPerClient float64
 	// DrainAtEnd defers the drain call until the wait ends, just before the app is told to
 	// stop (--drain-at end): where the sidecar's own drain at the deletion is turned off,
 	// idle pooled connections stay open until each client lets go, which is the evidence
@@ -449,8 +453,9 @@ func (c *coordinator) drainListeners(ctx, parent context.Context) Reason {
 
 func (c *coordinator) watch(ctx, parent context.Context, snap mesh.Snapshot, first mesh.Reading) Reason {
 	c.beginClients(ctx, snap)
-	c.rule = NewRule(RuleConfig{Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait, ClientPeriod: c.cfg.ClientPeriod,
-		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait, LagBound: c.cfg.LagBound, SettledQuiet: SettledQuiet(c.cfg.SettledQuiet, c.cfg.Poll)}, c.observation(ctx, snap, first))
+	c.rule = NewRule(RuleConfig{Start: c.start, Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait, ClientPeriod: c.cfg.ClientPeriod,
+		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait, LagBound: c.cfg.LagBound, SettledQuiet: SettledQuiet(c.cfg.SettledQuiet, c.cfg.Poll),
+		ClientQuiet: ClientQuiet(c.cfg.Quiet, c.cfg.ClientPeriod, c.cfg.RPSPerClient)}, c.observation(ctx, snap, first))
 	c.result.LastArrival = c.clock.Now().Sub(c.start)
 	c.result.RequestsAfterDrain = new(float64)
 	c.result.ActiveAtEnd = first.Active

@@ -101,11 +101,18 @@ const (
 	// TermLagBound: the lag bound has passed (RuleConfig.LagBound): every client has applied
 	// the removal, so one --quiet of silence is enough.
 	TermLagBound WindowTerm = "lag-bound"
+	// TermClientSilence: every client seen to pool has left, none is holding, and the clients
+	// that sent without showing a pool are each given their own silence (ClientQuiet) since
+	// they last sent, which ends later than --quiet after the last arrival.
+	TermClientSilence WindowTerm = "client-silence"
 )
 
 // RuleConfig holds the rule's settings. Durations are measured from the start of the drain,
 // like every Observation.At.
 type RuleConfig struct {
+	// Start is the start of the drain on the clock of the per-client evidence, whose times
+	// (ClientCounts) the rule measures from it.
+	Start time.Time
 	// Quiet is the least window (--quiet).
 	Quiet time.Duration
 	// LatencyAllowance is added to Quiet when the signal counts completions, which lag
@@ -134,6 +141,24 @@ type RuleConfig struct {
 	// bound passed, or every client left): the ordinary quiet window, not a --quiet raised
 	// for sparse clients (default DefaultQuiet).
 	SettledQuiet time.Duration
+	// ClientQuiet, when set, is the longest silence of one client that still sends, as the
+	// operator stated it (ClientQuiet): a client that sent during the drain without showing a
+	// pool, so that its close says nothing, has stopped sending once it has been silent this
+	// long. Zero: nobody stated the clients' rhythm, and such a client keeps the window the
+	// traffic's own terms set.
+	ClientQuiet time.Duration
+}
+
+// ClientQuiet is the longest silence of one client that still sends, from what the operator
+// stated about the clients: a schedule (clientPeriod; quiet is at least the period plus a
+// poll, checked at start) or one client's Poisson rate (perClient requests a second: the
+// silence its arrivals exceed with probability Risk). At least quiet; zero when neither is
+// known.
+func ClientQuiet(quiet, clientPeriod time.Duration, perClient float64) time.Duration {
+	if clientPeriod <= 0 && perClient <= 0 {
+		return 0
+	}
+	return max(quiet, PoissonQuiet(perClient))
 }
 
 // ClientCounts is the per-client evidence of one poll, from the pod's socket table: how many
@@ -147,6 +172,9 @@ type ClientCounts struct {
 	Stale bool
 	// Holders are the holding clients' addresses (a few, for the log).
 	Holders []string
+	// LastSent is the latest time a Sending client sent (sockets.Client.LastData); zero when
+	// none.
+	LastSent time.Time
 	// Without a sidecar (--mesh none), the rule never holds for a client: these only name,
 	// in the final event, the clients the kernel showed past the lag bound. NeverLearn sent
 	// on connections opened before it (routed per connection, they will not move: the app's
@@ -155,6 +183,11 @@ type ClientCounts struct {
 	// the kind of the latest activity that counted (mesh/kernel's Activity*).
 	NeverLearn, LateOpeners []string
 	LastActivity            string
+	// LastLearning (without a sidecar) is the latest counted activity that may have come from
+	// a client still to learn of the removal: everything counted but the data, on connections
+	// opened before the lag bound, of the NeverLearn clients (kernel.Summary.LastLearning).
+	// Past the bound, the settled window runs from it. Zero: unknown.
+	LastLearning time.Time
 }
 
 // Observation is one poll's reading.
@@ -278,7 +311,7 @@ func (r *Rule) Observe(o Observation) Decision {
 		LongestGap:  max(r.longestGap, o.At-r.lastMove),
 		Change:      change,
 	}
-	end := max(r.lastMove+window, r.cfg.MinWait)
+	end := max(r.settledFrom(o)+window, r.cfg.MinWait)
 	if o.Clients != nil && holdsBeyondRequests(o) && !r.pastLagBound(o.At) {
 		// A client that keeps its idle drain-start connection open still routes here:
 		// whatever the silence says, it may send. The deadline bounds the hold.
@@ -425,6 +458,20 @@ func holdsBeyondRequests(o Observation) bool {
 	return o.Active == nil || float64(o.Clients.Holding) > *o.Active
 }
 
+// settledFrom is when the silence the window asks for began: the counter's last move, or,
+// past the lag bound without a sidecar, the latest activity that may have come from a client
+// still learning (Clients.LastLearning) when that is earlier: what clients that never learn
+// sent before the bound, on the connections they go on sending on past it, was not that.
+func (r *Rule) settledFrom(o Observation) time.Duration {
+	if c := o.Clients; c != nil && !c.Stale && !c.LastLearning.IsZero() && r.pastLagBound(o.At) {
+		return min(r.lastMove, r.since(c.LastLearning))
+	}
+	return r.lastMove
+}
+
+// since is t on the rule's clock: the time since the start of the drain.
+func (r *Rule) since(t time.Time) time.Duration { return t.Sub(r.cfg.Start) }
+
 // pastLagBound says whether at is past the lag bound, when there is one.
 func (r *Rule) pastLagBound(at time.Duration) bool {
 	return r.cfg.LagBound > 0 && at >= r.cfg.LagBound
@@ -450,7 +497,9 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 	if r.pastLagBound(r.prev.At) {
 		return settled, TermLagBound
 	}
-	if c := r.prev.Clients; c != nil && c.Left > 0 && c.Holding == 0 && c.Sending == 0 && !c.Stale {
+	c := r.prev.Clients
+	everyPoolLeft := c != nil && c.Left > 0 && c.Holding == 0 && !c.Stale
+	if everyPoolLeft && c.Sending == 0 {
 		return settled, TermClientsLeft
 	}
 	if gaps := time.Duration(GapFactor * float64(r.longestGap)); gaps > window && r.cfg.ClientPeriod == 0 {
@@ -458,6 +507,18 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 	}
 	if r.rateWindow > window {
 		window, term = r.rateWindow, TermRate
+	}
+	if everyPoolLeft && r.cfg.ClientQuiet > 0 && !c.LastSent.IsZero() {
+		// The clients still counted as sending showed no pool, so their closes say nothing;
+		// each has stopped once silent for ClientQuiet since it last sent (when the evidence
+		// says when). Only ever shorter than the window of the traffic as a whole.
+		own, ownTerm := settled, TermClientsLeft
+		if until := r.since(c.LastSent) + r.cfg.ClientQuiet - r.lastMove; until > own {
+			own, ownTerm = until, TermClientSilence
+		}
+		if own < window {
+			return own, ownTerm
+		}
 	}
 	return window, term
 }

@@ -154,3 +154,113 @@ func TestHoldersWithoutAnyDepartureDoNotHold(t *testing.T) {
 		t.Errorf("holders, none left: stopped at %v (%s, held by %d); without evidence at %v (%s)", at, d.Term, d.HeldBy, silence, ds.Term)
 	}
 }
+
+// Clients that sent during the drain without showing a pool (their closes say nothing) are
+// judged each by its own silence when the operator stated how a client sends (ClientQuiet):
+// once every pooling client has left, the wait ends --settled-quiet after the last arrival or
+// ClientQuiet after such a client last sent, whichever is later; never later than the window
+// of the traffic as a whole; and as before when nobody stated it, or the counts are stale.
+func TestUnpooledSendersJudgedByTheirOwnSilence(t *testing.T) {
+	cfg := RuleConfig{Start: t0, Quiet: 5800 * ms, SettledQuiet: time.Second, MinWait: 5 * time.Second, Deadline: 46 * time.Second,
+		StreamsWait: time.Second, ClientQuiet: 5800 * ms}
+	// Arrivals every second until 8s; then the pooling clients have all left. The traffic's
+	// own window is its rate term: 8 arrivals in 8s, 17.3s of silence.
+	aggregate := 8*time.Second + 17400*ms
+	run := func(cfg RuleConfig, lastSent time.Duration, stale bool) (time.Duration, Decision) {
+		t.Helper()
+		var n float64
+		r := NewRule(cfg, Observation{At: 0, Signal: mesh.SignalHTTPRequests, Arrivals: f(0), Active: f(0)})
+		for at := 200 * ms; at <= cfg.Deadline; at += 200 * ms {
+			if at <= 8*time.Second && at%time.Second == 0 {
+				n++
+			}
+			sent := t0.Add(lastSent)
+			counts := &ClientCounts{Left: 9, Sending: 1, Holding: 1, LastSent: sent}
+			if at > 8*time.Second {
+				counts = &ClientCounts{Left: 10, Sending: 1, Stale: stale, LastSent: sent}
+			}
+			d := r.Observe(Observation{At: at, Signal: mesh.SignalHTTPRequests, Arrivals: f(n), Active: f(0), Clients: counts})
+			if d.Reason != "" {
+				return at, d
+			}
+		}
+		return cfg.Deadline, Decision{}
+	}
+	for _, c := range []struct {
+		name     string
+		cfg      func(RuleConfig) RuleConfig
+		lastSent time.Duration
+		stale    bool
+		wantAt   time.Duration
+		wantTerm WindowTerm
+	}{
+		{"sent long ago: --settled-quiet after the last arrival", nil, 3 * time.Second, false, 9 * time.Second, TermClientsLeft},
+		{"sent late: its own silence", nil, 7 * time.Second, false, 12800 * ms, TermClientSilence},
+		{"nobody stated how clients send: the traffic's window", func(c RuleConfig) RuleConfig { c.ClientQuiet = 0; return c }, 3 * time.Second, false, aggregate, TermRate},
+		{"its own silence longer than the traffic's window", func(c RuleConfig) RuleConfig { c.ClientQuiet = 23 * time.Second; return c }, 7 * time.Second, false, aggregate, TermRate},
+		{"stale counts", nil, 3 * time.Second, true, aggregate, TermRate},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := cfg
+			if c.cfg != nil {
+				cfg = c.cfg(cfg)
+			}
+			at, d := run(cfg, c.lastSent, c.stale)
+			if at != c.wantAt || d.Term != c.wantTerm || d.Reason != ReasonQuiet {
+				t.Errorf("stopped at %v with %s (term %s, window %v); want %v, term %s", at, d.Reason, d.Term, d.Window, c.wantAt, c.wantTerm)
+			}
+		})
+	}
+}
+
+// ClientQuiet comes only from what the operator stated: a schedule keeps --quiet (at least
+// the period and a poll), a rate gives its Poisson silence, never less than --quiet.
+func TestClientQuiet(t *testing.T) {
+	for _, c := range []struct {
+		quiet, period time.Duration
+		rate          float64
+		want          time.Duration
+	}{
+		{time.Second, 0, 0, 0},
+		{3200 * ms, 3 * time.Second, 0, 3200 * ms},
+		{time.Second, 0, 1.6, PoissonQuiet(1.6)},
+		{5800 * ms, 0, 1.6, 5800 * ms},
+		{10 * time.Second, 0, 1.6, 10 * time.Second},
+		{3200 * ms, 3 * time.Second, 0.4, PoissonQuiet(0.4)},
+	} {
+		if got := ClientQuiet(c.quiet, c.period, c.rate); got != c.want {
+			t.Errorf("ClientQuiet(%v, %v, %g) = %v, want %v", c.quiet, c.period, c.rate, got, c.want)
+		}
+	}
+}
+
+// Without a sidecar, past the lag bound, the settled window runs from the latest activity that
+// may have come from a client still learning (LastLearning): the data that clients routed per
+// connection sent until the bound, on connections they go on sending on, does not delay it.
+func TestPastTheBoundTheSilenceRunsFromTheLastLearningClient(t *testing.T) {
+	cfg := clientRuleConfig()
+	cfg.LagBound, cfg.Start = 7400*ms, t0
+	run := func(lastLearning time.Duration) (time.Duration, Decision) {
+		var n float64
+		r := NewRule(cfg, Observation{At: 0, Signal: mesh.SignalKernel, Arrivals: f(0), Active: f(0)})
+		for at := 200 * ms; at <= cfg.Deadline; at += 200 * ms {
+			if at <= 7200*ms {
+				n++ // a holder's data, every poll until the bound
+			}
+			o := Observation{At: at, Signal: mesh.SignalKernel, Arrivals: f(n), Active: f(0)}
+			if lastLearning > 0 {
+				o.Clients = &ClientCounts{Sending: 2, LastLearning: t0.Add(lastLearning)}
+			}
+			if d := r.Observe(o); d.Reason != "" {
+				return at, d
+			}
+		}
+		return cfg.Deadline, Decision{}
+	}
+	if at, d := run(0); at != 8200*ms || d.Term != TermLagBound {
+		t.Errorf("without LastLearning: stopped at %v (term %s), want one window after the holder's last data, 8.2s", at, d.Term)
+	}
+	if at, d := run(3 * time.Second); at != cfg.LagBound || d.Term != TermLagBound {
+		t.Errorf("learning clients last active at 3s: stopped at %v (term %s), want at the bound %v", at, d.Term, cfg.LagBound)
+	}
+}

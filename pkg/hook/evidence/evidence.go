@@ -272,6 +272,9 @@ func (t *Table) count() drain.ClientCounts {
 			}
 		case sockets.Sending:
 			c.Sending++
+			if cl.LastData.After(c.LastSent) {
+				c.LastSent = cl.LastData
+			}
 		case sockets.Left:
 			c.Left++
 		default:

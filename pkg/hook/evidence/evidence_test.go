@@ -436,3 +436,27 @@ func TestTPROXYAppPortsCountOnlyTheSidecarsConnections(t *testing.T) {
 		t.Errorf("Begin on the listener's own port: %v", err)
 	}
 }
+
+// The counts say when the latest of the sending clients sent, from tcp_info: the rule judges
+// such clients by their own silence since (drain.RuleConfig.ClientQuiet).
+func TestCountsSayWhenTheLastSenderSent(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	r := &fakeReader{}
+	table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Nanosecond}
+	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+		t.Fatal(err)
+	}
+	newConn := func(client string, sinceRecv time.Duration) sockets.Socket {
+		return sockets.Socket{Local: netip.MustParseAddrPort("10.0.0.1:15006"), Remote: netip.MustParseAddrPort(client), State: sockets.Established,
+			Inode: 1, HasTCPInfo: true, BytesReceived: 100, SinceLastDataRecv: sinceRecv, SinceLastDataSent: sinceRecv - time.Millisecond}
+	}
+	now = now.Add(time.Second)
+	r.socks = []sockets.Socket{newConn("10.0.0.7:40000", 700*time.Millisecond), newConn("10.0.0.8:40000", 300*time.Millisecond)}
+	c, err := table.Counts(context.Background(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sending != 2 || !c.LastSent.Equal(now.Add(-300*time.Millisecond)) {
+		t.Errorf("%+v; want 2 sending, the last at %v", c, now.Add(-300*time.Millisecond))
+	}
+}

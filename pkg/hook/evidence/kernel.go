@@ -34,7 +34,7 @@ func (k Kernel) Counts(context.Context, drain.Traffic) (drain.ClientCounts, erro
 
 // KernelCounts sums a kernel's clients for the rule and the final event.
 func KernelCounts(clients []kernel.Client, s kernel.Summary) drain.ClientCounts {
-	c := drain.ClientCounts{LastActivity: s.LastActivity}
+	c := drain.ClientCounts{LastActivity: s.LastActivity, LastLearning: s.LastLearning}
 	for _, cl := range clients {
 		switch {
 		case cl.Ignored:

@@ -60,6 +60,12 @@ type Summary struct {
 	LastActivityAt time.Time
 	// UnknownAccepts counts the accepts PassiveOpens counted that nothing named.
 	UnknownAccepts int
+	// LastLearning is the latest activity that counted and may have come from a client still
+	// to learn of the removal: all of it but the data, on connections opened before the lag
+	// bound, of the clients since seen to never learn (they went on sending on those past
+	// it); the watch's start when there is none. Past the bound, the rule's settled window
+	// runs from it.
+	LastLearning time.Time
 	// Listening are the pod's listening ports; NotListening the --port ones among them
 	// nobody listens on.
 	Listening, NotListening []int
@@ -71,7 +77,18 @@ type Summary struct {
 func (k *Kernel) Summary() Summary {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	s := Summary{LastActivity: k.lastKind, LastActivityAt: k.lastActivity, UnknownAccepts: k.unknownAccepts}
+	s := Summary{LastActivity: k.lastKind, LastActivityAt: k.lastActivity, UnknownAccepts: k.unknownAccepts,
+		LastLearning: later(k.opts.Start, k.lastUnknown)}
+	for _, c := range k.clients {
+		if c.ignored || !c.counted {
+			continue
+		}
+		last := c.lastCountedAction
+		if !c.sendingOldSince.IsZero() {
+			last = c.lastCountedOther
+		}
+		s.LastLearning = later(s.LastLearning, last)
+	}
 	for _, p := range k.listening {
 		s.Listening = append(s.Listening, int(p))
 	}

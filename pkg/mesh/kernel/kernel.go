@@ -109,11 +109,12 @@ type Kernel struct {
 	goneErr   error
 	tcpInfo   bool
 
-	counters sockets.TCPCounters // at the latest poll
-	atRead   sockets.TCPCounters // at the latest read
-	lastRead time.Time
-	reads    int
-	prevPoll time.Time // the poll before the latest one
+	counters   sockets.TCPCounters // at the latest poll
+	atRead     sockets.TCPCounters // at the latest read
+	lastRead   time.Time
+	baselineAt time.Time // the baseline read (open)
+	reads      int
+	prevPoll   time.Time // the poll before the latest one
 
 	// Dense traffic (DenseReadPolls): denseReads counts the latest reads in a row that found
 	// activity that counts since the poll before them and nothing that does not; unread
@@ -137,6 +138,7 @@ type Kernel struct {
 	activity       map[uint16]float64 // counted activity per watched port
 	active         map[uint16]float64 // requests in flight at the latest read
 	unknownAccepts int
+	lastUnknown    time.Time // when the latest unknown client's accept counted
 	lastKind       string
 	lastActivity   time.Time
 }
@@ -163,6 +165,10 @@ type conn struct {
 	segs      uint32 // data segments received at the last read (0: unknown)
 	seen      int
 	destroyed bool
+	// timeWait: first seen as TIME_WAIT. A connection no read showed open carries no cookie
+	// of its own into TIME_WAIT (the kernel makes one only when asked), so its full socket's
+	// record, with another cookie, is matched by its addresses.
+	timeWait bool
 }
 
 type forgottenConn struct {
@@ -188,6 +194,10 @@ type client struct {
 	sendingOldSince   time.Time // first data past the bound on such a connection
 	counted           bool      // showed activity that counted
 	lastCountedAction time.Time
+	// lastCountedOther is its latest counted activity but the data on connections opened
+	// before the bound: once it is seen to never learn (sendingOldSince), that data was no
+	// learning client's (Summary.LastLearning).
+	lastCountedOther time.Time
 }
 
 // New checks the options; nothing is read until the first Inbound.
@@ -329,7 +339,7 @@ func (k *Kernel) open() error {
 	if a, ok := k.opts.Reader.(*sockets.AutoReader); ok && a.FellBack() == nil {
 		k.tcpInfo = true
 	}
-	k.counters, k.atRead, k.lastRead = counters, counters, now
+	k.counters, k.atRead, k.lastRead, k.baselineAt = counters, counters, now, now
 	return nil
 }
 
@@ -479,9 +489,8 @@ func (k *Kernel) addActivity(port uint16, n float64, at time.Time) {
 func (k *Kernel) read(now time.Time) error {
 	k.readCounted, k.readUncounted = time.Time{}, false
 	var final []sockets.Socket
-	complete := k.gone != nil
 	if k.gone != nil {
-		final, complete = k.gone.Take()
+		final, _ = k.gone.Take()
 	}
 	socks, err := k.opts.Reader.Read(k.readPorts)
 	if err != nil {
@@ -504,7 +513,7 @@ func (k *Kernel) read(now time.Time) error {
 		if s.HasTCPInfo {
 			k.tcpInfo = true
 		}
-		named += k.observe(now, s, complete)
+		named += k.observe(now, s)
 	}
 	for _, f := range final {
 		named += k.record(now, f)
@@ -546,6 +555,17 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 	if counters.PassiveOpens > k.atRead.PassiveOpens {
 		opened = int64(counters.PassiveOpens - k.atRead.PassiveOpens)
 	}
+	// An accept that PassiveOpens counted at a read and that the next read did not name
+	// either is an unknown client's once unnamedAfter has passed, before this read's names pay
+	// for anything: a connection is named at the read whose counters hold its accept or at the
+	// next (it was accepted between that read's table and its counters, or its record came a
+	// little late), so a name now belongs to a recent accept, and paying an old one with it
+	// would leave the recent one to count as an unknown client's later, stretching the wait.
+	var unknown int64
+	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read+1 {
+		unknown += k.pending[0].n
+		k.pending = k.pending[1:]
+	}
 	// The named accepts pay for the oldest unnamed ones first: what is left unnamed is the
 	// least that can be.
 	paid := int64(named)
@@ -560,7 +580,6 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 	if rest := opened - paid; rest > 0 {
 		k.pending = append(k.pending, unnamedAccepts{n: rest, at: now, read: k.reads})
 	}
-	var unknown int64
 	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read {
 		unknown += k.pending[0].n
 		k.pending = k.pending[1:]
@@ -571,6 +590,7 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 	}
 	if unknown > 0 {
 		k.unknownAccepts += int(unknown)
+		k.lastUnknown = now
 		port := k.firstListeningWatched()
 		k.addActivity(port, float64(unknown), now)
 		k.lastKind, k.lastActivity = ActivityUnknownClient, now
@@ -599,7 +619,7 @@ func (k *Kernel) firstListeningWatched() uint16 {
 }
 
 // observe takes one socket of a read and returns 1 if it names an accept.
-func (k *Kernel) observe(now time.Time, s sockets.Socket, recorded bool) int {
+func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
 	key := connKey{s.Local, s.Remote}
 	c, ok := k.conns[key]
 	if ok && c.cookie != 0 && s.Cookie != 0 && c.cookie != s.Cookie {
@@ -609,11 +629,11 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket, recorded bool) int {
 		if _, gone := k.forgotten[s.Cookie]; gone && s.Cookie != 0 {
 			return 0
 		}
-		if s.State == sockets.TimeWait && recorded {
-			// Its full socket's destruction record names it (now or at the next read).
-			return 0
-		}
+		// A TIME_WAIT socket no read showed open (the pod's side closed first, between two
+		// reads) is named here, at the read whose counters hold its accept; its full
+		// socket's record, now or at the next read, finds it and names nothing more.
 		c = k.newConn(now, s)
+		c.timeWait = s.State == sockets.TimeWait
 		k.conns[key] = c
 		c.seen = k.reads
 		k.accepted(now, c)
@@ -628,7 +648,7 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket, recorded bool) int {
 	k.countOpen(c, s)
 	if s.HasTCPInfo {
 		if c.haveBytes && s.BytesReceived > c.bytes {
-			k.data(now, c, now.Add(-s.SinceLastDataRecv), segments(c.segs, s.DataSegsIn))
+			k.data(now, c, s.DataAt(now), segments(c.segs, s.DataSegsIn))
 		}
 		c.bytes, c.haveBytes, c.segs = s.BytesReceived, true, s.DataSegsIn
 	}
@@ -658,10 +678,15 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 	if fc, ok := k.forgotten[f.Cookie]; ok {
 		c = fc.c
 		delete(k.forgotten, f.Cookie)
-	} else if known, ok := k.conns[connKey{f.Local, f.Remote}]; ok && known.cookie == f.Cookie {
+	} else if known, ok := k.conns[connKey{f.Local, f.Remote}]; ok && (known.cookie == f.Cookie || known.timeWait) {
 		c = known
 	}
 	if c == nil {
+		if f.DataBefore(k.baselineAt) {
+			// Freed just before the baseline read, its record late: an accept of before the
+			// watch, in the baseline's PassiveOpens, and no activity of the drain.
+			return 0
+		}
 		// Opened and closed between two reads.
 		c = k.newConn(now, f)
 		c.destroyed = true
@@ -674,7 +699,7 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 	c.destroyed = true
 	// More than the FIN the record's count may hold: data since the last read.
 	if f.HasTCPInfo && c.haveBytes && f.BytesReceived > c.bytes+1 {
-		k.data(now, c, now.Add(-f.SinceLastDataRecv), segments(c.segs, f.DataSegsIn))
+		k.data(now, c, f.DataAt(now), segments(c.segs, f.DataSegsIn))
 	}
 	return 0
 }
@@ -692,6 +717,7 @@ func (k *Kernel) accepted(now time.Time, c *conn) {
 		cl.newPastBound++
 		cl.lastNewPastBound = now
 	}
+	cl.lastCountedOther = later(cl.lastCountedOther, now)
 	k.count(now, cl, c.port, ActivityNewConnection, 1)
 }
 
@@ -722,6 +748,8 @@ func (k *Kernel) data(now time.Time, c *conn, at time.Time, n int) {
 			k.readUncounted = true
 			return
 		}
+	} else {
+		cl.lastCountedOther = later(cl.lastCountedOther, at)
 	}
 	k.count(at, cl, c.port, ActivityData, n)
 }

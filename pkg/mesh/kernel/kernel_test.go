@@ -59,6 +59,12 @@ func sock(t *testing.T, from string, port uint16, cookie uint64, bytes uint64, s
 		State: sockets.Established, Cookie: cookie, Inode: cookie, HasTCPInfo: true, BytesReceived: bytes, DataSegsIn: segs}
 }
 
+// withData is s once bytes and segs have been received on it.
+func withData(s sockets.Socket, bytes uint64, segs uint32) sockets.Socket {
+	s.BytesReceived, s.DataSegsIn = bytes, segs
+	return s
+}
+
 type fixture struct {
 	t     *testing.T
 	table *fakeTable
@@ -140,25 +146,21 @@ func TestAcceptsCountedWithoutMisses(t *testing.T) {
 func TestHoldersPastTheBound(t *testing.T) {
 	old := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
 	f := newFixture(t, time.Second, old)
-	sent := func(s sockets.Socket, bytes uint64, segs uint32) sockets.Socket {
-		s.BytesReceived, s.DataSegsIn = bytes, segs
-		return s
-	}
-	f.traffic(0, sent(old, 400, 4))
+	f.traffic(0, withData(old, 400, 4))
 	if got := f.poll(); got != 3 {
 		t.Fatalf("three requests on an open connection: activity %v, want 3", got)
 	}
 	for f.now.Before(f.k.opts.Start.Add(time.Second)) {
-		f.traffic(0, sent(old, 400, 4))
+		f.traffic(0, withData(old, 400, 4))
 		f.poll()
 	}
 	before := f.poll()
-	f.traffic(0, sent(old, 500, 5))
+	f.traffic(0, withData(old, 500, 5))
 	if got := f.poll(); got != before {
 		t.Fatalf("data past the bound on a connection opened before it counted: %v → %v", before, got)
 	}
 	late := sock(t, "10.1.0.3:41000", 8080, 2, 50, 1)
-	f.traffic(1, sent(old, 500, 5), late)
+	f.traffic(1, withData(old, 500, 5), late)
 	if got := f.poll(); got != before+1 {
 		t.Fatalf("a connection opened past the bound: activity %v, want %v", got, before+1)
 	}
@@ -329,5 +331,79 @@ func TestNoCountingAheadPastTheBound(t *testing.T) {
 		if f.k.reads != reads+1 {
 			t.Fatalf("poll %d past the bound did not read the table", i)
 		}
+	}
+}
+
+// LastLearning leaves out, once a client is seen to never learn, the data it sent before the
+// bound on the connection it goes on sending on past it; its other activity, and every other
+// client's, stays.
+func TestLastLearningLeavesOutTheDataOfClientsThatNeverLearn(t *testing.T) {
+	old := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, time.Second, old)
+	newcomer := sock(t, "10.1.0.3:41000", 8080, 2, 50, 1)
+	f.traffic(1, withData(old, 200, 2), newcomer)
+	f.poll()
+	accepted := f.now
+	bytes := uint64(200)
+	for f.now.Add(100 * time.Millisecond).Before(f.k.opts.Start.Add(time.Second)) {
+		bytes += 100
+		f.traffic(0, withData(old, bytes, uint32(bytes/100)), newcomer)
+		f.poll()
+	}
+	if got := f.k.Summary().LastLearning; !got.After(accepted) {
+		t.Fatalf("before the bound: LastLearning %v, want the holder's data, after the newcomer's accept %v", got.Sub(f.k.opts.Start), accepted.Sub(f.k.opts.Start))
+	}
+	f.traffic(0, withData(old, bytes+100, uint32(bytes/100)+1), newcomer)
+	f.poll()
+	if got := f.k.Summary().LastLearning; !got.Equal(accepted) {
+		t.Fatalf("past the bound: LastLearning %v, want the newcomer's accept %v", got.Sub(f.k.opts.Start), accepted.Sub(f.k.opts.Start))
+	}
+}
+
+// An accept that neither its read nor the next named counts as an unknown client's once
+// unnamedAfter has passed, before a later name (a probe's, from an ignored source) can pay
+// for it: paid with the probe's name, it would leave the probe's own accept to count as an
+// unknown client's later, and stretch the wait.
+func TestLaterNamedAcceptDoesNotPayForAnOlderUnnamedOne(t *testing.T) {
+	f := newFixture(t, 0)
+	f.traffic(1) // an accept the table never shows
+	f.poll()
+	for _, at := range []string{"100ms", "200ms"} {
+		f.traffic(0)
+		if got := f.poll(); got != 0 {
+			t.Fatalf("%s later: activity %v, want 0 (its record may still come)", at, got)
+		}
+	}
+	f.traffic(1, sock(t, "10.9.0.1:5000", 8080, 9, 0, 0)) // an ignored probe's accept, named
+	if got := f.poll(); got != 1 {
+		t.Fatalf("300ms later, with a probe's named accept: activity %v, want 1 (the unnamed accept, an unknown client's)", got)
+	}
+	for range 5 {
+		f.traffic(0)
+		f.poll()
+	}
+	if s := f.k.Summary(); s.UnknownAccepts != 1 {
+		t.Fatalf("unknown accepts %d, want 1: the probe's is no client's", s.UnknownAccepts)
+	}
+}
+
+// A connection the pod closed first between two reads shows only as TIME_WAIT: it is named at
+// the read that shows it, and its full socket's record, whose cookie the TIME_WAIT socket need
+// not carry, names nothing more.
+func TestTimeWaitNamedOnce(t *testing.T) {
+	f := newFixture(t, 0)
+	tw := sock(t, "10.1.0.5:42000", 8080, 21, 0, 0)
+	tw.State, tw.HasTCPInfo = sockets.TimeWait, false
+	f.traffic(1, tw)
+	if got := f.poll(); got != 1 {
+		t.Fatalf("a TIME_WAIT connection no read showed: activity %v, want 1", got)
+	}
+	c, ok := f.k.conns[connKey{tw.Local, tw.Remote}]
+	if !ok || !c.timeWait {
+		t.Fatalf("not kept as first seen in TIME_WAIT: %+v", c)
+	}
+	full := sock(t, "10.1.0.5:42000", 8080, 99, 120, 1) // its record, another cookie
+	if got := f.k.record(f.now, full); got != 0 {
+		t.Fatalf("its record named it again (%d)", got)
 	}
 }

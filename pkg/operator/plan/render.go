@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -106,6 +107,10 @@ func (p Plan) PrestopArgs() []string {
 		// The schedule replaces the rule's guess from the pauses it sees (--quiet above
 		// covers it).
 		args = append(args, "--client-period="+fmtD(p.Input.ClientPeriod))
+	}
+	if p.Input.RPSPerClient > 0 {
+		// One client's rate: a client that shows no pool is judged by its own silence.
+		args = append(args, "--rps-per-client="+strconv.FormatFloat(p.Input.RPSPerClient, 'g', -1, 64))
 	}
 	if p.Poll != DefaultPoll {
 		args = append(args, "--poll="+fmtD(p.Poll))

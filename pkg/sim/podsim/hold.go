@@ -78,10 +78,7 @@ func planArgs(base, planned []string, sc Scenario) []string {
 		if name == "log-file" {
 			continue
 		}
-		if d, err := time.ParseDuration(value); err == nil {
-			value = sc.scale(d).String()
-		}
-		values[name] = value
+		values[name] = scaledFlag(sc, name, value)
 		order = append(order, name)
 	}
 	out := []string{base[0]}
@@ -100,6 +97,20 @@ func planArgs(base, planned []string, sc Scenario) []string {
 		}
 	}
 	return out
+}
+
+// scaledFlag is a flag's value at the time scale: durations shrink by it, and a rate
+// (--rps-per-client) grows by as much.
+func scaledFlag(sc Scenario, name, value string) string {
+	if name == "rps-per-client" {
+		if r, err := strconv.ParseFloat(value, 64); err == nil {
+			return strconv.FormatFloat(r/sc.TimeScale, 'g', -1, 64)
+		}
+	}
+	if d, err := time.ParseDuration(value); err == nil {
+		return sc.scale(d).String()
+	}
+	return value
 }
 
 // holdGracePeriod is the --grace-period given to hold at the time scale: hold stops by the

@@ -1,6 +1,7 @@
 package podsim
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ func flagValues(t *testing.T, sc Scenario, args []string) map[string]string {
 		value := args[i+1]
 		if d, err := time.ParseDuration(value); err == nil {
 			value = time.Duration(float64(d) / sc.TimeScale).Round(time.Millisecond).String()
+		}
+		if r, err := strconv.ParseFloat(value, 64); err == nil && args[i] == "--rps-per-client" {
+			value = strconv.FormatFloat(r*sc.TimeScale, 'g', 6, 64)
 		}
 		values[strings.TrimPrefix(args[i], "--")] = value
 	}
