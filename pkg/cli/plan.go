@@ -147,11 +147,11 @@ replaced, and plan says so; any other hook not meshdrain's needs --replace-prest
 
 A re-plan keeps what you set. In a preStop that already runs meshdrain, plan owns the flags
 that carry its numbers (--grace-period, --app-drain, --quiet, --poll, --min-wait,
---client-period, --eds-lag-bound, --deadline, and --mesh in a Linkerd plan); every other flag
+--client-period, --rps-per-client, --eds-lag-bound, --deadline, and --mesh in a Linkerd plan); every other flag
 (--drain-at, --port, --client-evidence, --strict-active, your own --log-file or --admin, ...)
 stays as written, after plan's, and must pass prestop's own checks or plan refuses to write
-it. --app-drain, --quiet, --poll, --min-wait and --client-period are read from that preStop
-unless given. A grace period in force (the manifest's, or --grace-period) longer than what
+it. --app-drain, --quiet, --poll, --min-wait, --client-period and --rps-per-client are read
+from that preStop unless given. A grace period in force (the manifest's, or --grace-period) longer than what
 suffices is kept, with the sidecar bounds that follow it (terminationDrainDuration,
 MINIMUM_DRAIN_DURATION, proxy-wait-before-exit-seconds), and plan says what would suffice;
 --lower-grace-period sets that instead. A comment on a line plan changes is kept or moved.

@@ -139,6 +139,15 @@ func (t *Tracker) Closed(final []Socket, complete bool) {
 	t.final, t.finalComplete = final, complete
 }
 
+// BeganAt says that the drain began at start, a moment before the drain-start read (the hook
+// starts, then reads): a record of a connection no read showed counts as activity of the
+// drain unless all its data came before start.
+func (t *Tracker) BeganAt(start time.Time) {
+	if !start.IsZero() && start.Before(t.begun) {
+		t.begun = start
+	}
+}
+
 // DrainBegins says, for the next Observe, that the pod's sidecar has begun to drain (its
 // stats show connections told to close), for a tracker in the undrained mode that watched
 // before the drain (meshdrain status): that read is judged as in a draining pod, where a

@@ -122,18 +122,18 @@ func (s Socket) Answered(idle time.Duration) bool {
 }
 
 // DataAt is when the last data of s arrived, for a read taken at read: tcp_info counts back
-// from the read, or, for a freed connection's record, from when the record came (Freed), no
-// earlier than the kernel freed it, so the time is never earlier than the truth. Without
-// tcp_info, the read's time is the latest it can have been.
+// from the read, or, for a freed connection's record, from when the record came (Freed),
+// which is no earlier than the kernel freed it (a read's time may be: the records are taken
+// with the read), so the time is never earlier than the truth. Without tcp_info, the read's
+// time is the latest it can have been.
 func (s Socket) DataAt(read time.Time) time.Time {
-	if !s.HasTCPInfo {
+	switch {
+	case !s.HasTCPInfo:
 		return read
+	case !s.Freed.IsZero():
+		return s.Freed.Add(-s.SinceLastDataRecv)
 	}
-	from := read
-	if !s.Freed.IsZero() && s.Freed.Before(read) {
-		from = s.Freed
-	}
-	return from.Add(-s.SinceLastDataRecv)
+	return read.Add(-s.SinceLastDataRecv)
 }
 
 // DataBefore says whether the record s of a freed connection shows data that all arrived

@@ -241,10 +241,11 @@ func TestUndrainedNewConnectionClosedInTheSameRead(t *testing.T) {
 }
 
 // The kernel's record of a connection its client closed just before the drain-start read (so
-// that no read showed it) says when its data came, counted back from when the record arrived:
-// a client whose data all came before the drain began sent nothing in it, and is no sender.
-// One whose data came after is, as of that data's time rather than the read's. Where the
-// record's arrival is unknown, its times count back from the read, which is later.
+// that no read showed it) says when its data came, counted back from when the record arrived,
+// even after the read it is taken with: a client whose data all came before the hook started
+// sent nothing in the drain, and is no sender. One whose data came after is, as of that data's
+// time rather than the read's. Where the record's arrival is unknown, its times count back from
+// the read, which is later.
 func TestRecordFromBeforeTheDrainIsNoActivity(t *testing.T) {
 	brief := withCookie(sock("10.1.0.8", 46000, Established, 81), 8)
 	freedAt := func(freed, sinceRecv time.Duration) Socket {
@@ -263,11 +264,14 @@ func TestRecordFromBeforeTheDrainIsNoActivity(t *testing.T) {
 		lastData time.Time
 	}{
 		{"data before the drain began, record just after", freedAt(20*time.Millisecond, 400*time.Millisecond), NoEvidence, time.Time{}},
+		{"data after the hook started, before its first read", freedAt(20*time.Millisecond, 100*time.Millisecond), Sending, at(0).Add(-80 * time.Millisecond)},
+		{"record after the read it is taken with", freedAt(1050*time.Millisecond, 100*time.Millisecond), Sending, at(0).Add(950 * time.Millisecond)},
 		{"data after the drain began", freedAt(900*time.Millisecond, 100*time.Millisecond), Sending, at(0).Add(800 * time.Millisecond)},
 		{"record's arrival unknown: counted back from the read", unknown, Sending, at(1).Add(-400 * time.Millisecond)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr := Begin(at(0), nil)
+			tr.BeganAt(at(0).Add(-200 * time.Millisecond)) // the hook started 200ms before its first read
 			tr.Undrained(testPoolIdle)
 			tr.Closed([]Socket{c.final}, true)
 			tr.Observe(at(1), nil)

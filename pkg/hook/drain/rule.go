@@ -438,8 +438,16 @@ func PoissonQuiet(perSecond float64) time.Duration {
 	if perSecond <= 0 {
 		return 0
 	}
-	return time.Duration(-math.Log(Risk) / perSecond * float64(time.Second))
+	s := -math.Log(Risk) / perSecond
+	if s >= maxQuietSeconds {
+		// A rate so low that its silence overflows a Duration: longer than any wait.
+		return maxQuietSeconds * time.Second
+	}
+	return time.Duration(s * float64(time.Second))
 }
+
+// maxQuietSeconds caps PoissonQuiet: a day, longer than any grace period.
+const maxQuietSeconds = 24 * 60 * 60
 
 // holdsBeyondRequests says whether the holding clients keep the app. Only where some client
 // has been seen to let go by closing its connections: that is what shows this service's
@@ -513,7 +521,7 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 		// each has stopped once silent for ClientQuiet since it last sent (when the evidence
 		// says when). Only ever shorter than the window of the traffic as a whole.
 		own, ownTerm := settled, TermClientsLeft
-		if until := r.since(c.LastSent) + r.cfg.ClientQuiet - r.lastMove; until > own {
+		if until := r.since(c.LastSent) + r.cfg.ClientQuiet + allowance - r.lastMove; until > own {
 			own, ownTerm = until, TermClientSilence
 		}
 		if own < window {

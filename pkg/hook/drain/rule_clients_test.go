@@ -227,6 +227,7 @@ func TestClientQuiet(t *testing.T) {
 		{5800 * ms, 0, 1.6, 5800 * ms},
 		{10 * time.Second, 0, 1.6, 10 * time.Second},
 		{3200 * ms, 3 * time.Second, 0.4, PoissonQuiet(0.4)},
+		{time.Second, 0, 1e-12, 24 * time.Hour}, // too low a rate to overflow: capped, not negative
 	} {
 		if got := ClientQuiet(c.quiet, c.period, c.rate); got != c.want {
 			t.Errorf("ClientQuiet(%v, %v, %g) = %v, want %v", c.quiet, c.period, c.rate, got, c.want)
@@ -263,4 +264,29 @@ func TestPastTheBoundTheSilenceRunsFromTheLastLearningClient(t *testing.T) {
 	if at, d := run(3 * time.Second); at != cfg.LagBound || d.Term != TermLagBound {
 		t.Errorf("learning clients last active at 3s: stopped at %v (term %s), want at the bound %v", at, d.Term, cfg.LagBound)
 	}
+}
+
+// Where only completions are counted, a client's own silence gets the latency allowance too:
+// a request it sent on a reused connection moves nothing until it completes.
+func TestOwnSilenceKeepsTheLatencyAllowance(t *testing.T) {
+	cfg := RuleConfig{Start: t0, Quiet: 5800 * ms, LatencyAllowance: time.Second, SettledQuiet: time.Second, MinWait: 5 * time.Second,
+		Deadline: 46 * time.Second, StreamsWait: time.Second, ClientQuiet: 5800 * ms}
+	var n float64
+	r := NewRule(cfg, Observation{At: 0, Signal: mesh.SignalCompletedRequests, Arrivals: f(0)})
+	for at := 200 * ms; at <= cfg.Deadline; at += 200 * ms {
+		if at <= 8*time.Second && at%time.Second == 0 {
+			n++
+		}
+		counts := &ClientCounts{Left: 10, Sending: 1, LastSent: t0.Add(7 * time.Second)}
+		if at <= 8*time.Second {
+			counts.Holding = 1
+		}
+		if d := r.Observe(Observation{At: at, Signal: mesh.SignalCompletedRequests, Arrivals: f(n), Clients: counts}); d.Reason != "" {
+			if at != 13800*ms || d.Term != TermClientSilence {
+				t.Errorf("stopped at %v (term %s); want 13.8s, the client's 7s + 5.8s + the 1s allowance", at, d.Term)
+			}
+			return
+		}
+	}
+	t.Fatal("never stopped")
 }

@@ -39,6 +39,9 @@ type Table struct {
 	// end), so a client's close of an idle pooled connection is a departure even if it
 	// carried requests since the start (sockets.Tracker.Undrained).
 	Undrained bool
+	// Start is when the hook started, a moment before Begin's read (zero: that read's time):
+	// data a client sent since is the drain's (sockets.Tracker.BeganAt).
+	Start time.Time
 
 	table    clientTable
 	lastRead time.Time
@@ -96,6 +99,7 @@ func (t *Table) Begin(ctx context.Context, snap mesh.Snapshot) error {
 	// for departures meanwhile (drainedBefore).
 	t.regime.Observe(t.atRead, drain.DrainClosesExposed(snap))
 	t.table.begin(t.lastRead)
+	t.table.tracker.BeganAt(t.Start)
 	if t.Undrained {
 		// A connection answered and still open a read interval later is a pool's: a client
 		// that opens one per request closes it within milliseconds, even loaded.

@@ -679,7 +679,8 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 		c = fc.c
 		delete(k.forgotten, f.Cookie)
 	} else if known, ok := k.conns[connKey{f.Local, f.Remote}]; ok && (known.cookie == f.Cookie || known.timeWait) {
-		c = known
+		// Matched once: a later connection on the same addresses is another.
+		c, known.timeWait = known, false
 	}
 	if c == nil {
 		if f.DataBefore(k.baselineAt) {

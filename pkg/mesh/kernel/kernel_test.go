@@ -406,4 +406,8 @@ func TestTimeWaitNamedOnce(t *testing.T) {
 	if got := f.k.record(f.now, full); got != 0 {
 		t.Fatalf("its record named it again (%d)", got)
 	}
+	later := sock(t, "10.1.0.5:42000", 8080, 100, 120, 1) // a later connection on the same addresses
+	if got := f.k.record(f.now, later); got != 1 {
+		t.Fatalf("a later connection on the same addresses was taken for the first (%d)", got)
+	}
 }
