@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -596,7 +595,7 @@ func fromPrestop(opts *planOptions, workload *plan.Workload, changed func(string
 		}
 		if name == "rps-per-client" {
 			r, err := strconv.ParseFloat(raw, 64)
-			if err != nil || r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+			if err != nil || !isRate(r) {
 				return usageError("%s/%s: its preStop's --%s %q is not a rate of 0 or more: fix it, or pass --%s", workload.Kind, workload.Name, name, raw, name)
 			}
 			opts.in.RPSPerClient = r

@@ -207,6 +207,9 @@ func unknownEnv(fs *pflag.FlagSet, env map[string]string) []string {
 	return unknown
 }
 
+// isRate says whether r is a request rate a flag may give: 0 (unknown) or more, finite.
+func isRate(r float64) bool { return r >= 0 && !math.IsInf(r, 0) }
+
 // check checks the options and builds the drain configuration, returning every problem.
 func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	var problems []error
@@ -243,7 +246,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		add("%v", err)
 	}
 	deadline := drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0))
-	if o.rpsPerClient < 0 || math.IsNaN(o.rpsPerClient) || math.IsInf(o.rpsPerClient, 0) {
+	if !isRate(o.rpsPerClient) {
 		add("--rps-per-client must be a rate of 0 or more requests a second, got %v", o.rpsPerClient)
 	}
 	if o.edsLagBound < 0 {
