@@ -202,7 +202,9 @@ func (t *Tracker) RequestsArrived() { t.arrived = true }
 // request closes it right after the response, so its closes say nothing, however idle the
 // connection was when the drain began. A connection opened and closed between two reads,
 // gone without TIME_WAIT on the pod's side, was closed by its client. poolIdle is
-// best the read interval: a loaded client may take tens of milliseconds to close.
+// best the read interval: a loaded client may take tens of milliseconds to close. A client
+// that sends on a new connection after closing one is no pool that let go (cameBack), so a
+// late close by a per-request client misleads only until its next request.
 // Limits: a client whose idle timeout expires during the drain looks like one that let go;
 // several clients behind one address (a NAT) are one. Sound only while nothing drains the
 // pod: a draining Envoy's Connection: close makes clients close right after a request.
@@ -351,6 +353,12 @@ type clientEvidence struct {
 	lastUsedClose int
 	// pools: one of its connections showed a pool's use (pooled).
 	pools bool
+	// firstClose: when it was first seen to close a connection (Undrained), no earlier than
+	// it did: the kernel's record of the close came then, or the read that showed it.
+	firstClose time.Time
+	// lastNewData: when the latest data came on a connection it opened since the drain
+	// began (Socket.DataAt).
+	lastNewData time.Time
 	// lastNewConn: read that last showed a connection it opened since the drain began.
 	lastNewConn int
 	leftAt      time.Time
@@ -362,6 +370,32 @@ type clientEvidence struct {
 	// Counts of drain-start connections, worked out again by each judge, and openNew of the
 	// others still open.
 	held, openUsed, openNew int
+}
+
+// cameBack says that, more than slack after closing a connection, it sent on one it had
+// opened since the drain began. Nothing drains the pod (Undrained), so a pool closes
+// connections to a host it still routes to only at its own idle timeout: what looked like a
+// pool's use was not one. Most likely it opens a connection per request and was slow to close
+// one (a loaded or throttled process), or its pool's idle timeout is short. Either way its
+// closes are no departures. Within slack, the data is a request the pool had sent before it
+// dropped the endpoint (closing its idle connections as it did), on a connection it was
+// opening then.
+func (c *clientEvidence) cameBack(slack time.Duration) bool {
+	return !c.firstClose.IsZero() && c.lastNewData.After(c.firstClose.Add(slack))
+}
+
+// closedAt records a close of one of its connections, when (see firstClose).
+func (c *clientEvidence) closedAt(when time.Time) {
+	if c.firstClose.IsZero() || when.Before(c.firstClose) {
+		c.firstClose = when
+	}
+}
+
+// newData records data on a connection it opened since the drain began, arrived at when.
+func (c *clientEvidence) newData(when time.Time) {
+	if when.After(c.lastNewData) {
+		c.lastNewData = when
+	}
 }
 
 // lastClosed is the read that last showed the client close a connection, any kind.
@@ -432,12 +466,16 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			o.client.newConns++
 			o.client.lastNewConn = t.read
 			t.activity(o.client, s.DataAt(at))
+			if s.HasTCPInfo && s.BytesReceived > 0 {
+				o.client.newData(s.DataAt(at))
+			}
 		} else if grew(&o.bytes, &o.haveBytes, s) {
 			if o.client == nil {
 				o.client = t.client(s.Remote.Addr(), at)
 			}
 			o.dataRead = t.read
 			t.activity(o.client, s.DataAt(at))
+			o.client.newData(s.DataAt(at))
 			// A request after an answered one: the connection is reused, as a pool's.
 			o.client.pools = o.client.pools || (t.undrained && o.answered)
 		}
@@ -457,7 +495,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			o.busy = s.InFlight()
 			o.client.pools = o.client.pools || (t.undrained && t.pooled(s))
 		case CloseWait, LastAck:
-			t.closedOther(o)
+			t.closedOther(o, at)
 		}
 	}
 	final := t.finalByCookie()
@@ -469,9 +507,11 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		// it (or one side reset it). Whether it carried a request before, its final bytes
 		// tell (Closed); without them, if requests arrived meanwhile, one may have been on it.
 		f, recorded := final[d.id.cookie]
+		closedAt := at
 		switch {
 		case recorded:
 			delete(final, d.id.cookie)
+			closedAt = f.closedBy(at)
 			d.client.pools = d.client.pools || t.pooledAtClose(d.answered, d.bytes, d.haveBytes, f)
 			if !d.haveBytes || !f.HasTCPInfo || dataInRecord(d.bytes, d.haveBytes, f) {
 				// Data, or nothing to tell: counted as data.
@@ -483,15 +523,20 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		case (t.arrived || d.arrivedThen) && !t.undrained:
 			t.usedBeforeClose(d, at)
 		}
-		t.closed(d, closedByClient)
+		t.closed(d, closedByClient, closedAt)
 	}
 	t.arrived = false
 	for k, o := range t.other {
 		if o.seen != t.read {
 			// Gone without TIME_WAIT on our side: closed by the client.
-			t.closedOther(o)
+			f, recorded := final[o.id.cookie]
+			closedAt := at
+			if recorded {
+				closedAt = f.closedBy(at)
+			}
+			t.closedOther(o, closedAt)
 			delete(t.other, k)
-			if f, recorded := final[o.id.cookie]; recorded && o.client != nil {
+			if recorded && o.client != nil {
 				o.client.pools = o.client.pools || t.pooledAtClose(o.answered, o.bytes, o.haveBytes, f)
 				if dataInRecord(o.bytes, o.haveBytes, f) {
 					t.activity(o.client, f.DataAt(at))
@@ -587,9 +632,13 @@ func (t *Tracker) briefConnections(at time.Time, final map[uint64]Socket) {
 		c.newConns++
 		c.lastNewConn = t.read
 		t.activity(c, f.DataAt(at))
+		if f.HasTCPInfo && f.BytesReceived > 0 {
+			c.newData(f.DataAt(at))
+		}
 		if t.undrained {
 			// Gone without TIME_WAIT on our side: its client closed it (Undrained).
 			c.lastUsedClose = t.read
+			c.closedAt(f.closedBy(at))
 		}
 	}
 	for cookie, read := range t.goneOther {
@@ -648,17 +697,21 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 	d.answered = answered(s)
 	switch s.State {
 	case CloseWait, LastAck:
-		t.closed(d, closedByClient)
+		t.closed(d, closedByClient, at)
 	case FinWait1, FinWait2, TimeWait, Closing:
-		t.closed(d, closedByPod)
+		t.closed(d, closedByPod, at)
 		// The pod's Envoy closes a connection only after answering a request on it; the
 		// request may have come and gone between two reads, unseen in bytes received.
 		t.activity(d.client, at)
 	}
 }
 
-func (t *Tracker) closed(d *drainConn, fate connFate) {
+// closed records the fate of a drain-start connection, known to have come by when.
+func (t *Tracker) closed(d *drainConn, fate connFate, when time.Time) {
 	d.fate = fate
+	if fate == closedByClient && t.undrained {
+		d.client.closedAt(when)
+	}
 	switch {
 	case fate != closedByClient:
 	case !d.used:
@@ -670,13 +723,14 @@ func (t *Tracker) closed(d *drainConn, fate connFate) {
 
 // closedOther records a client's close of a connection that was not an idle drain-start one:
 // a departure only when the pod is not draining and the client pools (Undrained).
-func (t *Tracker) closedOther(o *otherConn) {
+func (t *Tracker) closedOther(o *otherConn, when time.Time) {
 	if o.closed {
 		return
 	}
 	o.closed = true
 	if t.undrained && o.client != nil {
 		o.client.lastUsedClose = t.read
+		o.client.closedAt(when)
 	}
 }
 
@@ -752,7 +806,7 @@ func (t *Tracker) judge(at time.Time) {
 			state = Left
 		case !t.undrained && c.openUsed == 0 && c.lastClose > 0 && c.lastActivity < c.lastClose:
 			state = Left
-		case t.undrained && c.pools && c.lastClosed() > 0 && c.lastActivity <= c.lastClosed() && (c.lastNewConn < c.lastClosed() || c.openNew == 0):
+		case t.undrained && c.pools && !c.cameBack(t.poolIdle) && c.lastClosed() > 0 && c.lastActivity <= c.lastClosed() && (c.lastNewConn < c.lastClosed() || c.openNew == 0):
 			// A pooling client closed a connection and keeps no idle one: activity seen in
 			// the read of the close was on it (unless a connection opened then carried it,
 			// and is still open: a connection it opened and has closed by this read, it let

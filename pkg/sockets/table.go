@@ -136,6 +136,15 @@ func (s Socket) DataAt(read time.Time) time.Time {
 	return read.Add(-s.SinceLastDataRecv)
 }
 
+// closedBy is, for the record s of a freed connection, a time no earlier than its close:
+// when the record came (Freed), or, for one without that time, the read it is taken with.
+func (s Socket) closedBy(read time.Time) time.Time {
+	if s.Freed.IsZero() {
+		return read
+	}
+	return s.Freed
+}
+
 // DataBefore says whether the record s of a freed connection shows data that all arrived
 // before t: a connection of before t, whatever it did after.
 func (s Socket) DataBefore(t time.Time) bool {

@@ -46,10 +46,67 @@ func TestUndrainedOneRequestConnectionsAreNotDepartures(t *testing.T) {
 	tr.Observe(at(5), nil)
 	wantState(t, clientOf(t, tr, "10.1.0.2"), Sending)
 
-	tr.Observe(at(6), []Socket{withTimes(sock("10.1.0.2", 41002, Established, 23), 100, time.Second, 500*time.Millisecond)})
-	tr.Observe(at(7), []Socket{withTimes(sock("10.1.0.2", 41002, Established, 23), 400, 10*time.Millisecond, 900*time.Millisecond)})
+	// Another client's connection, new in the drain, carries a second request: it pools.
+	tr.Observe(at(6), []Socket{withTimes(sock("10.1.0.9", 41002, Established, 23), 100, time.Second, 500*time.Millisecond)})
+	tr.Observe(at(7), []Socket{withTimes(sock("10.1.0.9", 41002, Established, 23), 400, 10*time.Millisecond, 900*time.Millisecond)})
 	tr.Observe(at(8), nil)
-	wantState(t, clientOf(t, tr, "10.1.0.2"), Left)
+	wantState(t, clientOf(t, tr, "10.1.0.9"), Left)
+}
+
+// Nothing drains the pod, so a pool closes a connection to a host it still routes to only at
+// its own idle timeout. A client that closed a connection and then sent on a new one is no
+// pool that let go, whatever its connections showed before or show after: here one that
+// opens a connection per request but, loaded, closed one late, after the pool idle time.
+func TestUndrainedClientThatComesBackIsNoPool(t *testing.T) {
+	late := withTimes(sock("10.1.0.5", 43000, Established, 51), 200, time.Second, 500*time.Millisecond)
+	tr := Begin(at(0), []Socket{late}) // answered and still open: a pool's use, it seems
+	tr.Undrained(testPoolIdle)
+	tr.Observe(at(1), nil)
+	wantState(t, clientOf(t, tr, "10.1.0.5"), Left)
+
+	// Its next request comes on a new connection, which then carries a second request, as a
+	// pool's would; its close is still no departure.
+	next := unanswered(withTimes(sock("10.1.0.5", 43001, Established, 52), 100, 300*time.Millisecond, 300*time.Millisecond))
+	tr.Observe(at(2), []Socket{next})
+	wantState(t, clientOf(t, tr, "10.1.0.5"), Sending)
+	tr.Observe(at(3), []Socket{withTimes(sock("10.1.0.5", 43001, Established, 52), 300, 10*time.Millisecond, 500*time.Millisecond)})
+	tr.Observe(at(4), nil)
+	wantState(t, clientOf(t, tr, "10.1.0.5"), Sending)
+
+	// The same from the kernel's records alone: connections opened and closed between two
+	// reads, the first kept open after its answer, the second sent after the first closed.
+	tr = Begin(at(0), nil)
+	tr.Undrained(testPoolIdle)
+	first := briefRecord("10.1.0.6", 44000, 61, 200, at(1).Add(-100*time.Millisecond), 500*time.Millisecond, 400*time.Millisecond)
+	tr.Closed([]Socket{first}, true)
+	tr.Observe(at(1), nil)
+	wantState(t, clientOf(t, tr, "10.1.0.6"), Left)
+	second := briefRecord("10.1.0.6", 44001, 62, 200, at(1).Add(300*time.Millisecond), 10*time.Millisecond, 5*time.Millisecond)
+	tr.Closed([]Socket{second}, true)
+	tr.Observe(at(2), nil)
+	wantState(t, clientOf(t, tr, "10.1.0.6"), Sending)
+
+	// A pool drops the endpoint: it closes its idle connection, and a request it had sent
+	// just before, on a connection it was opening, comes a moment later. That is no coming
+	// back.
+	pooled := withCookie(withTimes(sock("10.1.0.7", 45000, Established, 71), 300, 2*time.Second, time.Second), 71)
+	tr = Begin(at(0), []Socket{pooled})
+	tr.Undrained(testPoolIdle)
+	closedAt := at(1).Add(-200 * time.Millisecond)
+	idleClose := record(pooled, 301)
+	idleClose.Freed = closedAt
+	straggler := briefRecord("10.1.0.7", 45001, 72, 200, closedAt.Add(30*time.Millisecond), 10*time.Millisecond, 5*time.Millisecond)
+	tr.Closed([]Socket{idleClose, straggler}, true)
+	tr.Observe(at(1), nil)
+	wantState(t, clientOf(t, tr, "10.1.0.7"), Left)
+}
+
+// briefRecord is the kernel's record of a connection no read showed, come at freed: its last
+// data sinceRecv before that, and its answer sinceSent before.
+func briefRecord(client string, port uint16, cookie, bytes uint64, freed time.Time, sinceRecv, sinceSent time.Duration) Socket {
+	f := record(withCookie(withTimes(sock(client, port, Established, 0), bytes, sinceRecv, sinceSent), cookie), bytes)
+	f.Freed = freed
+	return f
 }
 
 // While the pod drains, an idle drain-start connection can carry a request, be told

@@ -462,15 +462,18 @@ func (c *coordinator) watch(ctx, parent context.Context, snap mesh.Snapshot, fir
 	c.watchStarted = true
 	c.arrivals.add(c.clock.Now(), first)
 	cheap, _ := c.sidecar.(UsedOnlyReader)
+	var d Decision
 	for {
-		if reason := c.wait(parent, c.cfg.Poll); reason != "" {
+		if reason := c.wait(parent, c.nextPoll(d)); reason != "" {
 			return reason
 		}
 		fetch := c.fetch
 		if cheap != nil {
 			fetch = func(ctx context.Context) (mesh.Snapshot, error) { return c.fetchWith(ctx, cheap.InboundUsed) }
 		}
-		snap, d, reason := c.poll(ctx, parent, fetch)
+		var snap mesh.Snapshot
+		var reason Reason
+		snap, d, reason = c.poll(ctx, parent, fetch)
 		if reason != "" {
 			return reason
 		}
@@ -509,6 +512,22 @@ func (c *coordinator) watch(ctx, parent context.Context, snap mesh.Snapshot, fir
 		}
 	}
 }
+
+// nextPoll is how long to wait for the next poll after decision d: the poll interval, or less
+// when the window ends sooner, so that the wait ends when its window does rather than on the
+// next poll (which would add up to a poll interval to every stop). At most one short poll per
+// window: the one at its end.
+func (c *coordinator) nextPoll(d Decision) time.Duration {
+	until := d.Ends - c.clock.Now().Sub(c.start)
+	if d.Reason != "" || d.Ends <= 0 || until <= 0 || until >= c.cfg.Poll {
+		return c.cfg.Poll
+	}
+	return max(until, minPollWait)
+}
+
+// minPollWait is the shortest wait nextPoll asks for: a window that ends within it is as
+// good as ended, and polls do not crowd each other.
+const minPollWait = 10 * time.Millisecond
 
 // poll takes one poll with fetch and shows it to the rule. A failed poll is an admin error
 // and no decision; reason is set when the wait must end at once.

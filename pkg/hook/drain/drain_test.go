@@ -152,6 +152,31 @@ func TestQuietAfterTrafficStops(t *testing.T) {
 	}
 }
 
+// A window that ends between two polls ends the wait when it ends, with one short poll, not
+// at the next poll: the grid would add up to a poll interval to every stop.
+func TestDecisionFallsWhenTheWindowEnds(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Quiet = 1100 * time.Millisecond
+	res, sidecar, _, _ := run(t, cfg, steadyTraffic(3*time.Second, 0))
+	if res.Reason != ReasonQuiet {
+		t.Fatalf("reason = %s, want quiet", res.Reason)
+	}
+	// The last movement is seen at the poll of 3s; the window ends 1.1s later, between the
+	// polls of 4s and 4.2s.
+	if want := 3*time.Second + cfg.Quiet; res.Elapsed != want {
+		t.Errorf("elapsed = %v, want %v (polls %v)", res.Elapsed, want, sidecar.polls)
+	}
+	short := 0
+	for i := 1; i < len(sidecar.polls); i++ {
+		if sidecar.polls[i]-sidecar.polls[i-1] < cfg.Poll {
+			short++
+		}
+	}
+	if short > 1 {
+		t.Errorf("%d polls closer than the poll interval, want at most 1: %v", short, sidecar.polls)
+	}
+}
+
 func TestTrafficResumingInsideQuietWindowRestartsIt(t *testing.T) {
 	cfg := baseConfig()
 	script := func(at time.Duration) (mesh.Snapshot, error) {

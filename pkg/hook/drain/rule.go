@@ -217,6 +217,10 @@ type Decision struct {
 	Rate float64
 	// LastArrival is when the counter last moved, since the start of the drain.
 	LastArrival time.Duration
+	// Ends is when the wait may end if nothing arrives meanwhile, since the start of the
+	// drain: the window's end or --min-wait; zero while clients hold the app or the window is
+	// capped.
+	Ends time.Duration
 	// LongestGap is the longest silence between arrivals during the watch, the one in
 	// progress included.
 	LongestGap time.Duration
@@ -318,7 +322,11 @@ func (r *Rule) Observe(o Observation) Decision {
 		d.HeldBy = o.Clients.Holding
 		return d
 	}
-	if capped || o.At < end {
+	if capped {
+		return d
+	}
+	d.Ends = end
+	if o.At < end {
 		return d
 	}
 	switch {

@@ -30,16 +30,21 @@ func cpuTime() time.Duration {
 // before each poll a client sends a byte on one of the connections (a different one each
 // time), so the counters move at every poll and the table is read every DenseReadPolls polls,
 // what a poll costs while clients send densely (the sends' own CPU measured apart and taken
-// off).
+// off); "holders": the same sends past the lag bound on connections open when the watch
+// began, what a poll costs while clients that never learn send.
 func BenchmarkPoll(b *testing.B) {
 	// In a namespace of its own, the counters stand still unless the benchmark moves them.
 	if !kerneltest.Inside(b, false) {
 		return
 	}
 	port := int(socketstest.Connections(b, benchConns))
-	for _, mode := range []string{"still", "read", "dense"} {
+	for _, mode := range []string{"still", "read", "dense", "holders"} {
 		b.Run(mode, func(b *testing.B) {
-			k, err := New(Options{Ports: []int{port}, Reader: sockets.NewReader()})
+			opts := Options{Ports: []int{port}, Reader: sockets.NewReader()}
+			if mode == "holders" {
+				opts.Start, opts.LagBound = time.Now().Add(-time.Minute), time.Second
+			}
+			k, err := New(opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -53,7 +58,7 @@ func BenchmarkPoll(b *testing.B) {
 			reads := k.reads
 			cpu := cpuTime()
 			for b.Loop() {
-				if mode == "dense" {
+				if mode == "dense" || mode == "holders" {
 					if _, err := socketstest.ClientEnd(sent).Write([]byte{'x'}); err != nil {
 						b.Fatal(err)
 					}

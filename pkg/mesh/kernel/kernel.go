@@ -71,7 +71,10 @@ type Options struct {
 // it (credit), so the rule sees arrivals at every poll as before: the read then adds only what
 // the credit did not already show, and a poll at which the counters stand still reads at
 // once. Counting ahead can only lengthen the wait: credit the read does not confirm stays in
-// the counter. With 8, a dense poll costs about a ninth of a read. Past the lag bound every
+// the counter. Where the latest read counted mostly accepts (a connection per request), only
+// an accept counts ahead: after the last request the closing connections' segments still move
+// InSegs, and such a poll reads instead. With 8, a dense poll costs about a ninth of a read.
+// Past the lag bound every
 // busy poll reads: there, the data of holders that never learn moves the counters and counts
 // nothing, and counting it ahead would hold the hook for them.
 const DenseReadPolls = 8
@@ -126,6 +129,19 @@ type Kernel struct {
 	creditPort    uint16
 	readCounted   time.Time
 	readUncounted bool
+	// readAccepts and readData count the new connections and the data on open ones that the
+	// read under way counted; onAccepts says that the latest read's were mostly accepts: the
+	// dense traffic opens a connection per request, and only an accept moves its counters
+	// ahead of a read (a closing connection's segments move InSegs too).
+	readAccepts, readData int
+	onAccepts             bool
+	// holdersOnly: the latest read, past the lag bound, found no open connection that counts
+	// (one a client opened past the bound), and the data it found on old connections was all
+	// sent past the bound (their clients are named as never learning): only holders, and
+	// whatever is not a client's, move the counters. readOldBefore: the read under way found
+	// data on an old connection sent before the bound.
+	holdersOnly   bool
+	readOldBefore bool
 
 	conns     map[connKey]*conn
 	forgotten map[uint64]forgottenConn
@@ -461,8 +477,21 @@ func (k *Kernel) poll() error {
 		return fmt.Errorf("--mesh none: reading the pod's TCP counters: %w", err)
 	}
 	movedSincePoll := counters != k.counters
+	if k.onAccepts {
+		// The requests come on new connections: a poll without an accept may show only the
+		// last ones closing, and is read rather than counted ahead.
+		movedSincePoll = counters.PassiveOpens != k.counters.PassiveOpens
+	}
 	k.counters = counters
 	if counters == k.atRead && k.unattributed == 0 {
+		return nil
+	}
+	if k.holdersOnly && counters.PassiveOpens == k.atRead.PassiveOpens && k.unattributed == 0 {
+		// Past the bound only a connection opened past it counts, and there was none open:
+		// segments without an accept are the holders' data or closes, which count nothing
+		// (those that sent were named at the read that found it), and a read would cost a
+		// walk of the whole connection table at every poll while they send. An old connection
+		// idle until now that sends again is not named, and changes nothing else.
 		return nil
 	}
 	if k.denseReads >= denseAfterReads && movedSincePoll && k.unread < DenseReadPolls-1 && !k.pastBound(now) {
@@ -472,6 +501,17 @@ func (k *Kernel) poll() error {
 		return nil
 	}
 	return k.read(now)
+}
+
+// countedOpen says whether a connection still open at the latest read counts: a client's
+// that is not old (opened past the lag bound, or with none, since the watch began).
+func (k *Kernel) countedOpen() bool {
+	for _, c := range k.conns {
+		if c.kind == clientConn && !c.destroyed && !c.timeWait && !k.old(c) {
+			return true
+		}
+	}
+	return false
 }
 
 // addActivity counts n on port, the latest of it at at: first against the credit counted
@@ -488,6 +528,7 @@ func (k *Kernel) addActivity(port uint16, n float64, at time.Time) {
 // the read is in the counters and named at the next read, never the other way round.
 func (k *Kernel) read(now time.Time) error {
 	k.readCounted, k.readUncounted = time.Time{}, false
+	k.readAccepts, k.readData, k.readOldBefore = 0, 0, false
 	var final []sockets.Socket
 	if k.gone != nil {
 		final, _ = k.gone.Take()
@@ -540,6 +581,8 @@ func (k *Kernel) read(now time.Time) error {
 		k.denseReads = 0
 	}
 	k.unread = 0
+	k.onAccepts = k.readAccepts > 0 && k.readAccepts >= k.readData
+	k.holdersOnly = k.pastBound(now) && !k.countedOpen() && !k.readOldBefore
 	// Credit this read did not confirm stays in the counter (it only lengthened the wait),
 	// and pays for nothing later.
 	clear(k.credit)
@@ -562,8 +605,10 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 	// little late), so a name now belongs to a recent accept, and paying an old one with it
 	// would leave the recent one to count as an unknown client's later, stretching the wait.
 	var unknown int64
+	var unknownAt time.Time // the latest read whose counters held one of them
 	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read+1 {
 		unknown += k.pending[0].n
+		unknownAt = later(unknownAt, k.pending[0].at)
 		k.pending = k.pending[1:]
 	}
 	// The named accepts pay for the oldest unnamed ones first: what is left unnamed is the
@@ -582,6 +627,7 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 	}
 	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read {
 		unknown += k.pending[0].n
+		unknownAt = later(unknownAt, k.pending[0].at)
 		k.pending = k.pending[1:]
 	}
 	k.unattributed = 0
@@ -589,11 +635,17 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 		k.unattributed += p.n
 	}
 	if unknown > 0 {
+		// They came no later than unknownAt. Where activity already counted came after that,
+		// the silence the rule measures began after them: counting them now would move the
+		// counter long after they came (names pay the oldest unnamed accepts first, so while
+		// requests come the unnamed ones move on to the latest reads, and are known for
+		// unknown only a while after the last request) and pass for a late arrival.
 		k.unknownAccepts += int(unknown)
-		k.lastUnknown = now
-		port := k.firstListeningWatched()
-		k.addActivity(port, float64(unknown), now)
-		k.lastKind, k.lastActivity = ActivityUnknownClient, now
+		k.lastUnknown = later(k.lastUnknown, unknownAt)
+		if unknownAt.After(k.lastActivity) {
+			k.addActivity(k.firstListeningWatched(), float64(unknown), unknownAt)
+			k.lastKind, k.lastActivity = ActivityUnknownClient, unknownAt
+		}
 	}
 }
 
@@ -719,6 +771,7 @@ func (k *Kernel) accepted(now time.Time, c *conn) {
 		cl.lastNewPastBound = now
 	}
 	cl.lastCountedOther = later(cl.lastCountedOther, now)
+	k.readAccepts++
 	k.count(now, cl, c.port, ActivityNewConnection, 1)
 }
 
@@ -749,9 +802,11 @@ func (k *Kernel) data(now time.Time, c *conn, at time.Time, n int) {
 			k.readUncounted = true
 			return
 		}
+		k.readOldBefore = true
 	} else {
 		cl.lastCountedOther = later(cl.lastCountedOther, at)
 	}
+	k.readData += n
 	k.count(at, cl, c.port, ActivityData, n)
 }
 

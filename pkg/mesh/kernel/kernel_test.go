@@ -298,6 +298,81 @@ func TestDenseTrafficReadsEveryFewPolls(t *testing.T) {
 	}
 }
 
+// Dense traffic on new connections, one per request: only an accept counts ahead of a read.
+// Once the requests stop, the last connections' closing segments still move InSegs; a poll
+// that shows only them reads the table, which finds nothing new, instead of counting one more
+// activity ahead (which held the hook up to DenseReadPolls polls past the last request).
+func TestAcceptDenseTrafficCountsAheadOnlyOnAccepts(t *testing.T) {
+	f := newFixture(t, 0)
+	var open []sockets.Socket
+	last := f.poll()
+	for i := range 12 {
+		open = append(open, sock(t, fmt.Sprintf("10.1.0.2:%d", 40000+i), 8080, uint64(100+i), 100, 1))
+		f.traffic(1, open...)
+		last = f.poll()
+	}
+	if !f.k.onAccepts || f.k.denseReads < denseAfterReads {
+		t.Fatalf("after 12 polls with an accept each: onAccepts %v, dense reads %d", f.k.onAccepts, f.k.denseReads)
+	}
+	for range 3 {
+		reads := f.k.reads
+		f.traffic(0, open...) // segments, no accept: the connections closing
+		got := f.poll()
+		if f.k.reads != reads+1 {
+			t.Fatalf("a poll with segments and no accept counted ahead instead of reading")
+		}
+		if got != last {
+			t.Fatalf("counter %v → %v with no request", last, got)
+		}
+	}
+}
+
+// Past the lag bound, once the holders that send have been named and no connection that
+// counts is open, the table is not read while only their segments move the counters: a read
+// walks the whole connection table. An accept reads again.
+func TestHoldersAloneAreNotReadPastTheBound(t *testing.T) {
+	holder := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, time.Second, holder)
+	bytes, segs := uint64(100), uint32(1)
+	send := func(others ...sockets.Socket) {
+		bytes, segs = bytes+100, segs+1
+		holder.BytesReceived, holder.DataSegsIn, holder.SinceLastDataRecv = bytes, segs, 0
+		f.traffic(0, append([]sockets.Socket{holder}, others...)...)
+	}
+	for f.now.Before(f.k.opts.Start.Add(time.Second)) {
+		send()
+		f.poll()
+	}
+	var counter float64
+	for range 2 { // reads that find the holder sending past the bound, and name it
+		send()
+		counter = f.poll()
+	}
+	named := false
+	for _, c := range f.k.Clients() {
+		named = named || (c.Addr == netip.MustParseAddr("10.1.0.2") && c.NeverLearns())
+	}
+	if !named || !f.k.holdersOnly {
+		t.Fatalf("past the bound: holder named %v, holders only %v", named, f.k.holdersOnly)
+	}
+	reads := f.k.reads
+	for range 5 {
+		send()
+		if got := f.poll(); got != counter {
+			t.Fatalf("a holder's data past the bound moved the counter %v → %v", counter, got)
+		}
+	}
+	if f.k.reads != reads {
+		t.Fatalf("%d reads while only the holder sent past the bound, want none", f.k.reads-reads)
+	}
+	late := sock(t, "10.1.0.3:41000", 8080, 2, 50, 1)
+	f.table.passive++
+	send(late)
+	if got := f.poll(); f.k.reads != reads+1 || got <= counter {
+		t.Fatalf("an accept past the bound: %d reads (want 1), counter %v → %v", f.k.reads-reads, counter, got)
+	}
+}
+
 // Past the lag bound nothing is counted ahead: a holder that never learns keeps sending and
 // moving the counters, and reads between its sends can find only a client that still counts
 // (here one opening past the bound); counting ahead then would count the holder's next data
@@ -384,6 +459,27 @@ func TestLaterNamedAcceptDoesNotPayForAnOlderUnnamedOne(t *testing.T) {
 	}
 	if s := f.k.Summary(); s.UnknownAccepts != 1 {
 		t.Fatalf("unknown accepts %d, want 1: the probe's is no client's", s.UnknownAccepts)
+	}
+}
+
+// An accept known for an unknown client's only after activity that came later has been
+// counted moves the counter no more: the silence the rule measures began after it. Counted
+// then, it passed for an arrival a whole unnamedAfter after the last request.
+func TestUnknownAcceptOlderThanCountedActivityIsNoArrival(t *testing.T) {
+	conn := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, 0, conn)
+	f.traffic(1, conn) // an accept the table never shows
+	f.poll()
+	f.traffic(0, withData(conn, 200, 2)) // then a request on the open connection
+	counted := f.poll()
+	for range 4 {
+		f.traffic(0, withData(conn, 200, 2))
+		if got := f.poll(); got != counted {
+			t.Fatalf("the unnamed accept, known for an unknown client's later: activity %v → %v", counted, got)
+		}
+	}
+	if s := f.k.Summary(); s.UnknownAccepts != 1 {
+		t.Fatalf("unknown accepts %d, want 1 (still named in the final event)", s.UnknownAccepts)
 	}
 }
 
