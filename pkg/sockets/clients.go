@@ -203,8 +203,8 @@ func (t *Tracker) RequestsArrived() { t.arrived = true }
 // connection was when the drain began. A connection opened and closed between two reads,
 // gone without TIME_WAIT on the pod's side, was closed by its client. poolIdle is
 // best the read interval: a loaded client may take tens of milliseconds to close. A client
-// that sends on a new connection after closing one is no pool that let go (cameBack), so a
-// late close by a per-request client misleads only until its next request.
+// that sends on a new connection more than poolIdle after closing one is no pool that let go
+// (cameBack), so a late close by a per-request client misleads only until its next request.
 // Limits: a client whose idle timeout expires during the drain looks like one that let go;
 // several clients behind one address (a NAT) are one. Sound only while nothing drains the
 // pod: a draining Envoy's Connection: close makes clients close right after a request.

@@ -25,8 +25,9 @@ func TestUndrainedPoolCloseIsADeparture(t *testing.T) {
 
 // A client that opens a connection per request closes it right after the response: its
 // closes say nothing even when the pod is not draining, whether its connection was seen in
-// one read or, with a long request, in two. Once one of its connections has been seen
-// answered and left open, it pools, and its next close, busy or idle, is a departure.
+// one read or, with a long request, in two. A client one of whose connections has been seen
+// answered and left open pools, and its next close, busy or idle, is a departure (for a client
+// that already closed one and sent again, it is not: TestUndrainedClientThatComesBackIsNoPool).
 func TestUndrainedOneRequestConnectionsAreNotDepartures(t *testing.T) {
 	// As the drain begins, one connection has just been answered and another carries its
 	// first request: both close right after, as a client without a pool does.

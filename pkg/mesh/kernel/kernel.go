@@ -65,8 +65,8 @@ type Options struct {
 // DenseReadPolls is how many polls apart the table is read while the traffic is dense: the
 // latest two reads each found activity that counts since the poll before it and nothing
 // else, and the counters move at every poll. A read walks the node's whole connection hash
-// and formats tcp_info for every watched connection (about 5 ms of CPU at 2,000 connections here, docs:
-// cost per poll), so reading at every such poll would cost that much per poll. In between,
+// and formats tcp_info for every watched connection (about 5 ms of CPU at 2,000 connections
+// here, docs: cost per poll), so reading at every such poll would cost that much. In between,
 // each poll at which the counters moved counts one activity ahead of the read that will name
 // it (credit), so the rule sees arrivals at every poll as before: the read then adds only what
 // the credit did not already show, and a poll at which the counters stand still reads at
@@ -74,9 +74,9 @@ type Options struct {
 // the counter. Where the latest read counted mostly accepts (a connection per request), only
 // an accept counts ahead: after the last request the closing connections' segments still move
 // InSegs, and such a poll reads instead. With 8, a dense poll costs about a ninth of a read.
-// Past the lag bound every
-// busy poll reads: there, the data of holders that never learn moves the counters and counts
-// nothing, and counting it ahead would hold the hook for them.
+// Past the lag bound nothing is counted ahead: there, the data of holders that never learn
+// moves the counters and counts nothing, and counting it ahead would hold the hook for them;
+// such polls read, until a read finds only holders (holdersOnly).
 const DenseReadPolls = 8
 
 // denseAfterReads is how many reads in a row must find dense traffic: one busy poll is not
@@ -154,9 +154,16 @@ type Kernel struct {
 	activity       map[uint16]float64 // counted activity per watched port
 	active         map[uint16]float64 // requests in flight at the latest read
 	unknownAccepts int
-	lastUnknown    time.Time // when the latest unknown client's accept counted
-	lastKind       string
-	lastActivity   time.Time
+	lastUnknown    time.Time // the latest read whose counters held an unknown client's accept
+	// movedAt is when the latest poll at which the activity counter went up had read the
+	// counters (one that counted an activity ahead of a read, or a read that found activity
+	// the credit had not paid for): the rule sees that move no earlier. countersAt is when the
+	// read under way had read them.
+	movedAt    time.Time
+	countersAt time.Time
+
+	lastKind     string
+	lastActivity time.Time
 }
 
 type connKey struct{ local, remote netip.AddrPort }
@@ -468,7 +475,8 @@ func (k *Kernel) old(c *conn) bool {
 }
 
 // poll reads the counters, and the table when they moved since the latest read: at once,
-// unless the traffic is dense and they moved since the previous poll too (DenseReadPolls).
+// unless the traffic is dense and they moved since the previous poll too (DenseReadPolls), or
+// past the lag bound only holders can have moved them (holdersOnly).
 func (k *Kernel) poll() error {
 	now := k.opts.Now()
 	defer func() { k.prevPoll = now }()
@@ -498,6 +506,7 @@ func (k *Kernel) poll() error {
 		k.unread++
 		k.credit[k.creditPort]++
 		k.activity[k.creditPort]++
+		k.movedAt = k.opts.Now()
 		return nil
 	}
 	return k.read(now)
@@ -521,6 +530,9 @@ func (k *Kernel) addActivity(port uint16, n float64, at time.Time) {
 	paid := min(n, k.credit[port])
 	k.credit[port] -= paid
 	k.activity[port] += n - paid
+	if n > paid {
+		k.movedAt = k.countersAt
+	}
 	k.readCounted, k.creditPort = later(k.readCounted, at), port
 }
 
@@ -541,6 +553,7 @@ func (k *Kernel) read(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("--mesh none: reading the pod's TCP counters: %w", err)
 	}
+	k.countersAt = k.opts.Now() // no accept these counters hold came later
 	k.reads++
 	named := 0
 	for _, cl := range k.clients {
@@ -573,7 +586,7 @@ func (k *Kernel) read(now time.Time) error {
 			delete(k.forgotten, cookie)
 		}
 	}
-	k.account(now, counters, named)
+	k.account(now, k.countersAt, counters, named)
 	k.counters, k.atRead, k.lastRead = counters, counters, now
 	if !k.readCounted.IsZero() && !k.readCounted.Before(k.prevPoll.Add(-tcpInfoResolution)) && !k.readUncounted {
 		k.denseReads++
@@ -593,7 +606,7 @@ func (k *Kernel) read(now time.Time) error {
 // unnamed for unnamedAfter (and at least one more read) is an unknown client's. The kernel
 // broadcasts a freed socket's record from a work queue, so a connection opened and closed
 // just before a read is named a little later; a read can come milliseconds after the last.
-func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int) {
+func (k *Kernel) account(now, countersAt time.Time, counters sockets.TCPCounters, named int) {
 	opened := int64(0)
 	if counters.PassiveOpens > k.atRead.PassiveOpens {
 		opened = int64(counters.PassiveOpens - k.atRead.PassiveOpens)
@@ -623,7 +636,7 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 		}
 	}
 	if rest := opened - paid; rest > 0 {
-		k.pending = append(k.pending, unnamedAccepts{n: rest, at: now, read: k.reads})
+		k.pending = append(k.pending, unnamedAccepts{n: rest, at: countersAt, read: k.reads})
 	}
 	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read {
 		unknown += k.pending[0].n
@@ -635,14 +648,15 @@ func (k *Kernel) account(now time.Time, counters sockets.TCPCounters, named int)
 		k.unattributed += p.n
 	}
 	if unknown > 0 {
-		// They came no later than unknownAt. Where activity already counted came after that,
-		// the silence the rule measures began after them: counting them now would move the
+		// They came no later than unknownAt. Where the counter went up at a poll that read the
+		// counters no earlier, the silence the rule measures began after them (the rule takes
+		// a poll's time once it has returned): counting them now would move the
 		// counter long after they came (names pay the oldest unnamed accepts first, so while
 		// requests come the unnamed ones move on to the latest reads, and are known for
 		// unknown only a while after the last request) and pass for a late arrival.
 		k.unknownAccepts += int(unknown)
 		k.lastUnknown = later(k.lastUnknown, unknownAt)
-		if unknownAt.After(k.lastActivity) {
+		if k.movedAt.Before(unknownAt) {
 			k.addActivity(k.firstListeningWatched(), float64(unknown), unknownAt)
 			k.lastKind, k.lastActivity = ActivityUnknownClient, unknownAt
 		}

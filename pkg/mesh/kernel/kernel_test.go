@@ -344,7 +344,7 @@ func TestHoldersAloneAreNotReadPastTheBound(t *testing.T) {
 		f.poll()
 	}
 	var counter float64
-	for range 2 { // reads that find the holder sending past the bound, and name it
+	for range 2 { // past the bound: the first read there names the holder
 		send()
 		counter = f.poll()
 	}
@@ -480,6 +480,40 @@ func TestUnknownAcceptOlderThanCountedActivityIsNoArrival(t *testing.T) {
 	}
 	if s := f.k.Summary(); s.UnknownAccepts != 1 {
 		t.Fatalf("unknown accepts %d, want 1 (still named in the final event)", s.UnknownAccepts)
+	}
+}
+
+// Dense traffic on new connections: the read that follows the polls that counted accepts
+// ahead names them, and the credit pays for them, so the counter does not move at that read;
+// an accept its counters hold and nothing names may have come after the counter last moved.
+// Known for an unknown client's later, it moves the counter then.
+func TestUnknownAcceptAfterTheLastMoveCounts(t *testing.T) {
+	f := newFixture(t, 0)
+	var open []sockets.Socket
+	accept := func(i int) {
+		open = append(open, sock(t, fmt.Sprintf("10.1.0.2:%d", 40000+i), 8080, uint64(100+i), 100, 1))
+	}
+	for range 12 {
+		accept(len(open))
+		f.traffic(1, open...)
+		f.poll()
+	}
+	for f.k.unread < DenseReadPolls-1 { // up to the poll before a read
+		accept(len(open))
+		f.traffic(1, open...)
+		f.poll()
+	}
+	if f.k.unread == 0 {
+		t.Fatalf("no counting ahead: the test needs dense reading")
+	}
+	f.traffic(1, open...) // an accept the table never shows; the credit pays for the rest
+	counted := f.poll()
+	for range 3 {
+		f.traffic(0, open...)
+		f.poll()
+	}
+	if got := f.poll(); got != counted+1 {
+		t.Fatalf("an unknown client's accept after the last move of the counter: activity %v → %v, want one more", counted, got)
 	}
 }
 
