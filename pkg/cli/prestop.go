@@ -18,7 +18,6 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
-	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -365,9 +364,6 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 	cfg.Clock = clock.Real{}
 	cfg.Logger = logger
 	cfg.Start = start
-	if table, ok := cfg.Clients.(*evidence.Table); ok {
-		table.Start = start
-	}
 	return endPrestop(report, drain.Run(ctx, cfg, sidecar))
 }
 

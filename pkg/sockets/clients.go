@@ -391,13 +391,6 @@ func (c *clientEvidence) closedAt(when time.Time) {
 	}
 }
 
-// newData records data on a connection it opened since the drain began, arrived at when.
-func (c *clientEvidence) newData(when time.Time) {
-	if when.After(c.lastNewData) {
-		c.lastNewData = when
-	}
-}
-
 // lastClosed is the read that last showed the client close a connection, any kind.
 func (c *clientEvidence) lastClosed() int { return max(c.lastClose, c.lastUsedClose) }
 
@@ -465,17 +458,17 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			o.client = t.client(s.Remote.Addr(), at)
 			o.client.newConns++
 			o.client.lastNewConn = t.read
-			t.activity(o.client, s.DataAt(at))
 			if s.HasTCPInfo && s.BytesReceived > 0 {
-				o.client.newData(s.DataAt(at))
+				t.newConnData(o.client, s.DataAt(at))
+			} else {
+				t.activity(o.client, s.DataAt(at))
 			}
 		} else if grew(&o.bytes, &o.haveBytes, s) {
 			if o.client == nil {
 				o.client = t.client(s.Remote.Addr(), at)
 			}
 			o.dataRead = t.read
-			t.activity(o.client, s.DataAt(at))
-			o.client.newData(s.DataAt(at))
+			t.newConnData(o.client, s.DataAt(at))
 			// A request after an answered one: the connection is reused, as a pool's.
 			o.client.pools = o.client.pools || (t.undrained && o.answered)
 		}
@@ -631,9 +624,10 @@ func (t *Tracker) briefConnections(at time.Time, final map[uint64]Socket) {
 		}
 		c.newConns++
 		c.lastNewConn = t.read
-		t.activity(c, f.DataAt(at))
 		if f.HasTCPInfo && f.BytesReceived > 0 {
-			c.newData(f.DataAt(at))
+			t.newConnData(c, f.DataAt(at))
+		} else {
+			t.activity(c, f.DataAt(at))
 		}
 		if t.undrained {
 			// Gone without TIME_WAIT on our side: its client closed it (Undrained).
@@ -747,6 +741,15 @@ func grew(bytes *uint64, have *bool, s Socket) bool {
 	more := *have && s.BytesReceived > *bytes
 	*bytes, *have = s.BytesReceived, true
 	return more
+}
+
+// newConnData is activity that is data on a connection c opened since the drain began
+// (cameBack).
+func (t *Tracker) newConnData(c *clientEvidence, when time.Time) {
+	t.activity(c, when)
+	if when.After(c.lastNewData) {
+		c.lastNewData = when
+	}
 }
 
 func (t *Tracker) activity(c *clientEvidence, when time.Time) {

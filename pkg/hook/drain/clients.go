@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -14,8 +15,9 @@ import (
 // until then. It is optional: without it, or when it cannot be read, silence alone decides.
 type ClientEvidence interface {
 	// Begin marks the connections open as the drain begins, on the inbound listener the
-	// snapshot's sidecar serves.
-	Begin(ctx context.Context, snap mesh.Snapshot) error
+	// snapshot's sidecar serves; start is when the hook started, a moment before (zero:
+	// unknown).
+	Begin(ctx context.Context, start time.Time, snap mesh.Snapshot) error
 	// Counts reads the connections again, when they can have changed, and says where each
 	// client stands; traffic is what this poll's stats say of the inbound side.
 	Counts(ctx context.Context, traffic Traffic) (ClientCounts, error)
@@ -55,7 +57,7 @@ func (c *coordinator) beginClients(ctx context.Context, snap mesh.Snapshot) {
 		c.result.ClientEvidence = "off"
 		return
 	}
-	if err := c.cfg.Clients.Begin(ctx, snap); err != nil {
+	if err := c.cfg.Clients.Begin(ctx, c.start, snap); err != nil {
 		c.noClientEvidence(err)
 		return
 	}

@@ -21,7 +21,7 @@ type scriptedClients struct {
 	begun    bool
 }
 
-func (s *scriptedClients) Begin(context.Context, mesh.Snapshot) error {
+func (s *scriptedClients) Begin(context.Context, time.Time, mesh.Snapshot) error {
 	s.begun = true
 	return s.beginErr
 }

@@ -45,7 +45,7 @@ func BenchmarkTablePoll(b *testing.B) {
 				Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(0), HTTPRequestsActive: num(0)}},
 				Listener:  &mesh.Listener{Address: "0.0.0.0_15006", ConnectionsTotal: num(benchClients), ConnectionsActive: num(benchClients)},
 			}
-			if err := table.Begin(context.Background(), snap); err != nil {
+			if err := table.Begin(context.Background(), time.Time{}, snap); err != nil {
 				b.Skipf("socket table unreadable here: %v", err)
 			}
 			cpu := cpuTime()

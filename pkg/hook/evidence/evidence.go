@@ -39,9 +39,6 @@ type Table struct {
 	// end), so a client's close of an idle pooled connection is a departure even if it
 	// carried requests since the start (sockets.Tracker.Undrained).
 	Undrained bool
-	// Start is when the hook started, a moment before Begin's read (zero: that read's time):
-	// data a client sent since is the drain's (sockets.Tracker.BeganAt).
-	Start time.Time
 
 	table    clientTable
 	lastRead time.Time
@@ -81,7 +78,7 @@ var _ drain.ClientEvidence = (*Table)(nil)
 // Begin reads the table once, as the drain begins: the connections open now are the ones
 // whose fate is the evidence. The kernel's records of connections it frees are watched from
 // here until ctx ends (sockets.GoneWatch).
-func (t *Table) Begin(ctx context.Context, snap mesh.Snapshot) error {
+func (t *Table) Begin(ctx context.Context, start time.Time, snap mesh.Snapshot) error {
 	if err := t.table.open(t.Reader, t.Ports, snap.Listener); err != nil {
 		return err
 	}
@@ -99,7 +96,8 @@ func (t *Table) Begin(ctx context.Context, snap mesh.Snapshot) error {
 	// for departures meanwhile (drainedBefore).
 	t.regime.Observe(t.atRead, drain.DrainClosesExposed(snap))
 	t.table.begin(t.lastRead)
-	t.table.tracker.BeganAt(t.Start)
+	// Data a client sent since the hook started is the drain's, read or not.
+	t.table.tracker.BeganAt(start)
 	if t.Undrained {
 		// A connection answered and still open a read interval later is a pool's: a client
 		// that opens one per request closes it within milliseconds, even loaded.

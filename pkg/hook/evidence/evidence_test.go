@@ -61,7 +61,7 @@ func TestTableOnTheRealKernel(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	table := &Table{Reader: sockets.NewReader(), Ports: []int{port}, Now: time.Now, Every: time.Nanosecond}
-	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+	if err := table.Begin(context.Background(), time.Time{}, mesh.Snapshot{}); err != nil {
 		t.Skipf("the socket table cannot be read here: %v", err)
 	}
 	counts, err := table.Counts(context.Background(), quiet)
@@ -111,7 +111,7 @@ func TestTableReadsAtMostEvery(t *testing.T) {
 	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	r := oneHolder()
 	table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }}
-	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+	if err := table.Begin(context.Background(), time.Time{}, mesh.Snapshot{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ { // 4 polls of 200ms: one second not yet passed
@@ -151,7 +151,7 @@ func TestNoDepartureWithoutTCPInfo(t *testing.T) {
 		}
 		*socks = []sockets.Socket{open}
 		table := &Table{Reader: tc.reader, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Nanosecond}
-		if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+		if err := table.Begin(context.Background(), time.Time{}, mesh.Snapshot{}); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Second)
@@ -184,7 +184,7 @@ func TestTableReadsOnlyWhenTheStatsMoved(t *testing.T) {
 		Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(0), HTTPRequestsActive: num(0)}},
 		Listener:  &mesh.Listener{Address: "0.0.0.0_15006", ConnectionsTotal: num(1), ConnectionsActive: num(1)},
 	}
-	if err := table.Begin(context.Background(), snap); err != nil {
+	if err := table.Begin(context.Background(), time.Time{}, snap); err != nil {
 		t.Fatal(err)
 	}
 	idle := drain.Traffic{Arrivals: num(0), Opened: num(1), Open: num(1)}
@@ -265,7 +265,7 @@ func TestUndrainedEvidenceGivesUpWhenTheSidecarDrains(t *testing.T) {
 	for _, undrained := range []bool{false, true} {
 		now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 		table := &Table{Reader: oneHolder(), Ports: []int{15006}, Now: func() time.Time { return now }, Undrained: undrained}
-		if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+		if err := table.Begin(context.Background(), time.Time{}, mesh.Snapshot{}); err != nil {
 			t.Fatal(err)
 		}
 		now = now.Add(time.Second)
@@ -307,7 +307,7 @@ func TestUndrainedEvidenceWhenTheSidecarDrainedBeforeTheFirstRead(t *testing.T) 
 		r := &fakeReader{socks: []sockets.Socket{pooled}}
 		table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Second, Undrained: true}
 		snap := mesh.Snapshot{Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(10), HTTPRequestsActive: num(0), HTTPDrainCloses: num(tc.before)}}}
-		if err := table.Begin(context.Background(), snap); err != nil {
+		if err := table.Begin(context.Background(), time.Time{}, snap); err != nil {
 			t.Fatal(err)
 		}
 		poll := func(tr drain.Traffic) (drain.ClientCounts, error) {
@@ -342,7 +342,7 @@ func TestUndrainedEvidenceWhenTheSidecarDrainedBeforeTheFirstRead(t *testing.T) 
 	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	table := &Table{Reader: &fakeReader{socks: []sockets.Socket{pooled}}, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Second, Undrained: true}
 	snap := mesh.Snapshot{Endpoints: []mesh.Endpoint{{Name: "inbound_8080", HTTPRequestsTotal: num(10), HTTPRequestsActive: num(0), HTTPDrainCloses: num(2)}}}
-	if err := table.Begin(context.Background(), snap); err != nil {
+	if err := table.Begin(context.Background(), time.Time{}, snap); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Second)
@@ -397,7 +397,7 @@ func TestTPROXYAppPortsCountOnlyTheSidecarsConnections(t *testing.T) {
 	snap := mesh.Snapshot{Listener: &mesh.Listener{Address: "0.0.0.0_15006"}}
 	r := &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: 1337}
 	table := &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }, Every: time.Nanosecond}
-	if err := table.Begin(context.Background(), snap); err != nil {
+	if err := table.Begin(context.Background(), time.Time{}, snap); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Second)
@@ -413,26 +413,26 @@ func TestTPROXYAppPortsCountOnlyTheSidecarsConnections(t *testing.T) {
 	// The listener's owner cannot be read: on the app's ports the two cannot be told apart.
 	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, err: errors.New("netlink: operation not permitted")}
 	table = &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
-	err := table.Begin(context.Background(), snap)
+	err := table.Begin(context.Background(), time.Time{}, snap)
 	if err == nil || !strings.Contains(err.Error(), "owner") {
 		t.Errorf("Begin: %v, want an error saying the owner is unknown", err)
 	}
 	// The app runs as the sidecar's user: its own connections would pass for the clients'.
 	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: 1337, app: 1337}
 	table = &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
-	if err := table.Begin(context.Background(), snap); err == nil || !strings.Contains(err.Error(), "runs as the sidecar's user") {
+	if err := table.Begin(context.Background(), time.Time{}, snap); err == nil || !strings.Contains(err.Error(), "runs as the sidecar's user") {
 		t.Errorf("Begin with the app as the sidecar's user: %v, want an error saying so", err)
 	}
 	// Two listeners on 15006 with different owners: which is the sidecar's is unknown.
 	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, owner: 1337, second: 2000}
 	table = &Table{Reader: r, Ports: []int{8080}, Now: func() time.Time { return now }}
-	if err := table.Begin(context.Background(), snap); err == nil || !strings.Contains(err.Error(), "different users") {
+	if err := table.Begin(context.Background(), time.Time{}, snap); err == nil || !strings.Contains(err.Error(), "different users") {
 		t.Errorf("Begin with two owners of 15006: %v, want an error saying so", err)
 	}
 	// On the listener's own port every socket is the sidecar's: no owner needed.
 	r = &listeningReader{fakeReader: fakeReader{socks: []sockets.Socket{clients, appsOwn}}, err: errors.New("netlink: operation not permitted")}
 	table = &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }}
-	if err := table.Begin(context.Background(), snap); err != nil {
+	if err := table.Begin(context.Background(), time.Time{}, snap); err != nil {
 		t.Errorf("Begin on the listener's own port: %v", err)
 	}
 }
@@ -443,7 +443,7 @@ func TestCountsSayWhenTheLastSenderSent(t *testing.T) {
 	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	r := &fakeReader{}
 	table := &Table{Reader: r, Ports: []int{15006}, Now: func() time.Time { return now }, Every: time.Nanosecond}
-	if err := table.Begin(context.Background(), mesh.Snapshot{}); err != nil {
+	if err := table.Begin(context.Background(), time.Time{}, mesh.Snapshot{}); err != nil {
 		t.Fatal(err)
 	}
 	newConn := func(client string, sinceRecv time.Duration) sockets.Socket {

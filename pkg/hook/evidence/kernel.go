@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"context"
+	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -22,7 +23,7 @@ type Kernel struct {
 var _ drain.ClientEvidence = Kernel{}
 
 // Begin stops watching the kernel's destruction records when the drain's context ends.
-func (k Kernel) Begin(ctx context.Context, _ mesh.Snapshot) error {
+func (k Kernel) Begin(ctx context.Context, _ time.Time, _ mesh.Snapshot) error {
 	context.AfterFunc(ctx, k.Kernel.Close)
 	return nil
 }

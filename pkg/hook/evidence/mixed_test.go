@@ -43,7 +43,7 @@ func TestMixedBusyAndIdleClientsPerPoll(t *testing.T) {
 					t.Fatalf("poll %d, status: %v", i, err)
 				}
 				if i == 0 {
-					if err := table.Begin(ctx, snap); err != nil {
+					if err := table.Begin(ctx, time.Time{}, snap); err != nil {
 						t.Fatalf("prestop: %v", err)
 					}
 				} else {

@@ -45,7 +45,7 @@ func TestWatchShowsClientsAsPrestopCountsThem(t *testing.T) {
 				}
 				snap := pod.Snapshot(t)
 				if i == 0 {
-					if err := table.Begin(ctx, snap); err != nil {
+					if err := table.Begin(ctx, time.Time{}, snap); err != nil {
 						t.Fatalf("prestop: %v", err)
 					}
 				} else {
