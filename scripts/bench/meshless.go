@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -26,12 +25,8 @@ import (
 // kernel allows one: the hook reads the namespace's TCP counters, which in this machine's
 // namespace count every other program's accepts too.
 
-// meshlessGrid is the step of the sleeps the table sets meshdrain against: the sleeps people
-// write in a preStop (5, 10, 15 s).
-const meshlessGrid = 5.0
-
-// meshlessSlack is how much later than its target a stop may come: the issue's 1.2 s (a quiet
-// window and a poll).
+// meshlessSlack is how much later than the floor, or the lag bound, a stop may come: the
+// issue's 1.2 s (a quiet window and a poll).
 const meshlessSlack = 1.2
 
 // meshlessDense are the shapes whose clients open connections or send densely and then stop
@@ -118,27 +113,13 @@ func (m matrix) runMeshlessSeed(ctx context.Context, simBin string, tr podsim.Tr
 	return res, spec, nil
 }
 
-// meshlessBestSleep is the shortest sleep on the grid that loses nothing over the seeds,
-// replayed from the recorded traffic: with a graceful app, a sleep loses exactly the
-// requests whose clients had not yet learned when it ended (a keep-alive client's later
-// requests ride its connection until the app closes it, and its next connection goes where
-// its synced node sends it), so it must last past the last of them (LastRequestS) in every
-// seed. TestMeshlessPodOnRealSockets (pkg/sim/podsim) checks that claim on real sockets.
-func meshlessBestSleep(rs []podsim.Result) float64 {
-	last := 0.0
-	for _, r := range rs {
-		last = max(last, r.LastRequestS)
-	}
-	return meshlessGrid * math.Max(1, math.Ceil((last+1e-9)/meshlessGrid))
-}
-
 // printMeshless writes the meshless table.
 func printMeshless(w io.Writer, ml *meshlessReport) {
 	fmt.Fprintf(w, "\nWithout a sidecar (issue 28): clients reach the app through their node's kube-proxy (5 nodes, each syncing at its own\n")
 	fmt.Fprintf(w, "lag) or an ingress routed per request; meshdrain prestop --mesh none reads the kernel. Seeds %s (graceful app), %s\n", seedList(ml.seeds), seedList(ml.abruptSeeds))
 	fmt.Fprintf(w, "(abrupt app: it closes its listener and every connection at SIGTERM), time scale %g; %.0fs of runs. Best sleep: the\n", ml.timeScale, ml.wall.Seconds())
-	fmt.Fprintf(w, "shortest sleep on a %.0f s grid that loses nothing over the seeds with a graceful app, replayed from this run's recorded\n", meshlessGrid)
-	fmt.Fprintf(w, "traffic; ratio: meshdrain's app-stop time / it. Targets: 0 lost with a graceful app; stop ≤ best sleep + %.1fs; where\n", meshlessSlack)
+	fmt.Fprintf(w, "shortest sleep on a %.0f s grid that loses nothing over the seeds with a graceful app, replayed from this run's recorded\n", sleepGrid)
+	fmt.Fprintf(w, "traffic; ratio: meshdrain's app-stop time / it. Targets: 0 lost with a graceful app; stop ≤ best sleep + %.1fs; where\n", sleepSlack)
 	fmt.Fprintf(w, "clients open connections densely (per-request, ingress) stop ≤ floor + %.1fs, elsewhere (keep-alive clients never\n", meshlessSlack)
 	fmt.Fprintf(w, "learn) stop ≤ lag bound + %.1fs.\n\n", meshlessSlack)
 	fmt.Fprintf(w, "| traffic | floor | lag bound | best sleep | meshdrain stop | stop − floor | lost | ratio | ended | abrupt app: lost | targets |\n")
@@ -153,7 +134,7 @@ func printMeshless(w io.Writer, ml *meshlessReport) {
 }
 
 func meshlessCells(r meshlessRow) []string {
-	sleep := meshlessBestSleep(r.graceful)
+	sleep := bestCleanSleep(r.graceful)
 	var ends []string
 	for _, res := range r.graceful {
 		ends = append(ends, endOf(res))
@@ -210,8 +191,8 @@ func meshlessVerdict(r meshlessRow, sleep float64) string {
 		if res.ClientFailures > 0 {
 			notes = append(notes, fmt.Sprintf("seed %d lost %d", seed, res.ClientFailures))
 		}
-		if res.AppStopS > sleep+meshlessSlack {
-			notes = append(notes, fmt.Sprintf("%.1fs > sleep %.0fs + %.1f", res.AppStopS, sleep, meshlessSlack))
+		if res.AppStopS > sleep+sleepSlack {
+			notes = append(notes, fmt.Sprintf("%.1fs > sleep %.0fs + %.1f", res.AppStopS, sleep, sleepSlack))
 		}
 		switch {
 		case meshlessDense[r.traffic.Name] && res.AppStopS-res.LastClientLagS > meshlessSlack:

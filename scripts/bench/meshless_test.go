@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,9 +18,9 @@ func meshlessTraffic(t *testing.T, name string) podsim.Traffic {
 	return tr
 }
 
-// TestMeshlessBestSleep: the best sleep is on the 5 s grid, past the last request of every
+// TestBestCleanSleep: the best clean sleep is on the 5 s grid, past the last request of every
 // seed, and never 0 (that is no preStop).
-func TestMeshlessBestSleep(t *testing.T) {
+func TestBestCleanSleep(t *testing.T) {
 	for _, tc := range []struct {
 		last []float64
 		want float64
@@ -28,7 +29,7 @@ func TestMeshlessBestSleep(t *testing.T) {
 		for _, l := range tc.last {
 			rs = append(rs, podsim.Result{LastRequestS: l})
 		}
-		if got := meshlessBestSleep(rs); got != tc.want {
+		if got := bestCleanSleep(rs); got != tc.want {
 			t.Errorf("last requests %v: best sleep %gs, want %gs", tc.last, got, tc.want)
 		}
 	}
@@ -58,7 +59,7 @@ func TestMeshlessVerdict(t *testing.T) {
 			seeds[i] = uint64(i + 1)
 		}
 		r := meshlessRow{traffic: meshlessTraffic(t, tc.shape), seeds: seeds, graceful: tc.runs, lagBound: 7.4}
-		if got := meshlessVerdict(r, meshlessBestSleep(tc.runs)); got != tc.want {
+		if got := meshlessVerdict(r, bestCleanSleep(tc.runs)); got != tc.want {
 			t.Errorf("%s %+v: %q, want %q", tc.shape, tc.runs, got, tc.want)
 		}
 	}
@@ -81,4 +82,18 @@ func TestMeshlessTable(t *testing.T) {
 func withMinWait(r podsim.Result) podsim.Result {
 	r.Meshdrain = &podsim.MeshdrainEvent{Reason: "quiet", Raw: map[string]any{}, ElapsedMS: 1250, ElapsedPodS: 5, Args: []string{"--min-wait", "1.25s"}}
 	return r
+}
+
+// TestEvidenceSleepTarget: the evidence table sets each stop against the best clean sleep on
+// the grid plus sleepSlack, not against the hindsight whole-second sleep (withdrawn).
+func TestEvidenceSleepTarget(t *testing.T) {
+	for _, tc := range []struct {
+		stop float64
+		want []string
+	}{{6.2, nil}, {6.3, []string{"(b) 6.3s > sleep 5s + 1.2"}}} {
+		m := podsim.Result{AppStopS: tc.stop, LastClientLagS: 5.5, LastRequestS: 4.1}
+		if got := runMisses("steady", "(b)", m, bestCleanSleep([]podsim.Result{m}), true); !slices.Equal(got, tc.want) {
+			t.Errorf("stop %.1fs: misses %q, want %q", tc.stop, got, tc.want)
+		}
+	}
 }
