@@ -145,7 +145,10 @@ type Kernel struct {
 
 	conns     map[connKey]*conn
 	forgotten map[uint64]forgottenConn
-	clients   map[netip.Addr]*client
+	// synRecv are the cookies of full sockets a read skipped half open (a TCP Fast Open
+	// accept, counted at its SYN), with that read.
+	synRecv map[uint64]int
+	clients map[netip.Addr]*client
 	// pending are accepts PassiveOpens counted that no read or record has named yet, oldest
 	// first, and unattributed their sum.
 	pending      []unnamedAccepts
@@ -243,7 +246,7 @@ func New(o Options) (*Kernel, error) {
 	if o.Start.IsZero() {
 		o.Start = o.Now()
 	}
-	k := &Kernel{opts: o, watched: map[uint16]bool{}, conns: map[connKey]*conn{}, forgotten: map[uint64]forgottenConn{},
+	k := &Kernel{opts: o, watched: map[uint16]bool{}, conns: map[connKey]*conn{}, forgotten: map[uint64]forgottenConn{}, synRecv: map[uint64]int{},
 		clients: map[netip.Addr]*client{}, activity: map[uint16]float64{}, active: map[uint16]float64{}, credit: map[uint16]float64{}, lastKind: ActivityNone}
 	for _, p := range o.Ports {
 		k.watched[uint16(p)] = true
@@ -555,22 +558,39 @@ func (k *Kernel) read(now time.Time) error {
 	}
 	k.countersAt = k.opts.Now() // no accept these counters hold came later
 	k.reads++
-	named := 0
+	// A connection the table shows for the first time was accepted after the previous read's
+	// table (it would have been in it), unless that read skipped it half open (synRecv);
+	// a record can come any number of reads after its accept.
+	namedNew, namedLate := 0, 0
 	for _, cl := range k.clients {
 		cl.open = 0
 	}
 	clear(k.active)
 	for _, s := range socks {
 		if skipped(s) {
+			if s.State == sockets.SynRecv && s.Cookie != 0 {
+				k.synRecv[s.Cookie] = k.reads
+			}
 			continue
 		}
 		if s.HasTCPInfo {
 			k.tcpInfo = true
 		}
-		named += k.observe(now, s)
+		n := k.observe(now, s)
+		if _, half := k.synRecv[s.Cookie]; half && s.Cookie != 0 {
+			namedLate += n
+			delete(k.synRecv, s.Cookie)
+		} else {
+			namedNew += n
+		}
 	}
 	for _, f := range final {
-		named += k.record(now, f)
+		namedLate += k.record(now, f)
+	}
+	for cookie, read := range k.synRecv {
+		if k.reads-read >= forgetReads {
+			delete(k.synRecv, cookie)
+		}
 	}
 	for key, c := range k.conns {
 		if c.seen == k.reads {
@@ -586,7 +606,7 @@ func (k *Kernel) read(now time.Time) error {
 			delete(k.forgotten, cookie)
 		}
 	}
-	k.account(now, k.countersAt, counters, named)
+	k.account(now, k.countersAt, counters, namedNew, namedLate)
 	k.counters, k.atRead, k.lastRead = counters, counters, now
 	if !k.readCounted.IsZero() && !k.readCounted.Before(k.prevPoll.Add(-tcpInfoResolution)) && !k.readUncounted {
 		k.denseReads++
@@ -602,11 +622,13 @@ func (k *Kernel) read(now time.Time) error {
 	return nil
 }
 
-// account sets what PassiveOpens counted against the accepts this read named: one that stays
-// unnamed for unnamedAfter (and at least one more read) is an unknown client's. The kernel
-// broadcasts a freed socket's record from a work queue, so a connection opened and closed
-// just before a read is named a little later; a read can come milliseconds after the last.
-func (k *Kernel) account(now, countersAt time.Time, counters sockets.TCPCounters, named int) {
+// account sets what PassiveOpens counted against the accepts this read named (namedNew: shown
+// by the table for the first time; namedLate: by a record, or first seen half open): one that
+// stays unnamed for unnamedAfter (and at least one more read) is an unknown client's. The
+// kernel broadcasts a freed socket's record from a work queue, so a connection opened and
+// closed just before a read is named a little later; a read can come milliseconds after the
+// last.
+func (k *Kernel) account(now, countersAt time.Time, counters sockets.TCPCounters, namedNew, namedLate int) {
 	opened := int64(0)
 	if counters.PassiveOpens > k.atRead.PassiveOpens {
 		opened = int64(counters.PassiveOpens - k.atRead.PassiveOpens)
@@ -624,18 +646,15 @@ func (k *Kernel) account(now, countersAt time.Time, counters sockets.TCPCounters
 		unknownAt = later(unknownAt, k.pending[0].at)
 		k.pending = k.pending[1:]
 	}
-	// The named accepts pay for the oldest unnamed ones first: what is left unnamed is the
-	// least that can be.
-	paid := int64(named)
-	for len(k.pending) > 0 && paid > 0 {
-		n := min(paid, k.pending[0].n)
-		k.pending[0].n -= n
-		paid -= n
-		if k.pending[0].n == 0 {
-			k.pending = k.pending[1:]
-		}
-	}
-	if rest := opened - paid; rest > 0 {
+	// The named accepts pay for the oldest unnamed ones each can be first: what is left
+	// unnamed is the least that can be, at the latest reads. A record may name an accept of
+	// any earlier read. A connection the table shows for the first time is one of the
+	// previous read's (accepted between its table and its counters) or of this one's, never
+	// older: a kubelet probe answered and closed between two reads pays for its own accept,
+	// not for an older one that no name will come for, which would leave its own unnamed with
+	// a late time, to count as an arrival long after the traffic stopped.
+	left := k.pay(int64(namedLate), 0) + k.pay(int64(namedNew), k.reads-1)
+	if rest := opened - left; rest > 0 {
 		k.pending = append(k.pending, unnamedAccepts{n: rest, at: countersAt, read: k.reads})
 	}
 	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read {
@@ -668,6 +687,25 @@ type unnamedAccepts struct {
 	n    int64
 	at   time.Time
 	read int
+}
+
+// pay lets n names pay for the oldest unnamed accepts counted at read since or later, and
+// returns the names left for this read's own accepts.
+func (k *Kernel) pay(n int64, since int) int64 {
+	for i := 0; i < len(k.pending) && n > 0; {
+		p := &k.pending[i]
+		if p.read < since {
+			i++
+			continue
+		}
+		m := min(n, p.n)
+		p.n -= m
+		n -= m
+		if p.n == 0 {
+			k.pending = slices.Delete(k.pending, i, i+1)
+		}
+	}
+	return n
 }
 
 // unnamedAfter is how long an accept may stay unnamed before it counts as an unknown

@@ -517,6 +517,52 @@ func TestUnknownAcceptAfterTheLastMoveCounts(t *testing.T) {
 	}
 }
 
+// A kubelet probe answered and closed between two reads shows only as TIME_WAIT, at the read
+// whose counters hold its accept (or the next): it pays for its own accept, not for a
+// client's accept of two reads before that nothing named. Paid with the probe's name, that
+// older accept would leave the probe's own unnamed, to be known for an unknown client's with
+// the probe's late time, after the counter's last move: an arrival long after the traffic
+// stopped (the simulator's per-request shape, seed 1, ran to its lag bound).
+func TestProbePaysForItsOwnAccept(t *testing.T) {
+	conn := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, 0)
+	f.traffic(2, conn) // a client's accept the table shows, and one it never will
+	counted := f.poll()
+	f.traffic(0, conn)
+	f.poll()
+	probe := sock(t, "10.9.0.1:5000", 8080, 2, 0, 0)
+	probe.State, probe.HasTCPInfo = sockets.TimeWait, false
+	f.traffic(1, conn, probe)
+	for range 6 {
+		if got := f.poll(); got != counted {
+			t.Fatalf("after the probe's accept: activity %v → %v, want no arrival", counted, got)
+		}
+		f.traffic(0, conn, probe)
+	}
+	if s := f.k.Summary(); s.UnknownAccepts != 1 {
+		t.Fatalf("unknown accepts %d, want 1 (the client's, still named in the final event)", s.UnknownAccepts)
+	}
+}
+
+// A TCP Fast Open accept is counted at its SYN, and a read skips it while it is half open: when
+// the table first shows it established, reads later, it pays for that older accept.
+func TestHalfOpenAcceptPaysForItsCount(t *testing.T) {
+	f := newFixture(t, 0)
+	half := sock(t, "10.1.0.2:40000", 8080, 7, 100, 1)
+	half.State = sockets.SynRecv
+	f.traffic(1, half)
+	f.poll()
+	f.traffic(0, half)
+	f.poll()
+	f.traffic(0, sock(t, "10.1.0.2:40000", 8080, 7, 100, 1))
+	for range 6 {
+		f.poll()
+	}
+	if s := f.k.Summary(); s.UnknownAccepts != 0 {
+		t.Fatalf("unknown accepts %d, want 0: the half-open accept, named once established, was taken for an unknown client's", s.UnknownAccepts)
+	}
+}
+
 // A connection the pod closed first between two reads shows only as TIME_WAIT: it is named at
 // the read that shows it, and its full socket's record, whose cookie the TIME_WAIT socket need
 // not carry, names nothing more.
