@@ -559,8 +559,9 @@ func (k *Kernel) read(now time.Time) error {
 	k.countersAt = k.opts.Now() // no accept these counters hold came later
 	k.reads++
 	// A connection the table shows for the first time was accepted after the previous read's
-	// table (it would have been in it), unless that read skipped it half open (synRecv);
-	// a record can come any number of reads after its accept.
+	// table (it would have been in it), unless that read skipped it half open (synRecv) or
+	// the table comes without cookies (/proc); a record can come any number of reads after
+	// its accept.
 	namedNew, namedLate := 0, 0
 	for _, cl := range k.clients {
 		cl.open = 0
@@ -577,7 +578,9 @@ func (k *Kernel) read(now time.Time) error {
 			k.tcpInfo = true
 		}
 		n := k.observe(now, s)
-		if _, half := k.synRecv[s.Cookie]; half && s.Cookie != 0 {
+		if _, half := k.synRecv[s.Cookie]; half || s.Cookie == 0 {
+			// Half open at an earlier read, or read from /proc (no cookie: a connection a
+			// read missed cannot be told from a new one): possibly an older accept.
 			namedLate += n
 			delete(k.synRecv, s.Cookie)
 		} else {
@@ -727,12 +730,21 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
 	key := connKey{s.Local, s.Remote}
 	c, ok := k.conns[key]
 	if ok && c.cookie != 0 && s.Cookie != 0 && c.cookie != s.Cookie {
-		ok = false // the same addresses, a later connection
+		// The same addresses, a later connection: the earlier one's record, if still to
+		// come, finds it among the forgotten and names nothing.
+		if !c.destroyed {
+			k.forgotten[c.cookie] = forgottenConn{c: c, read: k.reads}
+		}
+		ok = false
+	}
+	if fc, gone := k.forgotten[s.Cookie]; !ok && gone && s.Cookie != 0 {
+		// A connection a read missed (a dump resumes a hash bucket by position, and can skip
+		// one when another in the bucket is freed meanwhile), shown again: the same one.
+		c, ok = fc.c, true
+		k.conns[key] = c
+		delete(k.forgotten, s.Cookie)
 	}
 	if !ok {
-		if _, gone := k.forgotten[s.Cookie]; gone && s.Cookie != 0 {
-			return 0
-		}
 		// A TIME_WAIT socket no read showed open (the pod's side closed first, between two
 		// reads) is named here, at the read whose counters hold its accept; its full
 		// socket's record, now or at the next read, finds it and names nothing more.

@@ -563,6 +563,37 @@ func TestHalfOpenAcceptPaysForItsCount(t *testing.T) {
 	}
 }
 
+// A connection one read missed (a dump resumes a hash bucket by position) and the next shows
+// again is the same connection, however long it stays: never a second accept.
+func TestConnectionMissedByAReadIsNoNewAccept(t *testing.T) {
+	conn := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f := newFixture(t, 0)
+	f.traffic(1, conn)
+	counted := f.poll()
+	f.traffic(0) // the read misses it
+	f.poll()
+	for range forgetReads + 3 {
+		f.traffic(0, conn)
+		if got := f.poll(); got != counted {
+			t.Fatalf("the connection shown again: activity %v → %v, want no arrival", counted, got)
+		}
+	}
+}
+
+// A later connection on the same addresses, shown before the earlier one's record came: that
+// record names nothing.
+func TestLateRecordOfAReplacedConnectionNamesNothing(t *testing.T) {
+	f := newFixture(t, 0)
+	first := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
+	f.traffic(1, first)
+	f.poll()
+	f.traffic(1, sock(t, "10.1.0.2:40000", 8080, 2, 100, 1))
+	f.poll()
+	if got := f.k.record(f.now, withData(first, 101, 1)); got != 0 {
+		t.Fatalf("the replaced connection's record named an accept (%d)", got)
+	}
+}
+
 // A connection the pod closed first between two reads shows only as TIME_WAIT: it is named at
 // the read that shows it, and its full socket's record, whose cookie the TIME_WAIT socket need
 // not carry, names nothing more.
