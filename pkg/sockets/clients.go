@@ -458,11 +458,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			o.client = t.client(s.Remote.Addr(), at)
 			o.client.newConns++
 			o.client.lastNewConn = t.read
-			if s.HasTCPInfo && s.BytesReceived > 0 {
-				t.newConnData(o.client, s.DataAt(at))
-			} else {
-				t.activity(o.client, s.DataAt(at))
-			}
+			t.newConnSeen(o.client, s, at)
 		} else if grew(&o.bytes, &o.haveBytes, s) {
 			if o.client == nil {
 				o.client = t.client(s.Remote.Addr(), at)
@@ -499,12 +495,10 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		// Gone without passing through FIN_WAIT or TIME_WAIT on our side: the client closed
 		// it (or one side reset it). Whether it carried a request before, its final bytes
 		// tell (Closed); without them, if requests arrived meanwhile, one may have been on it.
-		f, recorded := final[d.id.cookie]
-		closedAt := at
+		f, recorded := final[d.id.cookie] // without a record, closedBy is this read
 		switch {
 		case recorded:
 			delete(final, d.id.cookie)
-			closedAt = f.closedBy(at)
 			d.client.pools = d.client.pools || t.pooledAtClose(d.answered, d.bytes, d.haveBytes, f)
 			if !d.haveBytes || !f.HasTCPInfo || dataInRecord(d.bytes, d.haveBytes, f) {
 				// Data, or nothing to tell: counted as data.
@@ -516,18 +510,14 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 		case (t.arrived || d.arrivedThen) && !t.undrained:
 			t.usedBeforeClose(d, at)
 		}
-		t.closed(d, closedByClient, closedAt)
+		t.closed(d, closedByClient, f.closedBy(at))
 	}
 	t.arrived = false
 	for k, o := range t.other {
 		if o.seen != t.read {
 			// Gone without TIME_WAIT on our side: closed by the client.
-			f, recorded := final[o.id.cookie]
-			closedAt := at
-			if recorded {
-				closedAt = f.closedBy(at)
-			}
-			t.closedOther(o, closedAt)
+			f, recorded := final[o.id.cookie] // without a record, closedBy is this read
+			t.closedOther(o, f.closedBy(at))
 			delete(t.other, k)
 			if recorded && o.client != nil {
 				o.client.pools = o.client.pools || t.pooledAtClose(o.answered, o.bytes, o.haveBytes, f)
@@ -624,11 +614,7 @@ func (t *Tracker) briefConnections(at time.Time, final map[uint64]Socket) {
 		}
 		c.newConns++
 		c.lastNewConn = t.read
-		if f.HasTCPInfo && f.BytesReceived > 0 {
-			t.newConnData(c, f.DataAt(at))
-		} else {
-			t.activity(c, f.DataAt(at))
-		}
+		t.newConnSeen(c, f, at)
 		if t.undrained {
 			// Gone without TIME_WAIT on our side: its client closed it (Undrained).
 			c.lastUsedClose = t.read
@@ -741,6 +727,16 @@ func grew(bytes *uint64, have *bool, s Socket) bool {
 	more := *have && s.BytesReceived > *bytes
 	*bytes, *have = s.BytesReceived, true
 	return more
+}
+
+// newConnSeen is the activity of a connection c opened since the drain began, seen for the
+// first time at the read at, open (s) or in its record: data if it carried any (cameBack).
+func (t *Tracker) newConnSeen(c *clientEvidence, s Socket, at time.Time) {
+	if s.HasTCPInfo && s.BytesReceived > 0 {
+		t.newConnData(c, s.DataAt(at))
+	} else {
+		t.activity(c, s.DataAt(at))
+	}
 }
 
 // newConnData is activity that is data on a connection c opened since the drain began

@@ -137,7 +137,8 @@ func (s Socket) DataAt(read time.Time) time.Time {
 }
 
 // closedBy is, for the record s of a freed connection, a time no earlier than its close:
-// when the record came (Freed), or, for one without that time, the read it is taken with.
+// when the record came (Freed), or, for one without that time (the zero Socket where there is
+// no record), the read it is taken with.
 func (s Socket) closedBy(read time.Time) time.Time {
 	if s.Freed.IsZero() {
 		return read
