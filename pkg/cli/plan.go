@@ -125,7 +125,9 @@ have stopped: Connection: close on kept-alive connections, close idle ones, GOAW
 HTTP/2 and gRPC, finish in flight within --app-drain. --mesh ambient is the same for Istio
 ambient pods (no sidecar; ztunnel routes per connection and drains nothing), with the
 probes' source 169.254.7.127 left out too. --eds-lag is then how late the slowest node's
-kube-proxy, ingress controller or ztunnel learns of the removal (docs/meshless.md).
+kube-proxy, ingress controller or ztunnel learns of the removal (docs/meshless.md). Where the
+app serves Prometheus metrics on the pod's loopback, --app-metrics URL and --app-requests
+COUNTER{LABEL!~"..."} have the preStop read its request counter beside the kernel.
 
 --eds-lag is how late clients stop sending to a deleted pod. Either the last client's lag
 (what meshdrain's own last_arrival_ms showed over past drains, with room to spare), or one
@@ -267,6 +269,8 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s; with -f: the preStop's --app-drain; 0 is refused)")
 	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+"; none and ambient are pods without a sidecar, "+
 		"where the kernel is the signal (with -f: from the pod's annotations, an ambient label or the preStop's --mesh=none, unless given)")
+	f.StringVar(&opts.in.AppMetrics, "app-metrics", "", "--mesh none or ambient: the app's own Prometheus metrics on the pod's loopback (e.g. http://127.0.0.1:9090/metrics), which the preStop reads beside the kernel (prestop --app-metrics; docs/meshless.md)")
+	f.StringVar(&opts.in.AppRequests, "app-requests", "", "with --app-metrics: the app's request counter, with label matchers that leave the probes' and the metrics' own paths out (default http_requests_total), e.g. 'http_requests_total{path!~\"/metrics|/healthz\"}'")
 	f.IntSliceVar(&opts.in.Ports, "port", nil, "--mesh none or ambient: the app's own listening ports, which the preStop watches (repeatable; with -f: the preStop's --port, else the app container's TCP containerPorts)")
 	f.StringVar(&opts.sidecar, "sidecar", opts.sidecar, "how the sidecar runs: "+sidecarNames()+" (with -f: from the pod's annotations unless given; classic is also safe with native Istio sidecars, which ignore terminationDrainDuration; Linkerd: native (default) or classic)")
 	secondsVar(f, &opts.in.CurrentGracePeriod, "grace-period", 0, "the pod's terminationGracePeriodSeconds today (with -f: read from the manifest): kept where longer than what suffices, unless --lower-grace-period")
@@ -309,6 +313,8 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 			}
 		}
 		opts.in.Sidecar, opts.in.DeferSidecarDrain = "", false
+	} else if changed("app-metrics") || changed("app-requests") {
+		return usageError("--app-metrics and --app-requests go with --mesh none or ambient: a sidecar's stats already count every request")
 	} else if changed("port") {
 		return usageError("--port goes with --mesh none or ambient (the app's own ports); a sidecar's inbound ports are prestop's own --port, kept from the workload's preStop")
 	}
@@ -520,6 +526,16 @@ func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(strin
 			}
 			in.Ports = ports
 		}
+		// The app's metrics are facts about the app: a re-plan keeps them.
+		for _, f := range []struct {
+			flag  string
+			value *string
+		}{{"app-metrics", &in.AppMetrics}, {"app-requests", &in.AppRequests}} {
+			if v, ok := workload.PrestopFlag(f.flag); ok && !changed(f.flag) {
+				*f.value = v
+			}
+		}
+		in.AllowRemote = workload.PrestopHas("allow-remote")
 		return nil
 	}
 	if in.Mesh == mesh.Linkerd {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,6 +174,9 @@ func TestPlanMeshlessFlags(t *testing.T) {
 		{[]string{"--mesh", "ambient", "--port", "8080", "--defer-sidecar-drain=false"}, "--defer-sidecar-drain is a sidecar's"},
 		{[]string{"--mesh", "none", "--port", "8080", "--drain-duration", "30s"}, "--drain-duration is a sidecar's"},
 		{[]string{"--port", "8080"}, "--port goes with --mesh none or ambient"},
+		{[]string{"--app-metrics", "http://127.0.0.1:9090/metrics"}, "--app-metrics and --app-requests go with --mesh none or ambient"},
+		{[]string{"--mesh", "none", "--port", "8080", "--app-requests", "x"}, "--app-requests names the counter --app-metrics reads"},
+		{[]string{"--mesh", "none", "--port", "8080", "--app-metrics", "http://192.0.2.1/metrics"}, "--app-metrics: \"http://192.0.2.1/metrics\": host \"192.0.2.1\" is not a loopback address"},
 		{[]string{"--mesh", "nope"}, `mesh "nope" is not one of istio, linkerd, none, ambient`},
 	} {
 		code, _, errOut := runMain(t, append(append([]string{}, base...), c.args...)...)
@@ -182,5 +187,65 @@ func TestPlanMeshlessFlags(t *testing.T) {
 	code, out, errOut := runMain(t, append(base, "--mesh", "ambient", "--port", "8080")...)
 	if code != ExitOK || !strings.Contains(out, "--ignore-source=169.254.7.127") || !strings.Contains(out, "sidecar: none, Istio ambient") {
 		t.Errorf("ambient: exit %d, stderr %s\n%s", code, errOut, out)
+	}
+}
+
+// TestPlanMeshlessAppMetrics: plan --app-metrics writes the app's counter into the preStop,
+// which prestop accepts in the pod (the app answering there), and a re-plan keeps it from
+// the preStop; YAML carries the selector as one argument, quotes and all.
+func TestPlanMeshlessAppMetrics(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "# TYPE http_requests_total counter\nhttp_requests_total{path=\"/\"} 12\n")
+	}))
+	defer srv.Close()
+	const selector = `http_requests_total{path!~"/metrics|/readyz"}`
+	logFile := filepath.Join(t.TempDir(), "prestop.log")
+	environ := []string{plan.HostIPEnv + "=192.0.2.10"}
+	for _, m := range []mesh.Mesh{mesh.None, plan.Ambient} {
+		in := plan.Input{Mesh: m, Ports: []int{appListener(t)}, P99: 450 * time.Millisecond, EDSLag: 5 * time.Second,
+			AppMetrics: srv.URL + "/metrics", AppRequests: selector}
+		p, err := plan.Recommend(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := strings.Join(p.PrestopArgs(), " ")
+		if !strings.Contains(args, "--app-metrics="+srv.URL+"/metrics --app-requests="+selector) {
+			t.Fatalf("%s: the preStop lacks the app's counter: %s", m, args)
+		}
+		if problems := meshlessPrestopProblems(t, p, logFile, environ); len(problems) > 0 {
+			t.Fatalf("%s: plan wrote %q, which prestop refuses: %v", m, p.PrestopArgs(), problems)
+		}
+	}
+
+	t.Setenv(plan.HostIPEnv, "")
+	base := []string{"plan", "--mesh", "none", "--p99", "450ms", "--eds-lag", "5s", "--app-drain", "5s", "-f", "-", "-o", "yaml"}
+	code, out, errOut := runMainStdin(t, meshlessWebDeployment, append(base, "--app-metrics", "http://127.0.0.1:9090/metrics", "--app-requests", selector)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	if !strings.Contains(out, `- --app-metrics=http://127.0.0.1:9090/metrics`) || !strings.Contains(out, `- '--app-requests=http_requests_total{path!~"/metrics|/readyz"}'`) {
+		t.Fatalf("the YAML lacks the app's counter:\n%s", out)
+	}
+	code, again, errOut := runMainStdin(t, out, base...)
+	if code != ExitOK || again != out || !strings.Contains(errOut, "no change") {
+		t.Errorf("a re-plan without --app-metrics (exit %d) changed the output or did not say so: %s\n%s", code, errOut, again)
+	}
+	code, _, errOut = runMainStdin(t, out, append(base, "--app-requests", "x{")...)
+	if code != ExitUsage || !strings.Contains(errOut, "--app-requests") {
+		t.Errorf("a bad --app-requests: exit %d, stderr %s", code, errOut)
+	}
+	// Another host only with the preStop's own --allow-remote, which prestop needs too.
+	remote := strings.Replace(out, "--app-metrics=http://127.0.0.1:9090/metrics", "--app-metrics=http://192.0.2.5:9090/metrics", 1)
+	code, _, errOut = runMainStdin(t, remote, base...)
+	if code != ExitUsage || !strings.Contains(errOut, `--app-metrics: "http://192.0.2.5:9090/metrics": host "192.0.2.5" is not a loopback address`) {
+		t.Errorf("a remote --app-metrics without --allow-remote: exit %d, stderr %s", code, errOut)
+	}
+	line := "- --app-metrics=http://192.0.2.5:9090/metrics"
+	at := strings.Index(remote, line)
+	indent := remote[strings.LastIndex(remote[:at], "\n")+1 : at]
+	allowed := remote[:at] + "- --allow-remote\n" + indent + remote[at:]
+	code, again, errOut = runMainStdin(t, allowed, base...)
+	if code != ExitOK || !strings.Contains(again, "--app-metrics=http://192.0.2.5:9090/metrics") || !strings.Contains(again, "- --allow-remote") {
+		t.Errorf("a remote --app-metrics with the preStop's --allow-remote: exit %d, stderr %s\n%s", code, errOut, again)
 	}
 }

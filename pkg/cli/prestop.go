@@ -21,6 +21,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/appmetrics"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
@@ -48,6 +49,8 @@ type prestopOptions struct {
 	clientEvidence   string
 	listenerPorts    []int
 	ignoreSources    []string
+	appMetrics       string
+	appRequests      string
 	strictActive     bool
 	poll             time.Duration
 	connectTimeout   time.Duration
@@ -69,6 +72,7 @@ type prestopOptions struct {
 	help             bool
 	deadlineSet      bool
 	minWaitSet       bool
+	appRequestsSet   bool
 	// offline: the configuration is checked away from the pod (plan, on the preStop it
 	// writes), so what the flags name in the pod (the process to signal, its pid file, the
 	// program to run) is not looked at.
@@ -90,6 +94,7 @@ func defaultPrestopOptions() prestopOptions {
 		clientEvidence:   clientEvidenceAuto,
 		drainAt:          drainAtStart,
 		drainMode:        string(mesh.DrainGraceful),
+		appRequests:      appmetrics.DefaultCounter,
 		holdChannel:      hold.DefaultChannel,
 		logFormat:        "json",
 	}
@@ -100,9 +105,11 @@ func defaultPrestopOptions() prestopOptions {
 func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.StringVar((*string)(&o.mesh), "mesh", string(o.mesh), "the sidecar: istio or envoy (Envoy's admin API, drained with /drain_listeners), linkerd (a Linkerd proxy: no drain call), auto (ask the admin port at start, within --connect-timeout), or none (no sidecar: the kernel is the sidecar; the pod's own socket table and TCP counters on the app's --port, no drain call)")
 	f.StringVar(&o.admin, "admin", "", "the sidecar's admin API (default per mesh: "+envoy.DefaultURL+"; linkerd "+linkerd.DefaultAdminURL+"; auto tries "+linkerd.DefaultAdminURL+" then "+envoy.DefaultURL+"); also http://[::1]:PORT, http://localhost:PORT or unix:/path/admin.sock")
-	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --admin and --shutdown-url name a host other than the pod's loopback")
+	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --admin, --shutdown-url and --app-metrics name a host other than the pod's loopback")
 	f.IntSliceVar(&o.ports, "port", nil, "inbound target port to watch (repeatable; default: every inbound port found); with --mesh none, required: the app's own listening ports")
 	f.StringSliceVar(&o.ignoreSources, "ignore-source", nil, "--mesh none: a source that is never a client, as a CIDR, an IP or $(NAME), an environment variable read by meshdrain itself (repeatable; plan writes $(HOST_IP), the node's address from status.hostIP, for the kubelet's probes)")
+	f.StringVar(&o.appMetrics, "app-metrics", "", "--mesh none: the app's own Prometheus metrics on the loopback (e.g. http://127.0.0.1:9090/metrics): before --eds-lag-bound, the requests its --app-requests counter counts beyond what the kernel showed are activity too (docs/meshless.md)")
+	f.StringVar(&o.appRequests, "app-requests", o.appRequests, "--mesh none with --app-metrics: the app's request counter, with label matchers as in PromQL to leave probes and scrapes out, e.g. 'http_server_requests_seconds_count{uri!~\"/actuator.*\"}'")
 	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
 	f.StringSliceVar(&o.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix to watch, e.g. public_listener (repeatable)")
 	secondsVar(f, &o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds")
@@ -419,6 +426,9 @@ func reportValidation(s streams, setup *prestopSetup) error {
 		if len(o.ignoreSources) > 0 {
 			fmt.Fprintf(s.out, "  ignore    %s\n", strings.Join(o.ignoreSources, ", "))
 		}
+		if o.appMetrics != "" {
+			fmt.Fprintf(s.out, "  app       %s from %s, before --eds-lag-bound\n", o.appRequests, localhttp.Redact(o.appMetrics))
+		}
 	case o.mesh == mesh.Linkerd:
 		fmt.Fprintf(s.out, "  mesh      linkerd: reads /metrics, no drain call (%s)\n", linkerd.NoDrainCallReason)
 		fmt.Fprintf(s.out, "  admin     %s\n", setup.adminURL)
@@ -493,7 +503,7 @@ func detectForDrain(ctx context.Context, logger *zap.Logger, setup *prestopSetup
 // redactedValue is a flag's value as it may be logged.
 func redactedValue(name, value string) string {
 	switch name {
-	case "admin", "shutdown-url":
+	case "admin", "shutdown-url", "app-metrics":
 		return localhttp.Redact(value)
 	}
 	return value

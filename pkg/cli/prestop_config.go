@@ -76,6 +76,7 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	}
 	o.deadlineSet = sources["deadline"] != sourceDefault
 	o.minWaitSet = sources["min-wait"] != sourceDefault
+	o.appRequestsSet = sources["app-requests"] != sourceDefault
 
 	if rest := fs.Args(); len(rest) > 0 {
 		if o.exec == "" {
@@ -88,8 +89,11 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	setup.problems = append(setup.problems, problems...)
 	setup.drainModeSet = sources["drain-mode"] != sourceDefault
 	if o.mesh == mesh.None {
-		setup.chooseKernel(&cfg, lookup)
+		setup.chooseKernel(ctx, &cfg, lookup)
 	} else {
+		if o.appMetrics != "" {
+			setup.problems = append(setup.problems, usageError("--app-metrics reads the app's own request counter beside the kernel, with --mesh none; a sidecar's stats already count every request"))
+		}
 		setup.chooseSidecar(&cfg)
 	}
 	if o.validate && o.logFile != "" {

@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/appmetrics"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
@@ -64,7 +68,7 @@ func (o *prestopOptions) linkerdChecks(adminPort int, drainModeSet bool) (warnin
 // it needs: the TCP counters, a network namespace of the pod's own, and (with --validate)
 // a listener on every --port. A hook whose --port nobody listens on is not refused here: its
 // drain names the port and falls back to --fallback-wait, as a sidecar's missing port does.
-func (setup *prestopSetup) chooseKernel(cfg *drain.Config, lookup func(string) (string, bool)) {
+func (setup *prestopSetup) chooseKernel(ctx context.Context, cfg *drain.Config, lookup func(string) (string, bool)) {
 	o := &setup.opts
 	add := func(format string, args ...any) { setup.problems = append(setup.problems, usageError(format, args...)) }
 	for _, f := range []struct {
@@ -96,8 +100,16 @@ func (setup *prestopSetup) chooseKernel(cfg *drain.Config, lookup func(string) (
 		ignore = append(ignore, p)
 	}
 	cfg.DrainMode = mesh.DrainNone
+	// The lag bound runs from the hook's start: the app's start-up reads below may take up
+	// to --connect-timeout each.
+	start := time.Now()
+	app := setup.appRequests(ctx)
 	reader := sockets.NewReader()
-	k, err := kernel.New(kernel.Options{Ports: o.ports, Ignore: ignore, LagBound: o.edsLagBound, Reader: reader})
+	opts := kernel.Options{Ports: o.ports, Ignore: ignore, LagBound: o.edsLagBound, Reader: reader, Start: start}
+	if app != nil {
+		opts.AppRequests, opts.Own = app, app.Own
+	}
+	k, err := kernel.New(opts)
 	if err != nil {
 		add("%v", err)
 		return
@@ -122,4 +134,67 @@ func (setup *prestopSetup) chooseKernel(cfg *drain.Config, lookup func(string) (
 			add("--port %v: nothing listens on it in this pod (listening: %v); as a hook it would hold the app for --fallback-wait", notListening, listening)
 		}
 	}
+}
+
+// appRequests builds the app's request counter of --app-metrics (nil without one) and, in the
+// pod, reads it once within --connect-timeout: a URL that does not answer, or a counter the
+// app types as something else, is a start error naming the flag. A counter with no series
+// yet is only a warning: client libraries create a labelled series at its first request.
+func (setup *prestopSetup) appRequests(ctx context.Context) *appmetrics.Source {
+	o := &setup.opts
+	if o.appMetrics == "" {
+		if o.appRequestsSet {
+			setup.problems = append(setup.problems, usageError("--app-requests names the counter --app-metrics reads: give --app-metrics too"))
+		}
+		return nil
+	}
+	sel, err := appmetrics.ParseSelector(o.appRequests)
+	if err != nil {
+		setup.problems = append(setup.problems, usageError("--app-requests: %v", err))
+		return nil
+	}
+	src, err := appmetrics.New(o.appMetrics, sel, appmetrics.Options{Timeout: o.connectTimeout, AllowRemote: o.allowRemote})
+	if err != nil {
+		setup.problems = append(setup.problems, usageError("--app-metrics: %v", err))
+		return nil
+	}
+	if o.offline {
+		return src // the app is in the pod, not on this machine
+	}
+	r, err := src.Read(ctx)
+	if err == nil && r.Matched > 0 {
+		setup.warnSelfCounted(ctx, src, r)
+	}
+	switch {
+	case errors.Is(err, appmetrics.ErrNotACounter):
+		setup.problems = append(setup.problems, usageError("--app-requests: %v", err))
+	case err != nil:
+		setup.problems = append(setup.problems, usageError("--app-metrics: %v", err))
+	case r.Series == 0:
+		setup.warnings = append(setup.warnings, fmt.Sprintf("--app-requests %s: %s has no such series yet; a client library creates one at its first request, so it is read at every poll (the kernel's view counts meanwhile)", sel, src.URL()))
+	case r.Matched == 0:
+		setup.warnings = append(setup.warnings, fmt.Sprintf("--app-requests %s: none of the %d series of %s match the labels: until one does, the app's counter adds nothing", sel, r.Series, sel.Name))
+	}
+	return src
+}
+
+// warnSelfCounted reads the counter twice more, at once: a series that grew by exactly one at
+// each read is most likely counting the reads of the metrics themselves (an app that counts
+// every path), and would make every poll look like a request until the lag bound. It is only
+// a warning: real requests can do the same.
+func (setup *prestopSetup) warnSelfCounted(ctx context.Context, src *appmetrics.Source, first appmetrics.Reading) {
+	prev, series := first, ""
+	for i := 0; i < 2; i++ {
+		r, err := src.Read(ctx)
+		if err != nil {
+			return
+		}
+		grew := r.GrewByOne(prev)
+		if grew == "" || (series != "" && grew != series) {
+			return
+		}
+		prev, series = r, grew
+	}
+	setup.warnings = append(setup.warnings, fmt.Sprintf("--app-requests %s: the series %s grew by one at each of three reads of %s: if it counts the reads of the metrics themselves, leave their path out with a label matcher, or every poll looks like a request until --eds-lag-bound",
+		src.Selector(), series, src.URL()))
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
@@ -78,5 +81,58 @@ func TestPrestopMeshNoneOffline(t *testing.T) {
 	}
 	if problems := prestopOffline([]string{"--mesh=none"}); !strings.Contains(fmt.Sprint(problems), "--port") {
 		t.Fatalf("problems %v, want --port named", problems)
+	}
+}
+
+// --app-metrics is checked at start: only with --mesh none, on the loopback, answering, and
+// naming a count; each problem names its flag, and a counter with no series yet, or one that
+// seems to count the reads themselves, is a warning.
+func TestPrestopAppMetricsChecks(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	var reads atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An app that counts every path, its metrics' own included, as most middleware does.
+		n := reads.Add(1) - 1
+		fmt.Fprintf(w, "# TYPE http_requests_total counter\nhttp_requests_total{path=\"/\"} 40\nhttp_requests_total{path=\"/metrics\"} %d\n", n)
+		fmt.Fprintf(w, "# TYPE inflight gauge\ninflight 2\n")
+	}))
+	defer srv.Close()
+	none := []string{"--mesh", "none", "--port", port}
+	for _, c := range []struct {
+		args []string
+		want string // a problem with this text; "" for none
+		warn string // a warning with this text
+	}{
+		{[]string{"--app-metrics", srv.URL + "/metrics"}, "--app-metrics reads the app's own request counter beside the kernel, with --mesh none", ""},
+		{append(none, "--app-requests", "http_requests_total"), "--app-requests names the counter --app-metrics reads: give --app-metrics too", ""},
+		{append(none, "--app-metrics", "http://192.0.2.1:9090/metrics"), "--app-metrics: \"http://192.0.2.1:9090/metrics\": host \"192.0.2.1\" is not a loopback address", ""},
+		{append(none, "--app-metrics", srv.URL+"/metrics", "--app-requests", `http_requests_total{path=/}`), "--app-requests: ", ""},
+		{append(none, "--app-metrics", srv.URL+"/metrics", "--app-requests", "inflight"), "inflight is a gauge: not a request counter", ""},
+		{append(none, "--app-metrics", "http://127.0.0.1:"+port+"/nothing-answers-http-here", "--connect-timeout", "200ms"), "--app-metrics: GET http://127.0.0.1:" + port + "/nothing-answers-http-here", ""},
+		{append(none, "--app-metrics", srv.URL+"/metrics", "--app-requests", "requests_total"), "", "/metrics has no such series yet"},
+		{append(none, "--app-metrics", srv.URL+"/metrics", "--app-requests", `http_requests_total{path="/nope"}`), "", "none of the 2 series of http_requests_total match the labels"},
+		{append(none, "--app-metrics", srv.URL+"/metrics"), "", `the series {path="/metrics"} grew by one at each of three reads`},
+		{append(none, "--app-metrics", srv.URL+"/metrics", "--app-requests", `http_requests_total{path!="/metrics"}`), "", ""},
+	} {
+		setup := loadPrestop(context.Background(), append(c.args, "--validate"), nil)
+		problems := fmt.Sprint(setup.problems)
+		if strings.Contains(problems, "hostNetwork") {
+			t.Skipf("this machine's namespace is a node's: %v", setup.problems)
+		}
+		switch {
+		case c.want == "" && len(setup.problems) > 0:
+			t.Errorf("%v: problems %s, want none", c.args, problems)
+		case c.want != "" && !strings.Contains(problems, c.want):
+			t.Errorf("%v: problems %s, want one with %q", c.args, problems, c.want)
+		}
+		warnings := strings.Join(setup.warnings, "\n")
+		if (c.warn != "" && !strings.Contains(warnings, c.warn)) || (c.warn == "" && strings.Contains(warnings, "--app-requests")) {
+			t.Errorf("%v: warnings %q, want %q", c.args, warnings, c.warn)
+		}
 	}
 }

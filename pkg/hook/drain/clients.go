@@ -113,6 +113,13 @@ func (c *coordinator) clientFields() []zap.Field {
 		if len(n.LateOpeners) > 0 {
 			fields = append(fields, zap.Strings("clients_opening_past_bound", n.LateOpeners))
 		}
+		if a := n.App; a != nil {
+			fields = append(fields, zap.Float64("app_requests", a.Requests), zap.Float64("app_requests_added", a.Added),
+				zap.Int("app_metrics_reads", a.Reads))
+			if a.Failed > 0 {
+				fields = append(fields, zap.Int("app_metrics_failed", a.Failed), zap.String("app_metrics_error", a.LastError))
+			}
+		}
 	}
 	return fields
 }

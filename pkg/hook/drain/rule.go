@@ -188,6 +188,19 @@ type ClientCounts struct {
 	// opened before the lag bound, of the NeverLearn clients (kernel.Summary.LastLearning).
 	// Past the bound, the settled window runs from it. Zero: unknown.
 	LastLearning time.Time
+	// App is what the app's own request counter gave (--mesh none --app-metrics); nil
+	// without one.
+	App *AppRequests
+}
+
+// AppRequests is the account of the app's own request counter, for the final event.
+type AppRequests struct {
+	// Requests is what it counted since the drain began, Added what of it the kernel had not
+	// shown (counted as activity).
+	Requests, Added float64
+	// Reads and Failed count the reads of the app's metrics; LastError is the latest failure.
+	Reads, Failed int
+	LastError     string
 }
 
 // Observation is one poll's reading.

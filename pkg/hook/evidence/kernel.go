@@ -36,6 +36,9 @@ func (k Kernel) Counts(context.Context, drain.Traffic) (drain.ClientCounts, erro
 // KernelCounts sums a kernel's clients for the rule and the final event.
 func KernelCounts(clients []kernel.Client, s kernel.Summary) drain.ClientCounts {
 	c := drain.ClientCounts{LastActivity: s.LastActivity, LastLearning: s.LastLearning}
+	if a := s.App; a != nil {
+		c.App = &drain.AppRequests{Requests: a.Requests, Added: a.Added, Reads: a.Reads, Failed: a.Failed, LastError: a.LastError}
+	}
 	for _, cl := range clients {
 		switch {
 		case cl.Ignored:

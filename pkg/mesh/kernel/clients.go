@@ -71,6 +71,8 @@ type Summary struct {
 	Listening, NotListening []int
 	// Limits say what this pod's kernel could not give (no destruction records, no tcp_info).
 	Limits []string
+	// App is what the app's own request counter gave (--app-metrics); nil without one.
+	App *AppSummary
 }
 
 // Summary returns the watch's account so far.
@@ -78,7 +80,15 @@ func (k *Kernel) Summary() Summary {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	s := Summary{LastActivity: k.lastKind, LastActivityAt: k.lastActivity, UnknownAccepts: k.unknownAccepts,
-		LastLearning: later(k.opts.Start, k.lastUnknown)}
+		LastLearning: later(k.opts.Start, k.lastUnknown), App: k.appSummary()}
+	if s.App != nil && !k.tcpInfo {
+		// Where the table shows no data on open connections, the app's requests beyond the
+		// kernel's activity came before the bound from clients it cannot name, which may have
+		// been learning. With tcp_info, each of them is data a read attributes to its client
+		// (and so to LastLearning, or not, as that client's) a read later at most: the app's
+		// lead is one of timing.
+		s.LastLearning = later(s.LastLearning, s.App.LastAdded)
+	}
 	for _, c := range k.clients {
 		if c.ignored || !c.counted {
 			continue

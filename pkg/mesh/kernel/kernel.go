@@ -18,7 +18,10 @@
 //     was opened before the lag bound and the data came after it: such a client is routed per
 //     connection and will never learn (kube-proxy, Cilium's socket load balancing and
 //     ztunnel pick the backend at connect), so it is named (NeverLearn) and left to the app's
-//     graceful shutdown, and never keeps the hook past the bound.
+//     graceful shutdown, and never keeps the hook past the bound;
+//   - with --app-metrics (Options.AppRequests), before the bound, the requests the app's own
+//     counter counted beyond all of the above (appRequests): since the watch began, the
+//     activity is the larger of the two counts, never their sum.
 //
 // Where only /proc can be read (inet_diag refused), there is no tcp_info: data on open
 // connections and requests in flight cannot be seen, only accepts (from the table and
@@ -60,6 +63,12 @@ type Options struct {
 	SNMPPath string
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// AppRequests, when set, is the app's own request counter (--app-metrics): before the lag
+	// bound, what it counts beyond the kernel's activity is activity too (appRequests).
+	AppRequests RequestCounter
+	// Own, when set, says whether a connection from this remote address is the hook's own
+	// (its reads of --app-metrics on one of the app's ports): never a client's.
+	Own func(remote netip.AddrPort) bool
 }
 
 // DenseReadPolls is how many polls apart the table is read while the traffic is dense: the
@@ -167,6 +176,11 @@ type Kernel struct {
 
 	lastKind     string
 	lastActivity time.Time
+
+	app *appRequests // nil without Options.AppRequests
+	// appExtra is what the app's counter counted beyond the activity above (appRequests),
+	// added to the first watched port's activity in every snapshot.
+	appExtra float64
 }
 
 type connKey struct{ local, remote netip.AddrPort }
@@ -251,6 +265,9 @@ func New(o Options) (*Kernel, error) {
 	for _, p := range o.Ports {
 		k.watched[uint16(p)] = true
 	}
+	if o.AppRequests != nil {
+		k.app = &appRequests{src: o.AppRequests}
+	}
 	return k, nil
 }
 
@@ -282,7 +299,8 @@ func (k *Kernel) Close() {
 // one endpoint per watched port: a port nobody listens on has no stats (the drain names it,
 // as a sidecar's missing port). With no ports selected, every listening port of the pod is
 // returned, for the drain's check of --port.
-func (k *Kernel) Inbound(_ context.Context, sel mesh.Selector) (mesh.Snapshot, error) {
+func (k *Kernel) Inbound(ctx context.Context, sel mesh.Selector) (mesh.Snapshot, error) {
+	requests, read, appErr := k.readApp(ctx)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := k.open(); err != nil {
@@ -290,6 +308,9 @@ func (k *Kernel) Inbound(_ context.Context, sel mesh.Selector) (mesh.Snapshot, e
 	}
 	if err := k.poll(); err != nil {
 		return mesh.Snapshot{}, err
+	}
+	if read {
+		k.foldApp(k.opts.Now(), requests, appErr)
 	}
 	return k.snapshot(sel), nil
 }
@@ -307,6 +328,9 @@ func (k *Kernel) snapshot(sel mesh.Selector) mesh.Snapshot {
 		e := mesh.Endpoint{Port: &port, Name: fmt.Sprintf("kernel:%d", p)}
 		if slices.Contains(k.listening, uint16(p)) {
 			e.ClientActivityTotal = ptr(k.activity[uint16(p)])
+			if uint16(p) == k.firstListeningWatched() {
+				*e.ClientActivityTotal += k.appExtra
+			}
 			if k.tcpInfo {
 				e.ClientRequestsActive = ptr(k.active[uint16(p)])
 			}
@@ -422,6 +446,11 @@ func podsOwn(s sockets.Socket) bool {
 	return s.Remote.Addr().IsLoopback() && !s.Local.Addr().IsLoopback()
 }
 
+// own says whether a connection from remote is the hook's own (Options.Own).
+func (k *Kernel) own(remote netip.AddrPort) bool {
+	return k.opts.Own != nil && k.opts.Own(remote)
+}
+
 func (k *Kernel) ignored(addr netip.Addr) bool {
 	for _, p := range k.opts.Ignore {
 		if p.Contains(addr) {
@@ -434,7 +463,10 @@ func (k *Kernel) ignored(addr netip.Addr) bool {
 func (k *Kernel) newConn(now time.Time, s sockets.Socket) *conn {
 	c := &conn{cookie: s.Cookie, port: s.Local.Port(), opened: now, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, segs: s.DataSegsIn, seen: k.reads}
 	switch {
-	case !k.watched[c.port]:
+	case !k.watched[c.port] || k.own(s.Remote):
+		// The hook's own reads of the app's metrics are no client's, nor is their address:
+		// a proxy of the pod that forwards to the app from the same loopback address stays
+		// a client.
 		c.kind = otherPort
 	case podsOwn(s) || k.ignored(s.Remote.Addr()):
 		c.kind = ignoredConn
@@ -760,6 +792,11 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
 	c.seen = k.reads
 	if s.Cookie != 0 {
 		c.cookie = s.Cookie
+	}
+	if c.kind == clientConn && k.own(s.Remote) {
+		// The hook's own connection, recorded only once a read had shown it (a dial that
+		// finished after its request gave up): what it counted stays counted, nothing more.
+		c.kind, c.client = otherPort, nil
 	}
 	k.countOpen(c, s)
 	if s.HasTCPInfo {

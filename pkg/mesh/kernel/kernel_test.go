@@ -73,12 +73,21 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, lagBound time.Duration, initial ...sockets.Socket) *fixture {
+	return newFixtureWith(t, lagBound, nil, initial...)
+}
+
+// newFixtureWith is newFixture with options changed by with (the app's request counter).
+func newFixtureWith(t *testing.T, lagBound time.Duration, with func(*Options), initial ...sockets.Socket) *fixture {
 	table := &fakeTable{snmp: filepath.Join(t.TempDir(), "snmp"), socks: initial,
 		listeners: []sockets.Socket{{Local: netip.MustParseAddrPort("0.0.0.0:8080"), State: sockets.Listen}, {Local: netip.MustParseAddrPort("0.0.0.0:15008"), State: sockets.Listen}}}
 	table.counters(t)
 	f := &fixture{t: t, table: table, now: time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)}
-	k, err := New(Options{Ports: []int{8080}, Ignore: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, LagBound: lagBound,
-		Start: f.now, Reader: table, SNMPPath: table.snmp, Now: func() time.Time { return f.now }})
+	opts := Options{Ports: []int{8080}, Ignore: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, LagBound: lagBound,
+		Start: f.now, Reader: table, SNMPPath: table.snmp, Now: func() time.Time { return f.now }}
+	if with != nil {
+		with(&opts)
+	}
+	k, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -111,6 +112,12 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	}
 	if len(in.Ports) > 0 {
 		inputs["ports"] = in.Ports
+	}
+	if in.AppMetrics != "" {
+		inputs["app_metrics"] = localhttp.Redact(in.AppMetrics)
+		if in.AppRequests != "" {
+			inputs["app_requests"] = in.AppRequests
+		}
 	}
 	if in.Mesh == mesh.Linkerd {
 		if in.CurrentWaitBeforeExit > 0 {

@@ -1,11 +1,14 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/appmetrics"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -73,6 +76,12 @@ func (p Plan) meshlessArgs() []string {
 	for _, src := range p.IgnoredSources() {
 		args = append(args, "--ignore-source="+src)
 	}
+	if p.Input.AppMetrics != "" {
+		args = append(args, "--app-metrics="+p.Input.AppMetrics)
+		if p.Input.AppRequests != "" {
+			args = append(args, "--app-requests="+p.Input.AppRequests)
+		}
+	}
 	return args
 }
 
@@ -116,6 +125,15 @@ func (p *Plan) recommendMeshless() {
 		fmt.Sprintf("node drains: kubectl drain evicts every pod of the node at once, each running this preStop; a PodDisruptionBudget (e.g. maxUnavailable: 1) "+
 			"keeps enough replicas serving, and kubectl drain --grace-period must not be shorter than %ds (it overrides the pod's)", int(p.GracePeriod.Seconds())),
 		"callers that address the pod directly (a metrics scraper) are clients to prestop: scrape on a port left out of --port, or add --ignore-source=CIDR for them",
+	}
+	if in.AppMetrics != "" {
+		counter := in.AppRequests
+		if counter == "" {
+			counter = appmetrics.DefaultCounter
+		}
+		notes = append(notes, fmt.Sprintf("the app's own counter %s at %s is read beside the kernel until the lag bound (--app-metrics): "+
+			"prestop checks at start that it answers and is a count; leave out with label matchers the paths that are nobody's requests, "+
+			"the probes' and the metrics' own (prestop's reads), or each poll looks like a request until the bound", counter, localhttp.Redact(in.AppMetrics)))
 	}
 	if in.Mesh == Ambient {
 		notes = append(notes,
@@ -194,6 +212,20 @@ func meshlessInputProblems(in Input) []error {
 	}
 	if in.Sidecar != "" {
 		errs = append(errs, fmt.Errorf("--sidecar %s: a pod of --mesh %s has no sidecar", in.Sidecar, in.Mesh))
+	}
+	if in.AppRequests != "" && in.AppMetrics == "" {
+		errs = append(errs, errors.New("--app-requests names the counter --app-metrics reads: give --app-metrics too"))
+	}
+	if in.AppMetrics != "" {
+		// prestop's own checks at start, but the read: the app runs in the pod.
+		if _, err := localhttp.Parse(in.AppMetrics, in.AllowRemote); err != nil {
+			errs = append(errs, fmt.Errorf("--app-metrics: %w", err))
+		}
+		if in.AppRequests != "" {
+			if _, err := appmetrics.ParseSelector(in.AppRequests); err != nil {
+				errs = append(errs, fmt.Errorf("--app-requests: %w", err))
+			}
+		}
 	}
 	return errs
 }

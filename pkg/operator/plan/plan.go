@@ -102,6 +102,13 @@ type Input struct {
 	// Ports are the app's own listening ports, which a meshless preStop watches (--port);
 	// required there, unused by the sidecar plans.
 	Ports []int
+	// AppMetrics and AppRequests, in a meshless plan, are the app's own Prometheus metrics on
+	// the pod's loopback and its request counter (prestop --app-metrics, --app-requests);
+	// empty: the kernel alone ("" AppRequests: prestop's default counter).
+	AppMetrics, AppRequests string
+	// AllowRemote: the workload's preStop has --allow-remote (a re-plan keeps it), so its
+	// --app-metrics may name another host.
+	AllowRemote bool
 	// Sidecar is the kind of sidecar; empty means Classic for Istio, Native for Linkerd
 	// (its default since 2.20). ExitOnZero is Istio's only.
 	Sidecar Sidecar

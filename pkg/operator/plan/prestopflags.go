@@ -10,8 +10,9 @@ import (
 )
 
 // A re-plan of a workload whose preStop already runs meshdrain keeps what the user set there.
-// plan owns the flags that carry its numbers (plannedFlags): it writes them from the plan and
-// says what changes. Every other flag is the user's (--drain-at, --port, --client-evidence,
+// plan owns the flags that carry its numbers (plannedFlags), and a meshless plan's app metrics
+// (--app-metrics, --app-requests, which a re-plan reads back as its inputs): it writes them
+// from the plan and says what changes. Every other flag is the user's (--drain-at, --port, --client-evidence,
 // --strict-active, ...) and stays as it is, in its order, after plan's own; --log-file and
 // --admin are written only where the preStop has none of its own, and so are a meshless
 // plan's --port (the user's own ports stay) and each --ignore-source value (one the user adds
@@ -20,7 +21,8 @@ import (
 // plannedFlags are the preStop flags whose values are the plan's numbers. --deadline is among
 // them although plan never writes it: prestop derives it from the grace period, which is what
 // the plan's arithmetic is sized on, so a hand-set one is removed (and said).
-var plannedFlags = []string{"grace-period", "app-drain", "quiet", "min-wait", "eds-lag-bound", "client-period", "rps-per-client", "poll", "deadline"}
+var plannedFlags = []string{"grace-period", "app-drain", "quiet", "min-wait", "eds-lag-bound", "client-period", "rps-per-client", "poll", "deadline",
+	"app-metrics", "app-requests"}
 
 // defaultedFlags are flags plan writes where the preStop has none: where the hook logs and
 // where it reads the sidecar are the user's to point elsewhere.
@@ -91,6 +93,22 @@ func (w *Workload) PrestopFlag(name string) (string, bool) {
 		}
 	}
 	return value, found
+}
+
+// PrestopHas says whether the workload's meshdrain preStop sets the boolean --name (the
+// last of --name, --name=true and --name=false wins, as prestop reads them).
+func (w *Workload) PrestopHas(name string) bool {
+	items, _, _ := splitPrestopArgs(w.PrestopArgs)
+	set := false
+	for _, it := range items {
+		for _, t := range it.tokens {
+			flag, value, hasValue := strings.Cut(strings.TrimPrefix(t, "--"), "=")
+			if strings.HasPrefix(t, "--") && flag == name {
+				set = !hasValue || value == "true"
+			}
+		}
+	}
+	return set
 }
 
 // PrestopFlagValues are every value of the repeatable --name in the workload's meshdrain

@@ -1,8 +1,11 @@
 package podsim
 
 import (
+	"fmt"
 	"net"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +46,12 @@ type app struct {
 	killOnce   sync.Once
 	closing    chan struct{} // closed on SIGTERM: the app closes its long-lived streams
 	servedOnce sync.Once
+
+	// metrics: the app serves its request counter at /metrics on its own port, as a Go
+	// service with Prometheus middleware does; requests counts every request it answered, by
+	// path, /metrics and the probes' /ready included (MeshlessClients.AppMetrics).
+	metrics  bool
+	requests map[string]float64
 }
 
 // startApp listens on a loopback port and serves.
@@ -61,6 +70,7 @@ func startApp(threads int, scale float64, shutdown AppShutdown) (*app, error) {
 		closing:  make(chan struct{}),
 
 		connState: map[net.Conn]http.ConnState{},
+		requests:  map[string]float64{},
 	}
 	a.srv = &httpwire.Server{Handler: http.HandlerFunc(a.serve), ConnState: a.trackConn}
 	go func() { _ = a.srv.Serve(ln) }()
@@ -75,6 +85,14 @@ func (a *app) serve(w http.ResponseWriter, r *http.Request) {
 	a.inFlight++
 	a.mu.Unlock()
 	defer a.requestDone()
+	if a.metrics {
+		// Counted once answered, as Prometheus's middleware counts.
+		defer a.counted(r.URL.Path)
+		if r.URL.Path == appMetricsPath {
+			a.writeMetrics(w)
+			return
+		}
+	}
 
 	work := workOf(r, a.scale)
 	// Wait for a worker thread.
@@ -101,6 +119,39 @@ func (a *app) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = w.Write([]byte("ok\n"))
+}
+
+// appMetricsPath is where the app serves its metrics, and appRequestsCounter its request
+// counter there.
+const (
+	appMetricsPath      = "/metrics"
+	appRequestsCounter  = "http_requests_total"
+	appRequestsSelector = appRequestsCounter + `{path!~"/metrics|/ready"}`
+)
+
+// counted adds an answered request to the counter.
+func (a *app) counted(path string) {
+	a.mu.Lock()
+	a.requests[path]++
+	a.mu.Unlock()
+}
+
+// writeMetrics answers /metrics in Prometheus's text format.
+func (a *app) writeMetrics(w http.ResponseWriter) {
+	a.mu.Lock()
+	paths := make([]string, 0, len(a.requests))
+	for p := range a.requests {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# HELP %s Requests answered, by path.\n# TYPE %s counter\n", appRequestsCounter, appRequestsCounter)
+	for _, p := range paths {
+		fmt.Fprintf(&b, "%s{path=%q} %g\n", appRequestsCounter, p, a.requests[p])
+	}
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	_, _ = w.Write([]byte(b.String()))
 }
 
 func (a *app) requestDone() {

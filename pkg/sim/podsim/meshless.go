@@ -48,6 +48,10 @@ type MeshlessClients struct {
 	// ProbePeriod is the kubelet's readiness probe period (0: no probe): an HTTP GET with
 	// Connection: close from the node's address, which goes on during the termination.
 	ProbePeriod time.Duration
+	// AppMetrics: the app serves its request counter (http_requests_total, by path) at
+	// /metrics on its own port, and meshdrain reads it beside the kernel (--app-metrics, the
+	// probes' and its own paths left out).
+	AppMetrics bool
 }
 
 // WithClients is m with n clients in all, each kind's share kept (rounded, at least one of

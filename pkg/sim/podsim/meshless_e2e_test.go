@@ -143,6 +143,13 @@ func TestMeshlessMeshdrainEndToEnd(t *testing.T) {
 			t.Errorf("keep-alive client %s is not named in the final event", ip)
 		}
 	}
+	stopsByTheLagBound(t, md)
+}
+
+// stopsByTheLagBound checks that the keep-alive clients, which never learn, did not keep the
+// hook past the lag bound plus its window, two polls and what the row measured.
+func stopsByTheLagBound(t *testing.T, md replayed) {
+	t.Helper()
 	bound := argSeconds(t, md.Meshdrain.Args, "--eds-lag-bound") / md.Scale
 	window, _ := md.Meshdrain.Raw["window_ms"].(float64)
 	poll := argSeconds(t, md.Meshdrain.Args, "--poll") / md.Scale
@@ -167,4 +174,42 @@ func argSeconds(t *testing.T, args []string, flag string) float64 {
 	}
 	t.Fatalf("meshdrain ran without %s: %v", flag, args)
 	return 0
+}
+
+// TestMeshlessAppMetricsEndToEnd is the same pod with the app's own request counter read
+// beside the kernel (simulate --app-metrics: prestop --app-metrics on the app's own port,
+// the probes' and the metrics' paths left out): nothing lost, the counter read at every poll
+// and counted, the hook's own connections to the app's port never named as a client's, and
+// the keep-alive clients still not keeping the hook past the lag bound.
+func TestMeshlessAppMetricsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binaries and runs the simulator")
+	}
+	bin := buildMeshdrain(t)
+	results := untilTimely(t, 0.25, func(scale float64, _ []podsim.Result) []podsim.Result {
+		return simulateReport(t, bin, scale, "--mesh", "none", "--strategy", "meshdrain", "--clients", "12", "--qps", "150", "--app-metrics").Results
+	})
+	md, ok := results["meshdrain/no-sidecar"]
+	if !ok || md.Meshdrain == nil {
+		t.Fatalf("no meshdrain row with a final event: %+v", results)
+	}
+	raw, _ := json.Marshal(md.Meshdrain.Raw)
+	t.Logf("time scale %g: stop %.2fs, floor %.2fs, lost %d %v; final event %s", md.Scale, md.AppStopS, md.LastClientLagS, md.ClientFailures, md.FailuresByKind, raw)
+	if late := len(md.Warnings) > 0 && md.Lateness.ClientSendS > 1; md.ClientFailures != 0 && !late {
+		t.Errorf("meshdrain with a graceful app lost %d %v; want 0", md.ClientFailures, md.FailuresByKind)
+	}
+	reads, _ := md.Meshdrain.Raw["app_metrics_reads"].(float64)
+	requests, _ := md.Meshdrain.Raw["app_requests"].(float64)
+	// A read may time out on a busy machine (--connect-timeout is 0.5s at time scale 0.25).
+	failed, _ := md.Meshdrain.Raw["app_metrics_failed"].(float64)
+	if reads < 2 || requests < 1 || failed > reads/4 {
+		t.Errorf("app metrics: %v reads, %v failed, %v requests: want the counter read at every poll and counting the clients' requests",
+			reads, failed, requests)
+	}
+	for _, field := range []string{"clients_never_learn", "clients_opening_past_bound"} {
+		if names, _ := json.Marshal(md.Meshdrain.Raw[field]); strings.Contains(string(names), `"127.0.0.1"`) {
+			t.Errorf("%s names the hook's own address: %s", field, names)
+		}
+	}
+	stopsByTheLagBound(t, md)
 }

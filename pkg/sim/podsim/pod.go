@@ -105,6 +105,7 @@ func (p *podRun) start(ctx context.Context, startSidecar startSidecarFunc, traff
 	}
 	if p.sc.meshless() {
 		a.idleGrace = p.sc.scale(meshlessIdleGrace)
+		a.metrics = p.sc.Meshless.AppMetrics
 	}
 	p.app = a
 	side, err := startSidecar(p.sc, p.spec, p.strat, a.Addr())

@@ -85,6 +85,9 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 		// No sidecar: the kernel is read for the app's own listening port, and the kubelet's
 		// probes, from the node's address, are nobody's traffic.
 		args = append(args, "--mesh", string(MeshNone), "--port", strconv.Itoa(listenerPort), "--ignore-source", probeSourceIP.String())
+		if sc.Meshless.AppMetrics {
+			args = append(args, "--app-metrics", fmt.Sprintf("http://127.0.0.1:%d%s", listenerPort, appMetricsPath), "--app-requests", appRequestsSelector)
+		}
 	default:
 		args = append(args, "--admin", adminURL, "--port", strconv.Itoa(sc.Port))
 	}

@@ -51,6 +51,8 @@ type MeshlessSummary struct {
 	Ingress     int    `json:"ingress"`
 	IngressLag  string `json:"ingress_lag"`
 	ProbePeriod string `json:"probe_period"`
+	// AppMetrics: meshdrain read the app's request counter beside the kernel.
+	AppMetrics bool `json:"app_metrics,omitempty"`
 }
 
 // SidecarNote says what one sidecar label stands for.
@@ -74,7 +76,7 @@ func NewReport(sc Scenario, sidecars []SidecarSpec, results []Result, wall time.
 	}
 	if m := sc.Meshless; sc.meshless() {
 		r.Scenario.Meshless = &MeshlessSummary{Nodes: m.Nodes, PerRequest: m.PerRequest, Holders: m.Holders, Ingress: m.Ingress,
-			IngressLag: m.IngressLag.String(), ProbePeriod: fmtD(m.ProbePeriod)}
+			IngressLag: m.IngressLag.String(), ProbePeriod: fmtD(m.ProbePeriod), AppMetrics: m.AppMetrics}
 	}
 	for _, s := range sidecars {
 		r.Sidecars = append(r.Sidecars, SidecarNote{Name: s.Name, Note: s.Note})
@@ -132,6 +134,9 @@ func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
 		fmt.Fprintf(w, "to an app with P99 %s on %d threads (%s shutdown), grace period %s, kube-proxy lag %s per node, ingress lag %s\n",
 			sc.P99, sc.Threads, sc.AppShutdown, sc.GracePeriod, sc.EDSLag, m.IngressLag)
 		fmt.Fprintf(w, "(the last learns at %.2fs), readiness probe every %s, ingress retries %d.\n", sc.LastClientLagS, m.ProbePeriod, sc.Retries)
+		if m.AppMetrics {
+			fmt.Fprintf(w, "The app serves its request counter at %s; meshdrain reads %s beside the kernel.\n", appMetricsPath, appRequestsSelector)
+		}
 	} else {
 		fmt.Fprintf(w, "Pod deletion replayed: %g QPS from %d client sidecars to an app with P99 %s on %d threads (%s shutdown),\n",
 			sc.QPS, sc.Clients, sc.P99, sc.Threads, sc.AppShutdown)

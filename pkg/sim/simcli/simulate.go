@@ -52,6 +52,7 @@ type simulateOptions struct {
 	timelines        bool
 	svgDir           string
 	ownNetns         bool
+	appMetrics       bool
 }
 
 // defaultSVGDir is where simulate draws its runs unless told otherwise: beside where it was
@@ -140,7 +141,8 @@ their connection), ingress-like pools routed per request that learn and then lea
 idle connections open, and the kubelet's readiness probes from the node's address. Losses are
 counted as the client sees them: connection refused, connection reset, or the ingress's 502.
 --app-shutdown immediate is an abrupt app (it closes its listener and every connection, and
-exits). meshdrain runs as 'prestop --mesh none --port P --ignore-source NODE'. --traffic then
+exits). meshdrain runs as 'prestop --mesh none --port P --ignore-source NODE' (with
+--app-metrics, the app also serves its request counter and meshdrain reads it). --traffic then
 takes mixed (the default), per-request, keep-alive, ingress or no-traffic; --sidecar is
 no-sidecar.
 
@@ -225,6 +227,7 @@ func (o *simulateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text (the table), json or yaml")
 	f.IntVar(&o.maxFailures, "max-failures", o.maxFailures, "exit 1 when a run has more client failures than this (-1: never)")
 	f.BoolVar(&o.timelines, "timelines", o.timelines, "print each run's timeline after the table (text output)")
+	f.BoolVar(&o.appMetrics, "app-metrics", false, "with --mesh none: the app also serves its request counter at /metrics, and meshdrain reads it beside the kernel (prestop --app-metrics)")
 	f.BoolVar(&o.ownNetns, "own-netns", o.ownNetns, "with --mesh none: run in a network namespace of its own (a new user and network namespace), so that the kernel counters the preStop reads are the simulated pod's alone; where the kernel allows none, the run says so and uses this machine's")
 	f.StringVar(&o.svgDir, "svg", o.svgDir, "directory to draw each run into as an SVG timeline, with an index.html (\"\": none; with -o json or yaml only when given)")
 }
@@ -294,6 +297,9 @@ func (o *simulateOptions) applyMesh(cmd *cobra.Command) error {
 	default:
 		return usageError("--mesh %q: want istio, linkerd or none", o.mesh)
 	}
+	if o.appMetrics && o.mesh != podsim.MeshNone {
+		return usageError("--app-metrics: the app's own counter is read with --mesh none; a sidecar counts every request already")
+	}
 	if o.waitBeforeExit < 0 || o.waitBeforeExit%time.Second != 0 {
 		return usageError("--wait-before-exit %s: want a whole number of seconds >= 0, as the annotation takes", o.waitBeforeExit)
 	}
@@ -333,6 +339,7 @@ func (o simulateOptions) build() (podsim.Options, error) {
 		// --clients with --mesh none: the traffic's kinds, each in its share.
 		sc.Meshless = sc.Meshless.WithClients(sc.Clients)
 	}
+	sc.Meshless.AppMetrics = o.appMetrics
 	if err := sc.Validate(); err != nil {
 		return opts, usageError("%v", err)
 	}
