@@ -41,6 +41,9 @@ type meshlessRow struct {
 	seeds    []uint64 // of the graceful runs
 	graceful []podsim.Result
 	abrupt   []podsim.Result
+	// withApp are the graceful runs again, each seed, with the app's own request counter read
+	// beside the kernel (--app-metrics): side by side with graceful.
+	withApp  []podsim.Result
 	lagBound float64 // the lag bound meshdrain was given (--eds-lag-bound), pod seconds
 }
 
@@ -63,14 +66,20 @@ func (m matrix) runMeshless(ctx context.Context, simBin, only string, abruptSeed
 		}
 		row := meshlessRow{traffic: tr, seeds: m.seeds}
 		for _, seed := range m.seeds {
-			res, spec, err := m.runMeshlessSeed(ctx, simBin, tr, seed, podsim.AppGraceful)
+			// The kernel alone and with the app's counter, one after the other: the same
+			// seed's traffic, side by side.
+			res, spec, err := m.runMeshlessSeed(ctx, simBin, tr, seed, podsim.AppGraceful, false)
 			if err != nil {
 				return nil, err
 			}
 			row.graceful, row.lagBound = append(row.graceful, res), spec.MeshdrainLagBound.Seconds()
+			if res, _, err = m.runMeshlessSeed(ctx, simBin, tr, seed, podsim.AppGraceful, true); err != nil {
+				return nil, err
+			}
+			row.withApp = append(row.withApp, res)
 		}
 		for _, seed := range ml.abruptSeeds {
-			res, _, err := m.runMeshlessSeed(ctx, simBin, tr, seed, podsim.AppImmediate)
+			res, _, err := m.runMeshlessSeed(ctx, simBin, tr, seed, podsim.AppImmediate, false)
 			if err != nil {
 				return nil, err
 			}
@@ -83,17 +92,22 @@ func (m matrix) runMeshless(ctx context.Context, simBin, only string, abruptSeed
 }
 
 // runMeshlessSeed replays one shape and seed with meshdrain as the preStop of a pod without a
-// sidecar, the app shutting down as given, with `meshdrain-sim simulate --mesh none`.
-func (m matrix) runMeshlessSeed(ctx context.Context, simBin string, tr podsim.Traffic, seed uint64, shutdown podsim.AppShutdown) (podsim.Result, podsim.SidecarSpec, error) {
+// sidecar, the app shutting down as given, with `meshdrain-sim simulate --mesh none`; with
+// appMetrics, meshdrain also reads the app's own request counter (--app-metrics).
+func (m matrix) runMeshlessSeed(ctx context.Context, simBin string, tr podsim.Traffic, seed uint64, shutdown podsim.AppShutdown, appMetrics bool) (podsim.Result, podsim.SidecarSpec, error) {
 	sc := tr.Apply(podsim.MeshlessScenario())
-	sc.Seed, sc.TimeScale, sc.AppShutdown = seed, m.timeScale, shutdown
+	sc.Seed, sc.TimeScale, sc.AppShutdown, sc.Meshless.AppMetrics = seed, m.timeScale, shutdown, appMetrics
 	spec, err := podsim.MeshlessPod(sc)
 	if err != nil {
 		return podsim.Result{}, spec, fmt.Errorf("meshless %s: %w", tr.Name, err)
 	}
-	cmd := exec.CommandContext(ctx, simBin, "simulate", "--mesh", "none", "--traffic", tr.Name, "--strategy", "meshdrain",
+	args := []string{"simulate", "--mesh", "none", "--traffic", tr.Name, "--strategy", "meshdrain",
 		"--seed", strconv.FormatUint(seed, 10), "--time-scale", strconv.FormatFloat(m.timeScale, 'g', -1, 64),
-		"--app-shutdown", string(shutdown), "--meshdrain-bin", m.meshdrainBin, "-o", "json")
+		"--app-shutdown", string(shutdown), "--meshdrain-bin", m.meshdrainBin, "-o", "json"}
+	if appMetrics {
+		args = append(args, "--app-metrics")
+	}
+	cmd := exec.CommandContext(ctx, simBin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -108,8 +122,12 @@ func (m matrix) runMeshlessSeed(ctx context.Context, simBin string, tr podsim.Tr
 	for _, w := range res.Warnings {
 		fmt.Fprintf(os.Stderr, "bench: WARNING meshless %s seed %d %s app: %s\n", tr.Name, seed, shutdown, w)
 	}
-	fmt.Fprintf(os.Stderr, "bench: meshless %-11s seed %d, %-9s app: floor %.2fs, last request %.2fs, meshdrain stop %.2fs (%s), lost %d %v\n",
-		tr.Name, seed, shutdown, res.LastClientLagS, res.LastRequestS, res.AppStopS, endOf(res), res.ClientFailures, res.FailuresByKind)
+	with := ""
+	if appMetrics {
+		with = " +app-metrics"
+	}
+	fmt.Fprintf(os.Stderr, "bench: meshless %-11s seed %d, %-9s app%s: floor %.2fs, last request %.2fs, meshdrain stop %.2fs (%s), lost %d %v\n",
+		tr.Name, seed, shutdown, with, res.LastClientLagS, res.LastRequestS, res.AppStopS, endOf(res), res.ClientFailures, res.FailuresByKind)
 	return res, spec, nil
 }
 
@@ -121,9 +139,10 @@ func printMeshless(w io.Writer, ml *meshlessReport) {
 	fmt.Fprintf(w, "shortest sleep on a %.0f s grid that loses nothing over the seeds with a graceful app, replayed from this run's recorded\n", sleepGrid)
 	fmt.Fprintf(w, "traffic; ratio: meshdrain's app-stop time / it. Targets: 0 lost with a graceful app; stop ≤ best sleep + %.1fs; where\n", sleepSlack)
 	fmt.Fprintf(w, "clients open connections densely (per-request, ingress) stop ≤ floor + %.1fs, elsewhere (keep-alive clients never\n", meshlessSlack)
-	fmt.Fprintf(w, "learn) stop ≤ lag bound + %.1fs.\n\n", meshlessSlack)
-	fmt.Fprintf(w, "| traffic | floor | lag bound | best sleep | meshdrain stop | stop − floor | lost | ratio | ended | abrupt app: lost | targets |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "learn) stop ≤ lag bound + %.1fs. --app-metrics: the same seeds with the app's own request counter read beside the\n", meshlessSlack)
+	fmt.Fprintf(w, "kernel (simulate --app-metrics), run right after each: its stop, lost, and stop / the kernel alone's, seed by seed.\n\n")
+	fmt.Fprintf(w, "| traffic | floor | lag bound | best sleep | meshdrain stop | stop − floor | lost | ratio | ended | abrupt app: lost | --app-metrics: stop · lost · / kernel | targets |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range ml.rows {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(meshlessCells(r), " | "))
 	}
@@ -149,8 +168,26 @@ func meshlessCells(r meshlessRow) []string {
 		span(collect(r.graceful, func(r podsim.Result) float64 { return r.AppStopS / sleep }), "%.2f"),
 		strings.Join(dedupe(ends), "; "),
 		abruptCell(r.abrupt),
+		withAppCell(r),
 		meshlessVerdict(r, sleep),
 	}
+}
+
+// withAppCell is the runs with --app-metrics: their stops, losses, and each stop over the
+// same seed's stop with the kernel alone.
+func withAppCell(r meshlessRow) string {
+	if len(r.withApp) == 0 {
+		return "-"
+	}
+	var ratios []float64
+	for i, res := range r.withApp {
+		if i < len(r.graceful) && r.graceful[i].AppStopS > 0 {
+			ratios = append(ratios, res.AppStopS/r.graceful[i].AppStopS)
+		}
+	}
+	return span(collect(r.withApp, func(r podsim.Result) float64 { return r.AppStopS }), "%.1f") + "s · " +
+		span(collect(r.withApp, func(r podsim.Result) float64 { return float64(r.ClientFailures) }), "%.0f") + " · " +
+		span(ratios, "%.2f")
 }
 
 // abruptCell is what an abrupt app lost, by kind as the clients saw it.
@@ -208,6 +245,15 @@ func meshlessVerdict(r meshlessRow, sleep float64) string {
 			notes = append(notes, fmt.Sprintf("seed %d did not keep pod time", seed))
 		}
 	}
+	for i, res := range r.withApp {
+		// The app's counter is no target of its own, but it must lose nothing either.
+		if res.Meshdrain == nil || res.PreStopError != "" {
+			notes = append(notes, fmt.Sprintf("seed %d with --app-metrics: preStop failed (%s)", r.seeds[i], res.PreStopError))
+		}
+		if res.ClientFailures > 0 {
+			notes = append(notes, fmt.Sprintf("seed %d with --app-metrics lost %d", r.seeds[i], res.ClientFailures))
+		}
+	}
 	if len(notes) == 0 {
 		return "met"
 	}
@@ -232,6 +278,10 @@ func (ml *meshlessReport) json() []meshlessJSON {
 		for i, res := range r.abrupt {
 			res.Timeline = nil
 			out = append(out, meshlessJSON{r.traffic.Name, "abrupt", ml.abruptSeeds[i], res})
+		}
+		for i, res := range r.withApp {
+			res.Timeline = nil
+			out = append(out, meshlessJSON{r.traffic.Name, string(podsim.AppGraceful) + "+app-metrics", ml.seeds[i], res})
 		}
 	}
 	return out

@@ -68,13 +68,22 @@ func TestMeshlessVerdict(t *testing.T) {
 func TestMeshlessTable(t *testing.T) {
 	graceful := podsim.Result{LastClientLagS: 3.04, LastRequestS: 2.9, AppStopS: 4.1, Meshdrain: &podsim.MeshdrainEvent{Reason: "quiet", Raw: map[string]any{}}}
 	abrupt := podsim.Result{ClientFailures: 9, FailuresByKind: map[string]int{"connection reset": 7, "ingress 502": 2}}
+	withApp := graceful
+	withApp.AppStopS = 4.3
 	ml := &meshlessReport{seeds: []uint64{1}, abruptSeeds: []uint64{1}, timeScale: 0.25,
-		rows: []meshlessRow{{traffic: meshlessTraffic(t, "mixed"), seeds: []uint64{1}, graceful: []podsim.Result{graceful}, abrupt: []podsim.Result{abrupt}, lagBound: 7.4}}}
+		rows: []meshlessRow{{traffic: meshlessTraffic(t, "mixed"), seeds: []uint64{1}, graceful: []podsim.Result{graceful}, abrupt: []podsim.Result{abrupt},
+			withApp: []podsim.Result{withApp}, lagBound: 7.4}}}
 	var out bytes.Buffer
 	printMeshless(&out, ml)
-	want := "| mixed | 3.0s | 7.4s | 5s | 4.1s | 1.1s | 0 | 0.82 | quiet | 9 (connection reset 7, ingress 502 2) | met |"
+	want := "| mixed | 3.0s | 7.4s | 5s | 4.1s | 1.1s | 0 | 0.82 | quiet | 9 (connection reset 7, ingress 502 2) | 4.3s · 0 · 1.05 | met |"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("table:\n%s\nwant the row %s", out.String(), want)
+	}
+	// A loss with the app's counter is a loss.
+	withApp.ClientFailures = 2
+	ml.rows[0].withApp = []podsim.Result{withApp}
+	if got := meshlessVerdict(ml.rows[0], bestCleanSleep(ml.rows[0].graceful)); got != "NOT MET: seed 1 with --app-metrics lost 2" {
+		t.Errorf("verdict %q", got)
 	}
 }
 
