@@ -67,7 +67,9 @@ type Source struct {
 	http   localhttp.Doer
 	opts   Options
 
-	mu sync.Mutex
+	// requests serializes Requests: a reading applied out of order would look like a reset.
+	requests sync.Mutex
+	mu       sync.Mutex
 	// own are the local addresses of the connections the source made, newest last: on one of
 	// the app's ports, they are the hook's own and never a client's (Own).
 	own []netip.AddrPort
@@ -163,6 +165,8 @@ func (r Reading) GrewByOne(prev Reading) string {
 // counts its new value; a series first seen counts its value (client libraries create a
 // labelled series at its first request); a series gone counts nothing more.
 func (s *Source) Requests(ctx context.Context) (float64, error) {
+	s.requests.Lock()
+	defer s.requests.Unlock()
 	r, err := s.Read(ctx)
 	if err != nil {
 		return 0, err
@@ -281,7 +285,7 @@ func (s Selector) filter(r io.Reader) (io.Reader, map[string]string, error) {
 			if kept.Len()+len(trimmed)+1 > maxKept {
 				return nil, nil, fmt.Errorf("the series of %s exceed %d bytes", s.Name, maxKept)
 			}
-			kept.Write(withoutExemplar(trimmed))
+			kept.Write(sampleOnly(trimmed))
 			kept.WriteByte('\n')
 		}
 		if err == io.EOF {
@@ -303,17 +307,21 @@ func skipLine(br *bufio.Reader) error {
 	}
 }
 
-// withoutExemplar is a sample line without the exemplar an OpenMetrics answer may add after
-// its value (" # {trace_id=...} 1"), which the text parser would take for a bad timestamp.
-func withoutExemplar(line []byte) []byte {
-	after := len(sampleName(line))
-	if after < len(line) && line[after] == '{' {
-		after = labelsEnd(line, after)
+// sampleOnly is a sample line's name, labels and value, without what may follow the value:
+// a timestamp (OpenMetrics writes it in seconds, with a fraction, which the text parser
+// refuses) and an exemplar (" # {trace_id=...} 1").
+func sampleOnly(line []byte) []byte {
+	at := len(sampleName(line))
+	if at < len(line) && line[at] == '{' {
+		at = labelsEnd(line, at)
 	}
-	if i := bytes.Index(line[after:], []byte(" #")); i >= 0 {
-		return line[:after+i]
+	for at < len(line) && (line[at] == ' ' || line[at] == '\t') {
+		at++
 	}
-	return line
+	for at < len(line) && line[at] != ' ' && line[at] != '\t' {
+		at++
+	}
+	return line[:at]
 }
 
 // labelsEnd is the index just after the label set that opens at open: its quoted values may

@@ -238,6 +238,8 @@ func TestReadOddLines(t *testing.T) {
 		err   string
 	}{
 		{`http_requests_total{path="/a # }"} 7 # {trace_id="KOO5S4vxi0o"} 1 1520879607.789` + "\n" + "http_requests_total 2 # {} 1\n", 9, ""},
+		{"http_requests_total{code=\"200\"} 3 1520879607.789\nhttp_requests_total{code=\"500\"} 1\t# {trace_id=\"x\"} 1\n", 4, ""},
+		{"http_requests_total{code=\"200\"}\t5\t1395066363000\r\n", 5, ""},
 		{long + "http_requests_total 3\n", 3, ""},
 		{"http_requests_total 3\n" + long, 3, ""},
 		{`http_requests_total{path="` + strings.Repeat("x", 100<<10) + `"} 1` + "\n", 0, "is longer than 64 KiB"},

@@ -3,7 +3,9 @@ package kernel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -58,8 +60,9 @@ func TestAppRequestsCountWhatTheKernelDidNotSee(t *testing.T) {
 	if got := f.poll(); got != base+9 {
 		t.Fatalf("three more the app counted: activity %v, want %v", got, base+9)
 	}
-	// The app is ahead by 8: two new connections the kernel counts now are in that lead
-	// until the app answers their requests; then the counter moves, once.
+	// The app counted 8 the kernel did not, within the last second: two new connections the
+	// kernel counts now pay for two of them (a read naming late what the app answered first);
+	// their own requests, answered later, move the counter then.
 	f.traffic(2, sock(t, "10.1.0.2:40000", 8080, 1, 0, 0), sock(t, "10.1.0.3:40000", 8080, 2, 0, 0), sock(t, "10.1.0.4:40000", 8080, 3, 0, 0))
 	if got := f.poll(); got != base+9 {
 		t.Fatalf("two accepts within the app's lead: activity %v, want %v", got, base+9)
@@ -70,8 +73,8 @@ func TestAppRequestsCountWhatTheKernelDidNotSee(t *testing.T) {
 	}
 }
 
-// The kernel that counts a read late catches up on what the app counted first: the activity
-// is the larger of the two, not their sum.
+// The kernel that counts a read late catches up on what the app counted first: a request both
+// count moves the counter once, not twice.
 func TestKernelCatchingUpOnTheAppCountsNothingMore(t *testing.T) {
 	conn := sock(t, "10.1.0.2:40000", 8080, 1, 100, 1)
 	app := &fakeCounter{total: 50}
@@ -214,5 +217,65 @@ func TestAppLeadAndLastLearning(t *testing.T) {
 		if want := map[bool]time.Time{false: f.now, true: f.k.opts.Start}[tcpInfo]; !s.LastLearning.Equal(want) || s.App.Added != 3 {
 			t.Errorf("tcp_info %v: last learning %v, want %v; app %+v", tcpInfo, s.LastLearning, want, s.App)
 		}
+	}
+}
+
+// A count of one signal pays for the other's only within AppPairing: a kernel count long
+// after the app's lead moves the counter, and so does an app count long after the kernel's.
+func TestAppPairingExpires(t *testing.T) {
+	app := &fakeCounter{total: 10}
+	f := newAppFixture(t, 0, app)
+	base := f.poll()
+	app.total += 5
+	f.poll()
+	for i := 0; i < 11; i++ { // 1.1 s of polls at 100 ms
+		f.poll()
+	}
+	f.traffic(1, sock(t, "10.1.0.2:40000", 8080, 1, 0, 0))
+	if got := f.poll(); got != base+6 {
+		t.Fatalf("an accept 1.2 s after the app's lead: activity %v, want %v", got, base+6)
+	}
+	for i := 0; i < 11; i++ {
+		f.poll()
+	}
+	app.total++
+	if got := f.poll(); got != base+7 {
+		t.Fatalf("an app count 1.2 s after the kernel's: activity %v, want %v", got, base+7)
+	}
+}
+
+// Whatever the two signals do (counts, failed reads, resets, a port that is not listening),
+// the activity never goes back, and never falls behind the kernel's own count.
+func TestAppActivityNeverGoesBack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 28))
+	app := &fakeCounter{total: 100}
+	f := newAppFixture(t, 0, app)
+	f.table.listeners = append(f.table.listeners, sockets.Socket{Local: netip.MustParseAddrPort("0.0.0.0:9090"), State: sockets.Listen})
+	prev := f.poll()
+	var socks []sockets.Socket
+	cookie := uint64(1)
+	for i := 0; i < 400; i++ {
+		switch rng.IntN(6) {
+		case 0, 1: // a client connects
+			socks = append(socks, sock(t, fmt.Sprintf("10.1.%d.%d:40000", rng.IntN(4), rng.IntN(200)+1), 8080, cookie, 0, 0))
+			cookie++
+			f.traffic(1, socks...)
+		case 2: // the app answers some
+			app.total += float64(rng.IntN(4))
+		case 3: // a read fails
+			app.err = errors.New("timeout")
+		case 4: // the app's counter resets
+			app.total = float64(rng.IntN(3))
+		default:
+			app.err = nil
+		}
+		got := f.poll()
+		if got < prev {
+			t.Fatalf("step %d: activity went back %v → %v", i, prev, got)
+		}
+		if kernel := f.k.shownActivity(); got < kernel {
+			t.Fatalf("step %d: activity %v behind the kernel's own %v", i, got, kernel)
+		}
+		prev = got
 	}
 }

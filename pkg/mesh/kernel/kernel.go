@@ -20,8 +20,8 @@
 //     ztunnel pick the backend at connect), so it is named (NeverLearn) and left to the app's
 //     graceful shutdown, and never keeps the hook past the bound;
 //   - with --app-metrics (Options.AppRequests), before the bound, the requests the app's own
-//     counter counted beyond all of the above (appRequests): since the watch began, the
-//     activity is the larger of the two counts, never their sum.
+//     counter counted that none of the above paid for within a second (appRequests): a
+//     request both count moves the counter once.
 //
 // Where only /proc can be read (inet_diag refused), there is no tcp_info: data on open
 // connections and requests in flight cannot be seen, only accepts (from the table and
@@ -178,8 +178,8 @@ type Kernel struct {
 	lastActivity time.Time
 
 	app *appRequests // nil without Options.AppRequests
-	// appExtra is what the app's counter counted beyond the activity above (appRequests),
-	// added to the first watched port's activity in every snapshot.
+	// appExtra is what of the activity the app's counts alone moved (appRequests), added to
+	// the first listening watched port's in every snapshot.
 	appExtra float64
 }
 
@@ -309,9 +309,7 @@ func (k *Kernel) Inbound(ctx context.Context, sel mesh.Selector) (mesh.Snapshot,
 	if err := k.poll(); err != nil {
 		return mesh.Snapshot{}, err
 	}
-	if read {
-		k.foldApp(k.opts.Now(), requests, appErr)
-	}
+	k.foldApp(k.opts.Now(), requests, read, appErr)
 	return k.snapshot(sel), nil
 }
 
