@@ -88,12 +88,7 @@ func TestPrestopMeshNoneOffline(t *testing.T) {
 // naming a count; each problem names its flag, and a counter with no series yet, or one that
 // seems to count the reads themselves, is a warning.
 func TestPrestopAppMetricsChecks(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	port := fmt.Sprint(appListener(t))
 	var reads atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// An app that counts every path, its metrics' own included, as most middleware does.

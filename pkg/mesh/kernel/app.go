@@ -41,9 +41,8 @@ const ActivityAppRequest = "app-request"
 // requests of a connection opened past the bound are the kernel's to see.
 type appRequests struct {
 	src RequestCounter
-	// based: the first read was made; last is the counter then and at each read since, and
-	// shown the kernel's activity as the latest poll showed it.
-	based       bool
+	// first is the counter at the first read, last at the latest, and shown the kernel's
+	// activity as the latest poll showed it.
 	first, last float64
 	shown       float64
 	// kernelOwed are the kernel's counts the app has not paid for yet, appOwed the app's the
@@ -119,8 +118,8 @@ func (k *Kernel) foldApp(now time.Time, v float64, read bool, err error) {
 		return
 	}
 	a.reads++
-	if !a.based {
-		a.based, a.first, a.last = true, v, v
+	if a.reads == 1 {
+		a.first, a.last = v, v
 		return
 	}
 	if v < a.last {

@@ -321,12 +321,13 @@ func (k *Kernel) snapshot(sel mesh.Selector) mesh.Snapshot {
 			ports = append(ports, int(p))
 		}
 	}
+	appPort := k.firstListeningWatched() // where the app's own counts are shown
 	for _, p := range ports {
 		port := p
 		e := mesh.Endpoint{Port: &port, Name: fmt.Sprintf("kernel:%d", p)}
 		if slices.Contains(k.listening, uint16(p)) {
 			e.ClientActivityTotal = ptr(k.activity[uint16(p)])
-			if uint16(p) == k.firstListeningWatched() {
+			if uint16(p) == appPort {
 				*e.ClientActivityTotal += k.appExtra
 			}
 			if k.tcpInfo {
