@@ -107,7 +107,7 @@ func TestOutputFormats(t *testing.T) {
 		if code != ExitOK || !strings.Contains(out, "release") || !strings.Contains(out, "v0.1.0") {
 			t.Errorf("version -o %s: exit %d %s\n%s", format, code, errOut, out)
 		}
-		code, out, errOut = runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s", "-o", format, "--container", "web")
+		code, out, errOut = runMain(t, "plan", "--mesh", "istio", "--p99", "450ms", "--eds-lag", "8s", "-o", format, "--container", "web")
 		if format == "yaml" { // without -f, plan's YAML is the patch
 			if code != ExitOK || !strings.Contains(out, "terminationGracePeriodSeconds: 15") {
 				t.Errorf("plan -o yaml: exit %d %s", code, errOut)

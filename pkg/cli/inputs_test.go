@@ -84,7 +84,7 @@ spec:
               exec:
                 command: ["sh", "-c", "sleep 15"]
 `
-	args := []string{"plan", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "-o", "yaml"}
+	args := []string{"plan", "--mesh", "istio", "--p99", "450ms", "--eds-lag", "8s", "-f", "-", "-o", "yaml"}
 	code, out, errOut := runMainStdin(t, manifest, args...)
 	if code != ExitOK || !strings.Contains(errOut, "only slept 15s") || strings.Contains(out, "sleep 15") ||
 		!strings.Contains(out, "terminationGracePeriodSeconds: 45  # tuned after incident INC-1234") || !strings.Contains(errOut, "terminationGracePeriodSeconds 45s kept") {
@@ -150,7 +150,7 @@ func TestPlanRefusesAZeroThatWouldBecomeADefault(t *testing.T) {
 // the input that drives it.
 func TestPlanWarnsOfALongGracePeriod(t *testing.T) {
 	for _, format := range [][]string{{"-o", "text"}, {"-o", "json"}, {"-o", "yaml", "--container", "web"}} {
-		code, _, errOut := runMain(t, append([]string{"plan", "--p99", "10m", "--eds-lag", "8s"}, format...)...)
+		code, _, errOut := runMain(t, append([]string{"plan", "--mesh", "istio", "--p99", "10m", "--eds-lag", "8s"}, format...)...)
 		if code != ExitOK || !strings.Contains(errOut, "meshdrain: plan: terminationGracePeriodSeconds 3162 is over 10 minutes, mostly from --p99 600s") {
 			t.Errorf("%v: exit %d, stderr %q", format, code, errOut)
 		}

@@ -184,10 +184,12 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
   meshdrain plan --mesh none --port 8080 --p99 450ms --eds-lag 5s --app-drain 5s
   meshdrain plan --mesh ambient --port 8080 --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50
 
-  # change your own Deployment (again: what you set there is kept), or get a patch for it
-  meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
-  meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --lower-grace-period > deploy.meshdrain.yaml
-  meshdrain plan --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --patch > patch.yaml
+  # change your own Deployment (again: what you set there is kept), or get a patch for it;
+  # plan reads the mesh from the manifest, and asks for --mesh where it names none
+  meshdrain plan --mesh none --p99 450ms --eds-lag 5s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
+  meshdrain plan --mesh istio --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
+  meshdrain plan --mesh istio --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --lower-grace-period > deploy.meshdrain.yaml
+  meshdrain plan --mesh istio --p99 450ms --eds-lag 12s -f deploy.yaml -o yaml --patch > patch.yaml
   kubectl patch deployment web --type strategic --patch-file patch.yaml`
 
 // complete checks the flags that go together and reads --eds-lag, before any work.
@@ -302,10 +304,19 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		if manifests, workload, err = readWorkload(s.in, opts); err != nil {
 			return err
 		}
-		if m, _ := workload.Mesh(); m != "" && !changed("mesh") {
-			opts.in.Mesh = m
-		}
+	} else if !changed("mesh") && opts.output == outputYAML {
+		return usageError("-o yaml without -f writes a patch for a pod plan cannot see: pass --mesh %s (or -f FILE, from which plan reads the mesh)",
+			meshNames())
 	}
+	var given mesh.Mesh
+	if changed("mesh") {
+		given = opts.mesh
+	}
+	m, meshWhy, err := plan.DecideMesh(given, workload)
+	if err != nil {
+		return usageError("plan: -f %s: %v", opts.file, err)
+	}
+	opts.in.Mesh = m
 	if plan.IsMeshless(opts.in.Mesh) {
 		for _, name := range []string{"sidecar", "drain-duration", "defer-sidecar-drain"} {
 			if changed(name) {
@@ -380,6 +391,9 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	}
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("plan: %w", err)}
+	}
+	if workload != nil && !changed("mesh") {
+		fmt.Fprintf(s.err, "meshdrain: plan: %s/%s: mesh %s, from its %s\n", workload.Kind, workload.Name, p.Input.Mesh, meshWhy)
 	}
 	for _, line := range stderrReport(p, edit, workload, notes) {
 		fmt.Fprintf(s.err, "meshdrain: plan: %s\n", line)

@@ -303,7 +303,7 @@ func indexOf(list, sub []string) int {
 func stderrChanges(errOut string) []string {
 	var changes []string
 	for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
-		if strings.Contains(line, " kept: ") || strings.Contains(line, "the comment") || strings.Contains(line, "no change") {
+		if strings.Contains(line, " kept: ") || strings.Contains(line, "the comment") || strings.Contains(line, "no change") || strings.Contains(line, ", from its ") {
 			continue
 		}
 		changes = append(changes, line)

@@ -92,7 +92,7 @@ func TestPlanClientsDistribution(t *testing.T) {
 }
 
 func TestPlanYAML(t *testing.T) {
-	code, out, errOut := runMain(t, "plan", "--p99", "450ms", "--eds-lag", "8s", "-o", "yaml", "--container", "web", "--image", "registry.example/meshdrain:v1")
+	code, out, errOut := runMain(t, "plan", "--mesh", "istio", "--p99", "450ms", "--eds-lag", "8s", "-o", "yaml", "--container", "web", "--image", "registry.example/meshdrain:v1")
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}

@@ -118,19 +118,20 @@ func NewRootCommand(s streams) *cobra.Command {
 	root := NewRoot(s.in, s.out, s.err, &cobra.Command{
 		Use:   "meshdrain",
 		Short: "Let an app stop only once its sidecar has stopped receiving new requests",
-		Long: `meshdrain replaces the guessed "preStop: sleep N" of pods with a service-mesh sidecar
-(Istio or any Envoy, Linkerd) by a measurement: it watches the sidecar's inbound request
-counters through its admin API, drains the inbound listeners, and lets the app stop as soon as
-the clients have stopped sending, never later than a deadline derived from
-terminationGracePeriodSeconds.`,
+		Long: `meshdrain replaces the guessed "preStop: sleep N" of pods by a measurement: in pods with a
+service-mesh sidecar (Istio or any Envoy, Linkerd) it watches the sidecar's inbound request
+counters through its admin API; in pods without one (--mesh none) it watches the pod's own
+socket table and TCP counters. It lets the app stop as soon as the clients have stopped
+sending, never later than a deadline derived from terminationGracePeriodSeconds.`,
 		Example: `  # As the app container's preStop hook (logs to kubectl logs):
   meshdrain prestop --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
 
   # As the istio-proxy container's preStop: keep the proxy until that prestop has decided:
   meshdrain hold --grace-period=52s --app-drain=5s --log-file=/proc/1/fd/1
 
-  # What should the grace period and the sidecar's drain settings be? Into your own Deployment:
-  meshdrain plan --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50 --app-drain 5s -f deploy.yaml -o yaml
+  # What should the grace period and the hook's flags be? Into your own Deployment (the mesh
+  # is read from it; give --mesh istio, linkerd, none or ambient where it names none):
+  meshdrain plan --mesh none --p99 450ms --eds-lag 5s --app-drain 5s -f deploy.yaml -o yaml
 
   # See the difference on this machine (none / sleep / meshdrain): meshdrain-sim simulate`,
 	})

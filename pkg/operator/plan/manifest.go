@@ -275,51 +275,6 @@ func (w *Workload) Sidecar() (Sidecar, string) {
 	return "", ""
 }
 
-// Mesh is the mesh the pod's annotations or containers name, and why; "" when they name
-// none, or both. Linkerd's injection is often asked for on the namespace, which a workload
-// manifest does not show: --mesh is then the way to say it.
-func (w *Workload) Mesh() (mesh.Mesh, string) {
-	var linkerdWhy, istioWhy string
-	for _, key := range sortedKeys(w.Annotations) {
-		switch {
-		case linkerdWhy == "" && (key == LinkerdInjectAnnotation || strings.HasPrefix(key, "config.linkerd.io/") ||
-			strings.HasPrefix(key, "config.alpha.linkerd.io/") || strings.HasPrefix(key, "config.beta.linkerd.io/")):
-			linkerdWhy = "annotation " + key
-		case istioWhy == "" && (strings.HasPrefix(key, "sidecar.istio.io/") || strings.HasPrefix(key, "proxy.istio.io/")):
-			istioWhy = "annotation " + key
-		}
-	}
-	if m, _ := w.PrestopFlag("mesh"); m == string(mesh.Linkerd) && linkerdWhy == "" {
-		// plan's own preStop for a native Linkerd sidecar, which needs no annotation.
-		linkerdWhy = "the preStop's --mesh=linkerd"
-	}
-	if linkerdWhy == "" && istioWhy == "" {
-		// A pod without a sidecar names no mesh; plan's own preStop does, and so does an
-		// ambient label on the pod (usually it is on the namespace: --mesh ambient then).
-		if w.Labels[AmbientModeLabel] == AmbientModeValue {
-			return Ambient, "label " + AmbientModeLabel + ": " + AmbientModeValue
-		}
-		if m, _ := w.PrestopFlag("mesh"); m == string(mesh.None) {
-			return mesh.None, "the preStop's --mesh=none"
-		}
-	}
-	for _, c := range w.Containers {
-		switch {
-		case c == "linkerd-proxy" && linkerdWhy == "":
-			linkerdWhy = "container linkerd-proxy"
-		case c == "istio-proxy" && istioWhy == "":
-			istioWhy = "container istio-proxy"
-		}
-	}
-	switch {
-	case linkerdWhy != "" && istioWhy == "":
-		return mesh.Linkerd, linkerdWhy
-	case istioWhy != "" && linkerdWhy == "":
-		return mesh.Istio, istioWhy
-	}
-	return "", ""
-}
-
 // LinkerdSidecar is the Linkerd injection the pod's annotations ask for, and why; "" when
 // they say nothing (then Linkerd's default applies: native since 2.20). A wait-before-exit
 // sleep without a native-sidecar annotation means a classic proxy: only a classic one runs it.
@@ -819,6 +774,12 @@ func (e *Edit) KeptPrestopArgs() []string { return append([]string(nil), e.prest
 func (e *Edit) checkConflicts() error {
 	w := e.workload
 	id := w.Kind + "/" + w.Name
+	if w.HasProxy && scalar(lookup(w.proxy, "image")) == ProxyImageAuto && e.plan.Input.Mesh != mesh.Istio {
+		// Only Istio's injector fills image: auto; anywhere else the kubelet pulls "auto".
+		return fmt.Errorf("%s has a container %s with image: %s, an override only Istio's injector fills, in a pod planned for --mesh %s: "+
+			"the pod would never start (the image %q cannot be pulled); remove that container, or plan with --mesh istio if Istio injects the pod",
+			id, ProxyContainerName, ProxyImageAuto, e.plan.Input.Mesh, ProxyImageAuto)
+	}
 	if _, v := itemByKey(lookup(w.podSpec, "volumes"), "name", VolumeName); v != nil && lookup(v, "emptyDir") == nil {
 		return fmt.Errorf("%s already has a volume named %s that is not an emptyDir: rename it", id, VolumeName)
 	}
