@@ -37,6 +37,9 @@ type planOptions struct {
 	// fromPrestop are the inputs read from the workload's preStop (--quiet=3s, ...), to name
 	// when the plan they give is refused.
 	fromPrestop []string
+	// choices are what plan chose from the manifest where it was not plain (the ports it
+	// watches, the sources it leaves out, the app container), a line each for stderr.
+	choices []string
 }
 
 // The output formats every command that prints data takes (pkg/operator/output).
@@ -395,6 +398,12 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	if workload != nil && !changed("mesh") {
 		fmt.Fprintf(s.err, "meshdrain: plan: %s/%s: mesh %s, from its %s\n", workload.Kind, workload.Name, p.Input.Mesh, meshWhy)
 	}
+	if workload != nil && workload.ContainerWhy != "" {
+		opts.choices = append([]string{workload.ContainerWhy}, opts.choices...)
+	}
+	for _, line := range opts.choices {
+		fmt.Fprintf(s.err, "meshdrain: plan: %s/%s: %s\n", workload.Kind, workload.Name, line)
+	}
 	for _, line := range stderrReport(p, edit, workload, notes) {
 		fmt.Fprintf(s.err, "meshdrain: plan: %s\n", line)
 	}
@@ -533,13 +542,16 @@ func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(strin
 		return err
 	}
 	if plan.IsMeshless(in.Mesh) {
-		if !changed("port") {
-			ports, err := workloadPorts(workload)
-			if err != nil {
-				return err
-			}
-			in.Ports = ports
+		if err := checkPrestopPorts(workload); err != nil {
+			return err
 		}
+		var given []int
+		if changed("port") {
+			given = in.Ports
+		}
+		watch := workload.MeshlessWatch(given)
+		in.Ports, in.IgnoreLoopback = watch.Ports, watch.IgnoreLoopback
+		opts.choices = append(opts.choices, watch.Notes...)
 		// The app's metrics are facts about the app: a re-plan keeps them.
 		for _, f := range []struct {
 			flag  string
@@ -592,25 +604,17 @@ func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(strin
 	return nil
 }
 
-// workloadPorts are the app's ports of a meshless plan read from the workload: its meshdrain
-// preStop's --port (a re-plan keeps what the user chose), else the app container's TCP
-// containerPorts.
-func workloadPorts(workload *plan.Workload) ([]int, error) {
-	raw := workload.PrestopFlagValues("port")
-	if len(raw) == 0 {
-		return workload.Ports, nil
-	}
-	var ports []int
-	for _, v := range raw {
+// checkPrestopPorts refuses a meshless preStop whose --port is not a port number: a re-plan
+// would otherwise drop it without a word.
+func checkPrestopPorts(workload *plan.Workload) error {
+	for _, v := range workload.PrestopFlagValues("port") {
 		for _, s := range strings.Split(v, ",") {
-			port, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil {
-				return nil, usageError("%s/%s: its preStop's --port %q is not a port number: fix it, or pass --port", workload.Kind, workload.Name, v)
+			if _, err := strconv.Atoi(strings.TrimSpace(s)); err != nil {
+				return usageError("%s/%s: its preStop's --port %q is not a port number: fix it, or pass --port", workload.Kind, workload.Name, v)
 			}
-			ports = append(ports, port)
 		}
 	}
-	return ports, nil
+	return nil
 }
 
 // fromPrestop reads plan's inputs from the workload's meshdrain preStop where their flags

@@ -53,3 +53,34 @@ func TestPlanNeverGuessesTheMesh(t *testing.T) {
 		t.Errorf("patch without -f or --mesh: exit %d\nstderr: %s\nstdout: %s", code, errOut, out)
 	}
 }
+
+// TestReplanChangesOnlyTheNewNumber: a re-plan with a new --eds-lag changes the lines whose
+// values change, and moves none of the user's flags.
+func TestReplanChangesOnlyTheNewNumber(t *testing.T) {
+	base := []string{"plan", "--mesh", "none", "--p99", "450ms", "--app-drain", "5s", "-f", "-", "-o", "yaml"}
+	code, first, errOut := runMainStdin(t, noMeshDeployment, append(base, "--eds-lag", "5s")...)
+	if code != ExitOK {
+		t.Fatalf("first plan: exit %d, %s", code, errOut)
+	}
+	// The user adds a scraper's source after plan's flags.
+	edited := strings.Replace(first, "- --log-file=/proc/1/fd/1\n", "- --log-file=/proc/1/fd/1\n                - --ignore-source=10.9.0.0/16\n", 1)
+	if edited == first {
+		t.Fatalf("no --log-file line to add after:\n%s", first)
+	}
+	code, again, errOut := runMainStdin(t, edited, append(base, "--eds-lag", "6s")...)
+	if code != ExitOK {
+		t.Fatalf("re-plan: exit %d, %s", code, errOut)
+	}
+	before, after := strings.Split(edited, "\n"), strings.Split(again, "\n")
+	var changed []string
+	for i := range max(len(before), len(after)) {
+		if i >= len(before) || i >= len(after) || before[i] != after[i] {
+			changed = append(changed, strings.TrimSpace(after[min(i, len(after)-1)]))
+		}
+	}
+	for _, c := range changed {
+		if !strings.Contains(c, "--eds-lag-bound=") && !strings.Contains(c, "terminationGracePeriodSeconds") && !strings.Contains(c, "--grace-period=") {
+			t.Errorf("re-plan changed %q: want only the lines whose numbers change (%q)\n%s", c, changed, again)
+		}
+	}
+}

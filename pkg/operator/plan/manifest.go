@@ -141,6 +141,18 @@ type Workload struct {
 	HostNetwork bool
 	// HasReadinessProbe is true when the app container has a readinessProbe of its own.
 	HasReadinessProbe bool
+	// ContainerWhy says how the app container was chosen when the manifest did not make it
+	// plain (one container of several with ports); "" otherwise.
+	ContainerWhy string
+	// ContainerPorts are the app container's TCP ports, with their names.
+	ContainerPorts []ContainerPort
+	// Services are the Services of the input that send to this workload's pods.
+	Services []Service
+
+	// probes are the app container's probes; otherPorts the other app containers' ports,
+	// as CONTAINER:PORT.
+	probes     []probe
+	otherPorts []string
 
 	obj, template, podSpec, container, proxy *yaml.Node
 }
@@ -150,8 +162,7 @@ type Workload struct {
 func (m *Manifests) Workload(selector, container string) (*Workload, error) {
 	var found []*yaml.Node
 	var names, others []string
-	for _, doc := range m.docs {
-		obj := resolve(doc.Content[0])
+	for _, obj := range m.objects() {
 		kind, name := scalar(lookup(obj, "kind")), scalar(path(obj, "metadata", "name"))
 		if !isWorkloadKind(kind) {
 			others = append(others, kind+"/"+name)
@@ -170,7 +181,31 @@ func (m *Manifests) Workload(selector, container string) (*Workload, error) {
 	case len(found) > 1:
 		return nil, fmt.Errorf("the manifests hold %d workloads (%s): choose one with --workload NAME", len(found), strings.Join(names, ", "))
 	}
-	return readWorkload(found[0], container)
+	w, err := readWorkload(found[0], container)
+	if err != nil {
+		return nil, err
+	}
+	w.Services = servicesFor(m.objects(), w)
+	return w, nil
+}
+
+// objects are the Kubernetes objects of the stream, a List's items in place of the List
+// (kubectl get -o yaml prints one, and kubectl apply takes it).
+func (m *Manifests) objects() []*yaml.Node {
+	var objs []*yaml.Node
+	for _, doc := range m.docs {
+		obj := resolve(doc.Content[0])
+		if kind := scalar(lookup(obj, "kind")); strings.HasSuffix(kind, "List") && lookup(obj, "items") != nil {
+			for _, item := range items(lookup(obj, "items")) {
+				if item = resolve(item); item.Kind == yaml.MappingNode {
+					objs = append(objs, item)
+				}
+			}
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	return objs
 }
 
 func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
@@ -219,6 +254,14 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 			apps = append(apps, name)
 		}
 	}
+	// A container without ports (a log shipper, an agent) serves no client: where only one
+	// of the others has ports, that one is the app.
+	var serving []string
+	for _, name := range apps {
+		if _, c := itemByKey(containers, "name", name); len(containerPorts(c)) > 0 {
+			serving = append(serving, name)
+		}
+	}
 	switch {
 	case container != "":
 		if !contains(w.Containers, container) {
@@ -227,15 +270,23 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 		w.Container = container
 	case len(apps) == 1:
 		w.Container = apps[0]
+	case len(serving) == 1:
+		w.Container = serving[0]
+		w.ContainerWhy = fmt.Sprintf("the app container is %s, the only one with ports (of %s); --container names another", w.Container, strings.Join(apps, ", "))
 	default:
 		return nil, fmt.Errorf("%s has %d containers (%s): name the app's with --container", id, len(w.Containers), strings.Join(w.Containers, ", "))
 	}
 	_, w.container = itemByKey(containers, "name", w.Container)
-	for _, p := range items(lookup(w.container, "ports")) {
-		proto := scalar(lookup(p, "protocol"))
-		port, err := strconv.Atoi(scalar(lookup(p, "containerPort")))
-		if err == nil && (proto == "" || proto == "TCP") {
-			w.Ports = append(w.Ports, port)
+	w.ContainerPorts = containerPorts(w.container)
+	for _, p := range w.ContainerPorts {
+		w.Ports = append(w.Ports, p.Number)
+	}
+	w.probes = readProbes(w.container)
+	for _, c := range containers.Content {
+		if name := scalar(lookup(c, "name")); name != w.Container && !contains(sidecarContainers, name) {
+			for _, p := range containerPorts(c) {
+				w.otherPorts = append(w.otherPorts, fmt.Sprintf("%s:%d", name, p.Number))
+			}
 		}
 	}
 	w.HasReadinessProbe = lookup(w.container, "readinessProbe") != nil

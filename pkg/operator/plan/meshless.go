@@ -60,10 +60,14 @@ func (p Plan) IgnoredSources() []string {
 	if !p.Meshless() {
 		return nil
 	}
+	sources := []string{IgnoreHostIP}
 	if p.Input.Mesh == Ambient {
-		return []string{IgnoreHostIP, AmbientProbeSource}
+		sources = append(sources, AmbientProbeSource)
 	}
-	return []string{IgnoreHostIP}
+	if p.Input.IgnoreLoopback {
+		sources = append(sources, IgnoreLoopback4, IgnoreLoopback6)
+	}
+	return sources
 }
 
 // meshlessArgs are the preStop flags only a meshless plan writes: the mode, the app's ports

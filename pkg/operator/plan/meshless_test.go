@@ -195,12 +195,16 @@ spec:
 // TestMeshlessReplanKeepsUserFlags: a re-plan keeps the user's own --port and extra
 // --ignore-source, adds none twice, and removes what a pod without a sidecar cannot use.
 func TestMeshlessReplanKeepsUserFlags(t *testing.T) {
-	p := mustRecommend(t, meshlessScenario(mesh.None))
+	// The ports are the plan's own, derived again at each plan (Workload.MeshlessWatch keeps
+	// the user's that the container still has): 9090 here, as the CLI would derive it.
+	in := meshlessScenario(mesh.None)
+	in.Ports = []int{9090}
+	p := mustRecommend(t, in)
 	old := []string{"--mesh=none", "--port=9090", "--ignore-source=$(HOST_IP)", "--ignore-source=10.0.0.0/8", "--grace-period=30s", "--app-drain=5s",
 		"--quiet=1s", "--eds-lag-bound=35.5s", "--drain-at=end", "--log-file=/proc/1/fd/1"}
 	m := p.mergePrestop(old)
 	got := strings.Join(m.args, " ")
-	want := "prestop --mesh=none --grace-period=52s --app-drain=5s --quiet=1s --eds-lag-bound=35.5s --port=9090 --ignore-source=$(HOST_IP) --ignore-source=10.0.0.0/8 --log-file=/proc/1/fd/1"
+	want := "prestop --mesh=none --port=9090 --ignore-source=$(HOST_IP) --ignore-source=10.0.0.0/8 --grace-period=52s --app-drain=5s --quiet=1s --eds-lag-bound=35.5s --log-file=/proc/1/fd/1"
 	if got != want {
 		t.Errorf("merged preStop\n got %s\nwant %s", got, want)
 	}
@@ -212,7 +216,7 @@ func TestMeshlessReplanKeepsUserFlags(t *testing.T) {
 	}
 	// From a Linkerd preStop: the mesh and the admin port go.
 	m = p.mergePrestop([]string{"--mesh=linkerd", "--admin=http://127.0.0.1:4191", "--grace-period=52s"})
-	if got := strings.Join(m.args, " "); strings.Contains(got, "linkerd") || strings.Contains(got, "--admin") || !strings.Contains(got, "--mesh=none --port=8080") {
+	if got := strings.Join(m.args, " "); strings.Contains(got, "linkerd") || strings.Contains(got, "--admin") || !strings.Contains(got, "--mesh=none --port=9090") {
 		t.Errorf("a meshless re-plan of a Linkerd preStop wrote %s", got)
 	}
 	// And back: an Istio plan removes --mesh=none.

@@ -106,6 +106,9 @@ type Input struct {
 	// the pod's loopback and its request counter (prestop --app-metrics, --app-requests);
 	// empty: the kernel alone ("" AppRequests: prestop's default counter).
 	AppMetrics, AppRequests string
+	// IgnoreLoopback, in a meshless plan: exec probes call the app on the pod's loopback, so
+	// loopback sources are no clients (--ignore-source 127.0.0.0/8 and ::1/128).
+	IgnoreLoopback bool
 	// AllowRemote: the workload's preStop has --allow-remote (a re-plan keeps it), so its
 	// --app-metrics may name another host.
 	AllowRemote bool

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ var defaultedFlags = []string{"log-file", "admin", "port"}
 // give the same value already; the preStop's other values stay (--ignore-source=10.0.0.0/8 for
 // a scraper, beside plan's $(HOST_IP)).
 var additiveFlags = []string{"ignore-source"}
+
+// repeatedFlags are repeatable flags a plan may own: each value is a flag of its own.
+var repeatedFlags = []string{"port", "ignore-source"}
 
 // InputFlags are the preStop flags a re-plan reads as its inputs where the plan's own flag is
 // not given (Workload.PrestopFlag): facts about the app and its clients, which a re-plan must
@@ -147,6 +151,10 @@ func (p Plan) mergePrestop(old []string) prestopMerge {
 		case it.name == "admin":
 			// A meshless pod has no admin port: prestop refuses --admin with --mesh none.
 			return p.Meshless()
+		case it.name == "port":
+			// A meshless plan's ports are derived again at each plan, with the user's own that
+			// the container still has (Workload.MeshlessWatch); a sidecar's are the user's.
+			return p.Meshless()
 		}
 		return false
 	}
@@ -159,76 +167,109 @@ func (p Plan) mergeHold(old []string) prestopMerge {
 	return p.mergeArgs("hold", p.HoldArgs()[1:], old, owned)
 }
 
-// mergeArgs merges own, the plan's arguments of `meshdrain VERB`, into old, the workload's: the
-// flags owned says are the plan's take own's values (and are removed where own has none), every
-// other token stays as written, after own's, and a defaulted flag of own is left out where old
-// has its own.
+// mergeArgs merges own, the plan's arguments of `meshdrain VERB`, into old, the workload's.
+// The flags owned says are the plan's take own's values where they stand (and are removed
+// where own has none); every other token stays as written, where it is written; a flag of
+// own's that old lacks is written after the plan's flag before it, so a re-plan changes the
+// lines whose values change and no other. A defaulted flag of own is left out where old has
+// its own, and so is an additive value old already gives. A repeatable flag the plan owns
+// (a meshless plan's --port) is matched value by value.
 func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken) bool) prestopMerge {
 	items, tail, hasTail := splitPrestopArgs(old)
-	var m prestopMerge
-	oldValues := map[string]string{}
-	var oldOrder []string
-	hasOwn := map[string]bool{}
+	newItems, _, _ := splitPrestopArgs(own)
+	key := func(it prestopToken) string {
+		if contains(repeatedFlags, it.name) {
+			return it.name + "=" + it.value
+		}
+		return it.name
+	}
+	hasOwn := map[string]bool{}   // defaulted flags the user set
 	hasValue := map[string]bool{} // additive flags: name=value already in old
 	for _, it := range items {
-		switch {
-		case it.name != "" && owned(it):
-			if _, seen := oldValues[it.name]; !seen {
-				oldOrder = append(oldOrder, it.name)
-			}
-			oldValues[it.name] = it.value
-		default:
+		if it.name != "" && !owned(it) {
 			if contains(defaultedFlags, it.name) {
 				hasOwn[it.name] = true
 			}
 			if contains(additiveFlags, it.name) {
 				hasValue[it.name+"="+it.value] = true
 			}
-			m.kept = append(m.kept, it.tokens...)
 		}
 	}
-	newItems, _, _ := splitPrestopArgs(own)
-	newValues := map[string]string{}
-	m.args = []string{verb}
+	want := map[string]prestopToken{} // the plan's items to write, by key
+	var wantOrder []string
 	for _, it := range newItems {
-		if hasOwn[it.name] || hasValue[it.name+"="+it.value] {
+		if it.name == "" || hasOwn[it.name] || hasValue[it.name+"="+it.value] {
 			continue // the user's own stays, among the kept flags
 		}
-		m.args = append(m.args, it.tokens...)
-		if it.name != "" {
-			newValues[it.name] = it.value
-			if _, had := oldValues[it.name]; !had {
-				m.changes = append(m.changes, "adds --"+it.name+"="+it.value)
-				continue
-			}
-			if !sameFlagValue(oldValues[it.name], it.value) {
-				m.changes = append(m.changes, fmt.Sprintf("--%s %s → %s", it.name, oldValues[it.name], it.value))
-			}
-		}
+		want[key(it)] = it
+		wantOrder = append(wantOrder, key(it))
 	}
-	for _, name := range oldOrder {
-		if _, still := newValues[name]; still {
+	var m prestopMerge
+	var out []prestopToken
+	placed := map[string]int{} // key → index in out
+	for _, it := range items {
+		if it.name == "" || !owned(it) {
+			out = append(out, it)
+			m.kept = append(m.kept, it.tokens...)
 			continue
 		}
-		why := ""
-		switch name {
-		case "deadline":
-			why = fmt.Sprintf(" (%s derives %s from the grace period, as the plan is sized on)", verb, fmtD(p.Deadline))
-		case "min-wait", "poll":
-			why = " (prestop's default)"
-		case "mesh":
-			why = " (an Istio plan)"
-		case "drain-at", "admin":
-			why = " (no sidecar: prestop --mesh=none has none to drain or read)"
+		k := key(it)
+		nw, planned := want[k]
+		if _, again := placed[k]; !planned || again {
+			m.changes = append(m.changes, p.removal(verb, it))
+			continue
 		}
-		m.changes = append(m.changes, fmt.Sprintf("removes --%s=%s%s", name, oldValues[name], why))
+		if !sameFlagValue(it.value, nw.value) {
+			m.changes = append(m.changes, fmt.Sprintf("--%s %s → %s", it.name, it.value, nw.value))
+			it = nw
+		}
+		placed[k] = len(out)
+		out = append(out, it)
 	}
-	m.args = append(m.args, m.kept...)
+	at := 0 // where the next new flag goes: after the plan's flag before it
+	for _, k := range wantOrder {
+		if i, ok := placed[k]; ok {
+			at = i + 1
+			continue
+		}
+		it := want[k]
+		out = slices.Insert(out, at, it)
+		for pk, i := range placed {
+			if i >= at {
+				placed[pk] = i + 1
+			}
+		}
+		placed[k] = at
+		at++
+		m.changes = append(m.changes, "adds --"+it.name+"="+it.value)
+	}
+	m.args = []string{verb}
+	for _, it := range out {
+		m.args = append(m.args, it.tokens...)
+	}
 	if hasTail {
 		m.args = append(append(m.args, "--"), tail...)
 		m.kept = append(append(m.kept, "--"), tail...)
 	}
 	return m
+}
+
+// removal says why a re-plan removes one of its own flags from a preStop.
+func (p Plan) removal(verb string, it prestopToken) string {
+	why := ""
+	switch it.name {
+	case "deadline":
+		why = fmt.Sprintf(" (%s derives %s from the grace period, as the plan is sized on)", verb, fmtD(p.Deadline))
+	case "min-wait", "poll":
+		why = " (prestop's default)"
+	case "mesh":
+		why = " (an Istio plan)"
+	case "drain-at", "admin":
+		why = " (no sidecar: prestop --mesh=none has none to drain or read)"
+	case "port":
+		why = " (the ports clients use, as plan said above)"
+	}
+	return fmt.Sprintf("removes --%s=%s%s", it.name, it.value, why)
 }
 
 // sameFlagValue compares two values of a flag as prestop reads them: "60" and "60s" are the
