@@ -90,9 +90,20 @@ spec:
 		!strings.Contains(out, "terminationGracePeriodSeconds: 45  # tuned after incident INC-1234") || !strings.Contains(errOut, "terminationGracePeriodSeconds 45s kept") {
 		t.Errorf("exit %d\nstderr: %s\nstdout: %s", code, errOut, out)
 	}
+	// The app keeps its time after SIGTERM, 45s − 15s; a mistake in the hook's configuration
+	// holds the pod as the sleep did, within the deadline 45s − 30s − 1s.
+	if !strings.Contains(out, "--app-drain=30s") || !strings.Contains(out, "--fallback-wait=14s") {
+		t.Errorf("want --app-drain=30s and --fallback-wait=14s:\n%s", out)
+	}
+	// An --app-drain shorter than the app had is said, with the flag that keeps it.
+	if code, _, errOut := runMainStdin(t, manifest, append(args, "--app-drain", "5s")...); code != ExitOK ||
+		!strings.Contains(errOut, "the app had 30s after SIGTERM before (grace 45s − sleep 15s) and gets 6s with this plan") {
+		t.Errorf("--app-drain 5s: exit %d, stderr %s", code, errOut)
+	}
 	code, out, errOut = runMainStdin(t, manifest, append(args, "--lower-grace-period")...)
-	if code != ExitOK || !strings.Contains(out, "terminationGracePeriodSeconds: 15  # tuned after incident INC-1234") ||
-		!strings.Contains(errOut, `kept the comment "# tuned after incident INC-1234" (line 12)`) || !strings.Contains(errOut, "terminationGracePeriodSeconds: 45s → 15") {
+	// The app keeps its 30s after SIGTERM (grace 45s − sleep 15s), so what suffices is 43s.
+	if code != ExitOK || !strings.Contains(out, "terminationGracePeriodSeconds: 43  # tuned after incident INC-1234") ||
+		!strings.Contains(errOut, `kept the comment "# tuned after incident INC-1234" (line 12)`) || !strings.Contains(errOut, "terminationGracePeriodSeconds: 45s → 43") {
 		t.Errorf("--lower-grace-period: exit %d\nstderr: %s\nstdout: %s", code, errOut, out)
 	}
 }

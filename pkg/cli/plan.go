@@ -270,6 +270,7 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval (with -f: the preStop's --poll)")
 	f.DurationVar(&opts.in.MinWait, "min-wait", drain.DefaultMinWait, "meshdrain's --min-wait: the hook never returns earlier (written into the preStop when not the default; with -f: the preStop's --min-wait)")
 	f.Float64Var(&opts.in.RPSPerClient, "rps-per-client", 0, "requests a second one client proxy sends to one pod, when known: a sparse client pauses longer, so --quiet becomes at least −ln(1e-4)/rate (9.2 of its mean gaps); written into the preStop too, where a client that sent without showing a pool is judged by that silence of its own")
+	f.DurationVar(&opts.in.FallbackWait, "fallback-wait", 0, "meshdrain's --fallback-wait, its fixed wait where it can see nothing (a configuration mistake); default: the preStop sleep plan replaces, else prestop's 5s (with -f: the preStop's --fallback-wait)")
 	f.DurationVar(&opts.in.ClientPeriod, "client-period", 0, "when clients send on a schedule: the time between two of one client's requests or bursts (--quiet becomes at least this + --poll; with -f: the preStop's --client-period)")
 	f.DurationVar(&opts.in.AppDrain, "app-drain", 0, "time the app needs after SIGTERM to finish in-flight work (default 4 × p99, rounded up to a second, at least 1s; with -f: the preStop's --app-drain; 0 is refused)")
 	f.StringVar((*string)(&opts.mesh), "mesh", string(opts.mesh), "the service mesh: "+meshNames()+"; none and ambient are pods without a sidecar, "+
@@ -541,6 +542,18 @@ func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(strin
 	if err := fromPrestop(opts, workload, changed); err != nil {
 		return err
 	}
+	if workload.PreStopOnlySleeps && !workload.PreStopIsMeshdrain && workload.PreStopSleep > 0 {
+		// The app keeps its time after SIGTERM, and a broken configuration holds the pod as
+		// long as the sleep did.
+		in.ReplacedSleep = workload.PreStopSleep
+		in.ReplacedAppTime = max(0, workload.GracePeriod-workload.PreStopSleep)
+		if !changed("app-drain") && in.ReplacedAppTime >= in.P99 && in.ReplacedAppTime > 0 {
+			in.AppDrain = in.ReplacedAppTime
+		}
+		if !changed("fallback-wait") {
+			in.FallbackWait = workload.PreStopSleep
+		}
+	}
 	if plan.IsMeshless(in.Mesh) {
 		if err := checkPrestopPorts(workload); err != nil {
 			return err
@@ -621,7 +634,7 @@ func checkPrestopPorts(workload *plan.Workload) error {
 // were not given: what the app needs and how its clients send are facts a re-plan keeps.
 func fromPrestop(opts *planOptions, workload *plan.Workload, changed func(string) bool) error {
 	targets := map[string]*time.Duration{"app-drain": &opts.in.AppDrain, "quiet": &opts.in.Quiet, "poll": &opts.in.Poll,
-		"min-wait": &opts.in.MinWait, "client-period": &opts.in.ClientPeriod}
+		"min-wait": &opts.in.MinWait, "client-period": &opts.in.ClientPeriod, "fallback-wait": &opts.in.FallbackWait}
 	for _, name := range plan.InputFlags {
 		raw, ok := workload.PrestopFlag(name)
 		if !ok || changed(name) {

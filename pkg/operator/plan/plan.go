@@ -106,6 +106,14 @@ type Input struct {
 	// the pod's loopback and its request counter (prestop --app-metrics, --app-requests);
 	// empty: the kernel alone ("" AppRequests: prestop's default counter).
 	AppMetrics, AppRequests string
+	// ReplacedSleep is the `preStop: sleep N` the plan replaces (0: none), and
+	// ReplacedAppTime the app's time after SIGTERM with it: the grace period less the sleep.
+	// The app keeps that time (AppDrain defaults to it), and a configuration mistake holds the
+	// pod as long as the sleep did (FallbackWait).
+	ReplacedSleep, ReplacedAppTime time.Duration
+	// FallbackWait is prestop's --fallback-wait: its fixed wait when it can see nothing
+	// (zero: prestop's default, 5s). Bounded by the deadline.
+	FallbackWait time.Duration
 	// IgnoreLoopback, in a meshless plan: exec probes call the app on the pod's loopback, so
 	// loopback sources are no clients (--ignore-source 127.0.0.0/8 and ::1/128).
 	IgnoreLoopback bool
@@ -210,6 +218,9 @@ type Plan struct {
 	// DrainDuration is the proxyConfig.drainDuration to set, or zero when the current one
 	// (Input.DrainDuration) already keeps Envoy accepting until the app has exited.
 	DrainDuration time.Duration
+	// FallbackWait is prestop's --fallback-wait (Input.FallbackWait within the deadline);
+	// zero: prestop's default.
+	FallbackWait time.Duration
 	// WaitBeforeExit is the proxy-wait-before-exit-seconds to set (classic Linkerd only;
 	// zero otherwise): the proxy's SIGTERM must not come before the app has exited.
 	WaitBeforeExit time.Duration
@@ -320,7 +331,18 @@ func Recommend(in Input) (Plan, error) {
 		Line{"meshdrain --deadline", p.Deadline, fmt.Sprintf("grace %s − app-drain %s − %s (what prestop derives by default; ≥ expected finish + margin = %s)",
 			fmtD(p.GracePeriod), fmtD(in.AppDrain), fmtD(KillMargin), fmtD(p.ExpectedFinish+p.Margin))},
 		Line{"app exits by (worst)", p.AppExitWorst, fmt.Sprintf("deadline %s + app-drain %s", fmtD(p.Deadline), fmtD(in.AppDrain))},
+		Line{"app's time after SIGTERM", p.AppTime(), p.appTimeWhy()},
 	)
+	if in.FallbackWait > 0 {
+		p.FallbackWait = min(in.FallbackWait, p.Deadline)
+		p.Arithmetic = append(p.Arithmetic, Line{"meshdrain --fallback-wait", p.FallbackWait, fmt.Sprintf(
+			"the sleep %s it replaces, within the deadline %s: where the hook can see nothing (a configuration mistake), the pod waits as it did", fmtD(in.ReplacedSleep), fmtD(p.Deadline))})
+	}
+	if in.ReplacedAppTime > p.AppTime() {
+		p.Attention = append(p.Attention, fmt.Sprintf("the app had %s after SIGTERM before (grace %s − sleep %s) and gets %s with this plan (--app-drain %s + %s): "+
+			"give --app-drain %s if it needs that time", fmtD(in.ReplacedAppTime), fmtD(in.ReplacedAppTime+in.ReplacedSleep), fmtD(in.ReplacedSleep),
+			fmtD(p.AppTime()), fmtD(p.AppDrain), fmtD(KillMargin), fmtD(in.ReplacedAppTime)))
+	}
 
 	if p.Meshless() {
 		p.recommendMeshless()
@@ -403,6 +425,18 @@ func Recommend(in Input) (Plan, error) {
 			"even when the app exits at about t0+%s (exit-on-zero or native sidecars end it sooner)", fmtD(p.TerminationDrainDuration), fmtD(p.usualFinish()+p.AppDrain)))
 	}
 	return p.finish()
+}
+
+// AppTime is the app's time after SIGTERM in the worst case, when the hook returns at its
+// deadline: until the grace period's SIGKILL.
+func (p Plan) AppTime() time.Duration { return p.GracePeriod - p.Deadline }
+
+func (p Plan) appTimeWhy() string {
+	why := fmt.Sprintf("grace %s − deadline %s (app-drain %s + %s kill margin)", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
+	if t := p.Input.ReplacedAppTime; t > 0 {
+		why += fmt.Sprintf("; with the sleep %s it replaces: %s", fmtD(p.Input.ReplacedSleep), fmtD(t))
+	}
+	return why
 }
 
 // finish adds what every plan ends with: the timeline, the values kept from the workload
@@ -606,7 +640,7 @@ func normalize(in Input) (Input, error) {
 		v    time.Duration
 	}{{"--p99", in.P99}, {"--eds-lag", in.EDSLag}, {"--quiet", in.Quiet}, {"--poll", in.Poll}, {"--min-wait", in.MinWait},
 		{"--client-period", in.ClientPeriod}, {"--app-drain", in.AppDrain}, {"--grace-period", in.CurrentGracePeriod},
-		{"--drain-duration", in.DrainDuration}, {"proxy-wait-before-exit-seconds", in.CurrentWaitBeforeExit}} {
+		{"--drain-duration", in.DrainDuration}, {"proxy-wait-before-exit-seconds", in.CurrentWaitBeforeExit}, {"--fallback-wait", in.FallbackWait}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", d.flag, fmtD(d.v)))
 		}

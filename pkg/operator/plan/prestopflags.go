@@ -23,7 +23,7 @@ import (
 // them although plan never writes it: prestop derives it from the grace period, which is what
 // the plan's arithmetic is sized on, so a hand-set one is removed (and said).
 var plannedFlags = []string{"grace-period", "app-drain", "quiet", "min-wait", "eds-lag-bound", "client-period", "rps-per-client", "poll", "deadline",
-	"app-metrics", "app-requests"}
+	"app-metrics", "app-requests", "fallback-wait"}
 
 // defaultedFlags are flags plan writes where the preStop has none: where the hook logs and
 // where it reads the sidecar are the user's to point elsewhere.
@@ -40,7 +40,7 @@ var repeatedFlags = []string{"port", "ignore-source"}
 // InputFlags are the preStop flags a re-plan reads as its inputs where the plan's own flag is
 // not given (Workload.PrestopFlag): facts about the app and its clients, which a re-plan must
 // not lower to a default.
-var InputFlags = []string{"app-drain", "quiet", "poll", "min-wait", "client-period", "rps-per-client"}
+var InputFlags = []string{"app-drain", "quiet", "poll", "min-wait", "client-period", "rps-per-client", "fallback-wait"}
 
 // prestopToken is one item of a preStop command after "prestop": a flag plan knows, with its
 // value and the tokens it took, or (name "") a token plan keeps as it is.

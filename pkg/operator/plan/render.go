@@ -115,6 +115,10 @@ func (p Plan) PrestopArgs() []string {
 	if p.Poll != DefaultPoll {
 		args = append(args, "--poll="+fmtD(p.Poll))
 	}
+	if p.FallbackWait > 0 {
+		// The sleep it replaces: a broken configuration holds the pod as it did.
+		args = append(args, "--fallback-wait="+fmtD(p.FallbackWait))
+	}
 	return append(args, "--log-file="+LogFile)
 }
 
