@@ -50,7 +50,7 @@ func (s kernelSampler) Sample(ctx context.Context, _ string, sel mesh.Selector, 
 	}
 	sum := s.k.Summary()
 	if len(sum.NotListening) > 0 {
-		r.Hints = append(r.Hints, fmt.Sprintf("--port %v: nothing listens on it in this network namespace (listening: %v); run status in the pod (kubectl exec)", sum.NotListening, sum.Listening))
+		r.Hints = append(r.Hints, mesh.None.Terms().PortsMissing(sum.NotListening, sum.Listening)+"; run status in the pod (kubectl exec)")
 	}
 	r.Hints = append(r.Hints, sum.Limits...)
 	if sum.UnknownAccepts > 0 {

@@ -1,11 +1,13 @@
 package status
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
 
+	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
@@ -38,7 +40,7 @@ func CheckKernel(r *sockets.AutoReader, snmpPath string, ports []int, ignore []n
 		"prestop --mesh none counts every accept there; without it, it falls back to --fallback-wait")
 	notListening, listening, err := kernel.CheckListening(r, ports)
 	if err == nil && len(notListening) > 0 {
-		err = fmt.Errorf("--port %v: nothing listens on it here (listening: %v)", notListening, listening)
+		err = errors.New(mesh.None.Terms().PortsMissing(notListening, listening))
 	}
 	add("ports", err, fmt.Sprintf("--port %v listening", ports), "name the app's own listening ports with --port; run check in the app's pod (kubectl exec)")
 	var watched []uint16
