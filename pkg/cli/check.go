@@ -54,8 +54,10 @@ func newCheckCommand(s streams) *cobra.Command {
     the app's latest exit is not applied.
 
 --mesh none (no sidecar: the kernel is the sidecar) checks what prestop --mesh none needs in
-the pod instead: a network namespace of its own (not hostNetwork), /proc/net/snmp, a listener
-on every --port, the socket table with tcp_info (inet_diag), and the kernel's destroy records.
+the pod instead: a network namespace of its own (not hostNetwork: no kubelet listening; the
+item also says whether it is PID 1's, and names a machine's own namespace as such), /proc/net/snmp,
+a listener on every --port, the socket table with tcp_info (inet_diag), and the kernel's destroy
+records.
 
 A Linkerd proxy needs no annotation for its metrics, but writes a port's series only once
 traffic has used it and drops them after 10 minutes idle: a --port with no series fails

@@ -131,7 +131,7 @@ func (setup *prestopSetup) chooseKernel(ctx context.Context, cfg *drain.Config, 
 		case err != nil:
 			add("%v", err)
 		case len(notListening) > 0:
-			add("--port %v: nothing listens on it in this pod (listening: %v); as a hook it would hold the app for --fallback-wait", notListening, listening)
+			add("%s; as a hook it would hold the app for --fallback-wait", mesh.None.Terms().PortsMissing(notListening, listening))
 		}
 	}
 }

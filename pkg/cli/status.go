@@ -184,10 +184,12 @@ itself: it applied the endpoint removal), with its open connections and when it 
 --mesh none (a pod without a sidecar: plain Services, ingress controllers, load balancers in IP
 mode, Istio ambient) reads the app's own --port from the kernel of the namespace status runs
 in (run it in the pod): per port, the activity prestop --mesh none counts (connections accepted
-from clients, data on open ones) and the requests in flight; per client, who opens new
-connections, who still sends on connections that were open at the first sample (routed per
-connection, such a client will not move), and since when. --ignore-source leaves the kubelet's
-probes out, as prestop's.
+from clients, data on open ones), its rate and the requests in flight; per client, who opens
+new connections, who still sends on connections that were open at the first sample (routed per
+connection, such a client will not move), and since when. The kernel counts from status's first
+read, so without --watch status reads twice, --interval apart (1s by default), and shows the
+second read: what the clients did in between. --ignore-source leaves the kubelet's probes out,
+as prestop's.
 
 --admin must be the loopback (127.0.0.0/8, [::1], localhost) or a unix socket, as prestop's:
 run status in the pod (kubectl exec), or through kubectl port-forward, which listens on your
@@ -225,7 +227,7 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
 	o.sidecar.bind(f)
 	f.StringVarP(&o.output, "output", "o", o.output, "output format: text, json or yaml")
 	f.BoolVarP(&o.watch, "watch", "w", false, "refresh every --interval until Ctrl-C")
-	f.DurationVar(&o.interval, "interval", o.interval, "time between two samples with --watch")
+	f.DurationVar(&o.interval, "interval", o.interval, "time between two samples with --watch; without it, under --mesh none, between the first read and the one shown (the kernel counts from the first)")
 	f.BoolVar(&o.clients, "clients", true, "show the inbound listener's clients from this network namespace's socket table (run status in the pod)")
 	f.IntSliceVar(&o.listenerPorts, "inbound-listener-port", nil, "the sidecar's inbound listener port(s) whose clients to show (default: the listener its stats name, Istio's 15006)")
 	f.StringVar(&o.drainAt, "drain-at", "", "the pod's prestop --drain-at: start is regime (a) by design; end or empty: the regime line says whether the sidecar drains on its own before meshdrain's call")

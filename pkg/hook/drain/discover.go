@@ -2,7 +2,6 @@ package drain
 
 import (
 	"context"
-	"fmt"
 	"sort"
 
 	"go.uber.org/zap"
@@ -44,7 +43,7 @@ func (c *coordinator) checkPorts(ctx context.Context, snap mesh.Snapshot) (fix s
 		if localhttp.IsRefused(err) {
 			return "", c.sidecarGone()
 		}
-		c.log.Warn("could not list the sidecar's inbound ports to check --port", zap.Ints("ports", missing), zap.String("error", err.Error()))
+		c.log.Warn("could not list "+c.terms.Ports+" to check --port", zap.Ints("ports", missing), zap.String("error", err.Error()))
 		return "", ""
 	}
 	var found []int
@@ -55,16 +54,16 @@ func (c *coordinator) checkPorts(ctx context.Context, snap mesh.Snapshot) (fix s
 	}
 	sort.Ints(found)
 	if len(found) == 0 {
-		c.log.Warn("--port cannot be checked: the sidecar exposes no per-port inbound stats, and a completed-requests or connections signal covers every inbound port of the pod, not only --port",
+		c.log.Warn("--port cannot be checked: "+c.terms.NoPortStats,
 			zap.Ints("ports", missing), zap.String("fix", c.sidecar.Hints().MissingStats))
 		return "", ""
 	}
-	c.log.Error("--port names a port the sidecar has no inbound endpoint for",
+	c.log.Error("--port names a port "+c.terms.NotOnPort,
 		zap.Ints("ports", missing), zap.Ints("inbound_ports_found", found), zap.Ints("watching", present))
 	if len(present) > 0 {
 		return "", ""
 	}
-	return fmt.Sprintf("--port %v: the sidecar has no inbound endpoint for it; its inbound ports are %v", missing, found), ""
+	return c.terms.PortsMissing(missing, found), ""
 }
 
 func hasStats(e mesh.Endpoint) bool {

@@ -241,6 +241,9 @@ type coordinator struct {
 	fresh      freshness
 	arrivals   arrivalLog
 	progressAt progressState
+	// terms word the messages about the inbound side, from what the first read answered: a
+	// sidecar's stats, or the pod's kernel (--mesh none).
+	terms mesh.Terms
 }
 
 func newCoordinator(cfg Config, sidecar Sidecar) *coordinator {
@@ -268,7 +271,7 @@ func newCoordinator(cfg Config, sidecar Sidecar) *coordinator {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
-	return &coordinator{cfg: cfg, sidecar: sidecar, log: cfg.Logger, clock: cfg.Clock}
+	return &coordinator{cfg: cfg, sidecar: sidecar, log: cfg.Logger, clock: cfg.Clock, terms: mesh.NamingUnknown.Terms()}
 }
 
 // errDeadline ends a wait at the deadline.
@@ -314,6 +317,7 @@ func (c *coordinator) loop(ctx, parent context.Context) Reason {
 	if reason != "" {
 		return reason
 	}
+	c.terms = snap.Naming.Terms()
 
 	c.enter(PhaseDiscover)
 	fix, reason := c.checkPorts(ctx, snap)
@@ -407,7 +411,7 @@ func (c *coordinator) noSignal(ctx, parent context.Context, fix string) Reason {
 	if hints.PlainEnvoy != "" {
 		fields = append(fields, zap.String("fix_plain_envoy", hints.PlainEnvoy))
 	}
-	c.log.Error("sidecar exposes no inbound request stats; falling back to a fixed wait",
+	c.log.Error(c.terms.NoSignal+"; falling back to a fixed wait",
 		append(fields, zap.Int64("fallback_wait_ms", wait.Milliseconds()))...)
 	if reason := c.wait(parent, wait); reason != "" && reason != ReasonDeadline {
 		return reason

@@ -40,7 +40,7 @@ var reasonTable = []ReasonInfo{
 	{ReasonNoSidecar, 0, "the admin port was never reached within --connect-timeout"},
 	{ReasonConfigError, 2, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"},
 	{ReasonDeadline, 3, "--deadline came first"},
-	{ReasonNoSignal, 4, "the sidecar exposes no usable inbound stat (or none for --port): the log names the fix; the app was held for --fallback-wait"},
+	{ReasonNoSignal, 4, "the sidecar exposes no usable inbound stat (or none for --port; --mesh none: nothing listens on --port): the log names the fix; the app was held for --fallback-wait"},
 	{ReasonSidecarGoneBusy, 5, "the admin port started refusing while requests were still arriving or in flight: the sidecar stopped under live traffic (Envoy killed by Istio's terminationDrainDuration, a classic Linkerd proxy SIGTERMed at the deletion), and those requests failed"},
 	{ReasonInterrupted, 130, "meshdrain itself got SIGINT, SIGTERM or SIGHUP; no action runs"},
 }

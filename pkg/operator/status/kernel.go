@@ -34,23 +34,34 @@ type KernelReader interface {
 // each client as the kernel shows it since the first sample: who opens new connections, who
 // still sends on connections that were open then, since when. It is the view prestop --mesh
 // none judges by (one kernel.Kernel), so what status shows is what the hook counts.
-func Kernel(k KernelReader) Sampler { return kernelSampler{k} }
+func Kernel(k KernelReader) Sampler { return &kernelSampler{k: k} }
 
-type kernelSampler struct{ k KernelReader }
+type kernelSampler struct {
+	k KernelReader
+	// first is when the first sample was taken: the counts run from it.
+	first time.Time
+}
 
-func (s kernelSampler) Sample(ctx context.Context, _ string, sel mesh.Selector, now time.Time) (Report, error) {
+// firstSampleIsBaseline: the kernel counts the activity since its first read.
+func (*kernelSampler) firstSampleIsBaseline() bool { return true }
+
+func (s *kernelSampler) Sample(ctx context.Context, _ string, sel mesh.Selector, now time.Time) (Report, error) {
 	snap, err := s.k.Inbound(ctx, sel)
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{Admin: "none (the pod's kernel)", ServerState: "-", Mesh: mesh.None, Naming: snap.Naming, Signal: snap.Read().Signal, SampledAt: now}
+	if s.first.IsZero() {
+		s.first = now
+	}
+	r := Report{Admin: "none (the pod's kernel)", ServerState: "-", Mesh: mesh.None, Naming: snap.Naming, Signal: snap.Read().Signal,
+		SampledAt: now, CountedSince: ptrTime(s.first)}
 	for _, e := range snap.Endpoints {
 		sig := mesh.Snapshot{Endpoints: []mesh.Endpoint{e}}.Read().Signal
 		r.Inbound = append(r.Inbound, Port{Port: e.Port, Name: e.Name, Signal: sig, RequestsTotal: e.ClientActivityTotal, RequestsActive: e.ClientRequestsActive})
 	}
 	sum := s.k.Summary()
 	if len(sum.NotListening) > 0 {
-		r.Hints = append(r.Hints, fmt.Sprintf("--port %v: nothing listens on it in this network namespace (listening: %v); run status in the pod (kubectl exec)", sum.NotListening, sum.Listening))
+		r.Hints = append(r.Hints, mesh.None.Terms().PortsMissing(sum.NotListening, sum.Listening)+"; run status in the pod (kubectl exec)")
 	}
 	r.Hints = append(r.Hints, sum.Limits...)
 	if sum.UnknownAccepts > 0 {
@@ -106,7 +117,7 @@ func writeKernelText(w io.Writer, r Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	b.WriteString("\n* connections accepted from clients + data segments received on open connections, since the first sample\n")
+	fmt.Fprintf(&b, "\n* connections accepted from clients + data segments received on open connections, %s\n", countedSince(r))
 	writeKernelClients(&b, r)
 	for _, h := range r.Hints {
 		fmt.Fprintf(&b, "\nhint: %s\n", h)
@@ -118,8 +129,8 @@ func writeKernelText(w io.Writer, r Report) error {
 // writeKernelClients is the clients section without a sidecar.
 func writeKernelClients(b *strings.Builder, r Report) {
 	counts := clientCounts(r.Clients)
-	fmt.Fprintf(b, "\nclients: %d opening new connections, %d sending on open ones, %d idle, %d ignored (since the first sample)\n",
-		counts[KernelOpening], counts[KernelSending], counts[KernelIdle], counts[KernelIgnored])
+	fmt.Fprintf(b, "\nclients: %d opening new connections, %d sending on open ones, %d idle, %d ignored (%s)\n",
+		counts[KernelOpening], counts[KernelSending], counts[KernelIdle], counts[KernelIgnored], countedSince(r))
 	if len(r.Clients) == 0 {
 		return
 	}
@@ -140,6 +151,15 @@ func writeKernelClients(b *strings.Builder, r Report) {
 			ago(c.LastData), ago(c.LastSentOnOld), r.SampledAt.Sub(c.Since).Round(time.Second))
 	}
 	_ = tw.Flush()
+}
+
+// countedSince says from when the kernel's counts run: status's first read, which a one-shot
+// status takes --interval before the one it shows.
+func countedSince(r Report) string {
+	if r.CountedSince == nil {
+		return "since the first sample"
+	}
+	return fmt.Sprintf("since the first sample, %s before this one", r.SampledAt.Sub(*r.CountedSince).Round(100*time.Millisecond))
 }
 
 // timeToken is a time for a greppable line, "-" when unknown.

@@ -1,11 +1,13 @@
 package status
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
 
+	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
@@ -24,6 +26,12 @@ type KernelCheck struct {
 // its TCP counters, a listener on every --port, the socket table with tcp_info, and the
 // kernel's destruction records, each as prestop --mesh none would use them.
 func CheckKernel(r *sockets.AutoReader, snmpPath string, ports []int, ignore []netip.Prefix) []KernelCheck {
+	return checkKernel(r, snmpPath, ports, ignore, "/proc")
+}
+
+// checkKernel is CheckKernel with the proc file system at proc, where the namespace item
+// reads PID 1's.
+func checkKernel(r *sockets.AutoReader, snmpPath string, ports []int, ignore []netip.Prefix, proc string) []KernelCheck {
 	var out []KernelCheck
 	add := func(name string, err error, detail, fix string) {
 		c := KernelCheck{Name: name, OK: err == nil, Detail: detail}
@@ -32,13 +40,13 @@ func CheckKernel(r *sockets.AutoReader, snmpPath string, ports []int, ignore []n
 		}
 		out = append(out, c)
 	}
-	add("namespace", kernel.CheckNamespace(r, ignore), "the pod's own network namespace",
+	add("namespace", kernel.CheckNamespace(r, ignore), namespaceFound(proc, ignore),
 		"a hostNetwork pod sees the node's sockets and counters: use a mesh, or a fixed wait")
 	add("counters", kernel.CheckCounters(snmpPath), "/proc/net/snmp Tcp: PassiveOpens and InSegs readable",
 		"prestop --mesh none counts every accept there; without it, it falls back to --fallback-wait")
 	notListening, listening, err := kernel.CheckListening(r, ports)
 	if err == nil && len(notListening) > 0 {
-		err = fmt.Errorf("--port %v: nothing listens on it here (listening: %v)", notListening, listening)
+		err = errors.New(mesh.None.Terms().PortsMissing(notListening, listening))
 	}
 	add("ports", err, fmt.Sprintf("--port %v listening", ports), "name the app's own listening ports with --port; run check in the app's pod (kubectl exec)")
 	var watched []uint16

@@ -102,6 +102,9 @@ type Report struct {
 	Hints       []string `json:"hints"`
 	// SampledAt is when the sample was taken, on the injected clock: rates divide by it.
 	SampledAt time.Time `json:"sampled_at"`
+	// CountedSince is when the counts start, for a sampler whose counts run from its first
+	// sample (the kernel's, --mesh none); nil where they run since the sidecar started.
+	CountedSince *time.Time `json:"counted_since,omitempty"`
 	// Clients are the inbound listener's clients (Options.Clients), or ClientsError why they
 	// could not be read.
 	Clients      []Client `json:"clients,omitempty"`

@@ -21,8 +21,10 @@ type Options struct {
 	Selector mesh.Selector
 	Output   string // OutputText (default), OutputJSON or OutputYAML
 	// Watch samples every Interval until ctx ends (Ctrl-C), showing the request rate.
-	Watch    bool
-	Interval time.Duration // default 1s
+	Watch bool
+	// Interval is the time between two samples (default 1s). Without Watch it separates the
+	// two reads of a sampler that counts from its first (the kernel's, --mesh none).
+	Interval time.Duration
 	// SampleTimeout bounds one sample's admin calls (default 2s): the admin API runs on
 	// Envoy's main thread and a hung one must not freeze the display.
 	SampleTimeout time.Duration
@@ -54,8 +56,9 @@ type ClientWatch interface {
 // clearScreen moves the cursor home and clears the terminal, as watch(1) does between frames.
 const clearScreen = "\x1b[H\x1b[2J"
 
-// Run prints the sidecar's inbound side to out. Without Watch it takes one sample and returns
-// its error (an *UnreachableError when nothing answers). With Watch it keeps sampling until
+// Run prints the sidecar's inbound side to out. Without Watch it shows one sample and returns
+// its error (an *UnreachableError when nothing answers); from the kernel (--mesh none) that
+// sample is a second read, Interval after the first (oneShot). With Watch it keeps sampling until
 // ctx ends, showing failures in place of a sample rather than stopping: watching a sidecar
 // restart or come up is a use, not an error. The end of ctx is the normal end of a watch.
 func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
@@ -76,7 +79,7 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 	}
 	regime := regimeWatch{drainAtEnd: !o.DrainAtStart}
 	if !o.Watch {
-		r, err := sample(ctx, sc, o)
+		r, err := oneShot(ctx, sc, o)
 		if err != nil {
 			return err
 		}
@@ -119,6 +122,32 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 			return nil
 		}
 	}
+}
+
+// baseliner is a Sampler whose counts start at its first sample: the kernel's (--mesh none)
+// counts the activity and the clients' sends since its first read, where a sidecar's counters
+// run since the sidecar started.
+type baseliner interface {
+	firstSampleIsBaseline() bool
+}
+
+// oneShot takes the sample a status without --watch shows. From a sampler that counts from its
+// first sample, one read would show every port at 0 and every client idle, a client sending
+// twice a second included: it reads twice, Interval apart, and shows the second read with its
+// rates, so that a one-shot status shows who is sending as --watch does.
+func oneShot(ctx context.Context, sc Sampler, o Options) (Report, error) {
+	first, err := sample(ctx, sc, o)
+	if b, ok := sc.(baseliner); err != nil || !ok || !b.firstSampleIsBaseline() {
+		return first, err
+	}
+	if !wait(ctx, o.Clock, o.Interval) {
+		return Report{}, fmt.Errorf("interrupted before the read that follows the first by --interval %s: %w", o.Interval, ctx.Err())
+	}
+	r, err := sample(ctx, sc, o)
+	if err != nil {
+		return r, err
+	}
+	return withRates(&first, r), nil
 }
 
 func sample(ctx context.Context, sc Sampler, o Options) (Report, error) {
