@@ -67,34 +67,43 @@ type proxyHold struct {
 }
 
 // planArgs overlays the flags plan writes on the simulator's own: every duration plan writes
-// is scaled, a flag plan writes takes the place of the simulator's, and --log-file is left
-// out (the simulator reads the hook's stderr). base is the subcommand then "--flag value"
-// pairs; planned is the subcommand then "--flag=value" tokens, as plan writes them.
+// is scaled, a flag plan writes takes the place of the simulator's (all its values, for a
+// repeatable one such as --ignore-source), and --log-file is left out (the simulator reads the
+// hook's stderr). base is the subcommand then "--flag value" pairs; planned is the subcommand
+// then "--flag=value" tokens, as plan writes them.
 func planArgs(base, planned []string, sc Scenario) []string {
-	values := map[string]string{}
+	values := map[string][]string{}
 	var order []string
 	for _, tok := range planned[1:] {
 		name, value, _ := strings.Cut(strings.TrimPrefix(tok, "--"), "=")
 		if name == "log-file" {
 			continue
 		}
-		values[name] = scaledFlag(sc, name, value)
-		order = append(order, name)
+		if _, seen := values[name]; !seen {
+			order = append(order, name)
+		}
+		values[name] = append(values[name], scaledFlag(sc, name, value))
 	}
+	written := map[string]bool{}
 	out := []string{base[0]}
+	emit := func(name string) {
+		if !written[name] {
+			for _, v := range values[name] {
+				out = append(out, "--"+name, v)
+			}
+			written[name] = true
+		}
+	}
 	for i := 1; i+1 < len(base); i += 2 {
 		name := strings.TrimPrefix(base[i], "--")
-		if v, ok := values[name]; ok {
-			out = append(out, base[i], v)
-			delete(values, name)
+		if _, ok := values[name]; ok {
+			emit(name)
 			continue
 		}
 		out = append(out, base[i], base[i+1])
 	}
 	for _, name := range order {
-		if v, ok := values[name]; ok {
-			out = append(out, "--"+name, v)
-		}
+		emit(name)
 	}
 	return out
 }

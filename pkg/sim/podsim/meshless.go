@@ -325,47 +325,62 @@ func (n *noSidecar) Close() error           { n.end(); return nil }
 func (n *noSidecar) Errors() []sidecarError { return nil }
 func (n *noSidecar) end()                   { n.once.Do(func() { close(n.done) }) }
 
-// MeshlessPod is the pod without a sidecar with meshdrain's flags as a plan gives them: the
-// lag bound is the later of the last of Nodes kube-proxies and the last ingress (each by
-// 99 deletions in 100), the deadline and grace period follow. The plan's numbers come from
-// plan.Recommend for a sidecar that exits after the app (native), which puts no bound of its
-// own on them, until `plan --mesh none` gives them itself.
+// MeshlessPod is the pod without a sidecar with the preStop `meshdrain plan --mesh none`
+// writes for it (plan.Recommend, Plan.PrestopArgs), so that what simulate measures is the hook
+// the user gets: its flags, and the grace period and deadline that follow from the scenario's
+// grace period as plan keeps it. The plan is given what an operator would give it for this
+// world: the lag of the later of the last of Nodes kube-proxies and the last ingress (each by
+// 99 deletions in 100), the app's port, its drain and latency.
 func MeshlessPod(sc Scenario) (SidecarSpec, error) {
 	m := sc.Meshless
-	bound := func(lag Dist, n int) (plan.Plan, plan.Input, error) {
-		in := plan.Input{P99: sc.P99, EDSLag: lag.P99, Quiet: sc.Quiet, Poll: sc.Poll, AppDrain: sc.AppDrain, MinWait: sc.MinWait,
-			Sidecar: plan.Native, CurrentGracePeriod: sc.GracePeriod}
-		if !lag.Constant() && n > 1 {
-			in.EDSLagMedian, in.Clients = lag.Median, n
-		}
-		p, err := plan.Recommend(in)
-		return p, in, err
-	}
-	p, in, err := bound(sc.EDSLag, m.Nodes)
+	p, err := plan.Recommend(meshlessPlanInput(sc, sc.EDSLag, m.Nodes))
 	if err != nil {
 		return SidecarSpec{}, fmt.Errorf("no sidecar: %w", err)
 	}
-	lagBound := p.LastClientLag
 	if m.Ingress > 0 {
-		pi, ini, err := bound(m.IngressLag, m.Ingress)
+		pi, err := plan.Recommend(meshlessPlanInput(sc, m.IngressLag, m.Ingress))
 		if err != nil {
 			return SidecarSpec{}, fmt.Errorf("no sidecar, ingress: %w", err)
 		}
-		if pi.LastClientLag > lagBound {
-			p, in, lagBound = pi, ini, pi.LastClientLag
+		if pi.LastClientLag > p.LastClientLag {
+			p = pi
 		}
 	}
-	spec := planned(sc, p, in)
-	spec.Name, spec.Mesh, spec.MeshdrainLagBound = "no-sidecar", MeshNone, lagBound
+	spec := planned(sc, p, p.Input)
+	spec.Name, spec.Mesh = "no-sidecar", MeshNone
+	spec.PlanPrestopArgs = p.PrestopArgs()
 	grace := spec.takeGracePeriod(sc, p)
-	spec.Note = fmt.Sprintf("no sidecar: clients reach the app; meshdrain --mesh none --deadline %s --app-drain %s --eds-lag-bound %s --ignore-source %s (the kubelet's probes); %s. "+
+	var hook []string
+	for _, tok := range spec.PlanPrestopArgs {
+		if !strings.HasPrefix(tok, "--log-file=") {
+			hook = append(hook, tok)
+		}
+	}
+	spec.Note = fmt.Sprintf("no sidecar: clients reach the app; plan's preStop: meshdrain %s (deadline %s, which prestop derives; %s=%s, the kubelet's probes); %s. "+
 		"Lag bound: the last of %d nodes' kube-proxy (lag %s)",
-		fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(lagBound), probeSourceIP, grace, m.Nodes, sc.EDSLag)
+		strings.Join(hook, " "), fmtD(p.Deadline), plan.HostIPEnv, probeSourceIP, grace, m.Nodes, sc.EDSLag)
 	if m.Ingress > 0 {
 		spec.Note += fmt.Sprintf(" or of %d ingresses (lag %s)", m.Ingress, m.IngressLag)
 	}
 	spec.Note += ", by 99 deletions in 100"
 	return spec, nil
+}
+
+// meshlessPlanInput is the plan.Input of `meshdrain plan --mesh none` for sc's pod with the
+// clients' lag given as one client's distribution over n clients (a single lag when it is
+// constant or n is 1): the app's port, and the app's metrics where it serves them.
+func meshlessPlanInput(sc Scenario, lag Dist, n int) plan.Input {
+	in := PlanInput(sc)
+	in.Mesh, in.Sidecar, in.DrainDuration = MeshNone, "", 0
+	in.Ports = []int{sc.Port}
+	in.EDSLag, in.EDSLagMedian, in.Clients = lag.P99, 0, 0
+	if !lag.Constant() && n > 1 {
+		in.EDSLagMedian, in.Clients = lag.Median, n
+	}
+	if sc.Meshless.AppMetrics {
+		in.AppMetrics, in.AppRequests = fmt.Sprintf("http://127.0.0.1:%d%s", sc.Port, appMetricsPath), appRequestsSelector
+	}
+	return in
 }
 
 // runProbes is the kubelet's readiness probe of the app until ctx ends: an HTTP GET with

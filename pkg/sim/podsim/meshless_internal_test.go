@@ -6,11 +6,14 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 	"github.com/meshdrain/meshdrain/pkg/sim/httpwire"
 )
 
@@ -70,7 +73,8 @@ func TestPlanMeshless(t *testing.T) {
 
 // TestMeshlessPrestopArgs checks the meshdrain strategy's invocation without a sidecar, as the
 // flag contract of issue 28 fixes it: --mesh none, the app's own listening port, the node's
-// address left out with --ignore-source, no admin URL and no sidecar flag.
+// address left out with --ignore-source (plan's $(HOST_IP), which the hook reads from its
+// environment), no admin URL and no sidecar flag.
 func TestMeshlessPrestopArgs(t *testing.T) {
 	sc := MeshlessScenario()
 	spec, err := MeshlessPod(sc)
@@ -78,7 +82,7 @@ func TestMeshlessPrestopArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := strings.Join(meshdrainArgs(sc, spec, "", 43210), " ")
-	for _, want := range []string{"prestop --mesh none --port 43210 --ignore-source 127.0.255.1 ", "--eds-lag-bound "} {
+	for _, want := range []string{"prestop --mesh none --port 43210 --ignore-source $(HOST_IP) ", "--eds-lag-bound "} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
@@ -313,5 +317,94 @@ func TestHolderKeepsTwoIdle(t *testing.T) {
 	pool.mu.Unlock()
 	if idle > 2 || open > 2 {
 		t.Errorf("%d idle, %d open connections after 5 concurrent requests; want at most 2", idle, open)
+	}
+}
+
+// TestMeshlessRunsPlansPrestop: the hook simulate runs for a pod without a sidecar is the one
+// `meshdrain plan --mesh none` writes for the same world (issue 37: with --grace-period 45s
+// simulate ran --deadline 11s where plan's hook derives 39s). Every flag of plan's preStop is
+// there with its value in pod time; the simulator only puts the app's loopback port for plan's
+// --port and gives the hook the node's address in HOST_IP, as the downward API does; the
+// deadline it passes, scaled, is the one prestop derives from plan's grace period.
+func TestMeshlessRunsPlansPrestop(t *testing.T) {
+	sc := MeshlessScenario()
+	sc.TimeScale, sc.GracePeriod = 0.1, 45*time.Second
+	// One lag: the nodes' kube-proxies (no ingress), as the user gives it to plan:
+	// meshdrain plan --mesh none --port 8080 --p99 450ms --eds-lag p50=1s,p99=5s --clients 5
+	// --app-drain 5s --grace-period 45s.
+	sc.Meshless.PerRequest, sc.Meshless.Holders, sc.Meshless.Ingress = 10, 5, 0
+	sc.Clients = sc.Meshless.total()
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Recommend(plan.Input{Mesh: mesh.None, Ports: []int{sc.Port}, P99: sc.P99,
+		EDSLag: sc.EDSLag.P99, EDSLagMedian: sc.EDSLag.Median, Clients: sc.Meshless.Nodes, AppDrain: sc.AppDrain,
+		CurrentGracePeriod: sc.GracePeriod, KeepLonger: plan.Bounds{GracePeriod: sc.GracePeriod}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := MeshlessPod(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const listenerPort = 43210
+	args := meshdrainArgs(sc, spec, "", listenerPort)
+	ran := flagValues(t, sc, args)
+	if want := p.Deadline.String(); ran["deadline"] != want {
+		t.Errorf("--deadline %s (pod time), plan's hook derives %s from grace %s", ran["deadline"], want, p.GracePeriod)
+	}
+	if sc.grace(spec) != p.GracePeriod {
+		t.Errorf("the kubelet's grace period %s, plan's %s", sc.grace(spec), p.GracePeriod)
+	}
+	for _, tok := range p.PrestopArgs()[1:] {
+		name, value, _ := strings.Cut(strings.TrimPrefix(tok, "--"), "=")
+		switch name {
+		case "log-file":
+			if _, ok := ran[name]; ok {
+				t.Errorf("--log-file passed: the simulator reads the hook's stderr")
+			}
+			continue
+		case "port":
+			value = strconv.Itoa(listenerPort)
+		}
+		if d, err := time.ParseDuration(value); err == nil {
+			value = d.String()
+		}
+		if ran[name] != value {
+			t.Errorf("--%s %q, plan writes %q (args %q)", name, ran[name], value, args)
+		}
+	}
+	if env := preStopEnv(spec); !slices.Contains(env, plan.HostIPEnv+"="+probeSourceIP.String()) {
+		t.Errorf("the hook's environment has no %s=%s (the kubelet's probes' address, for --ignore-source=%s)", plan.HostIPEnv, probeSourceIP, plan.IgnoreHostIP)
+	}
+}
+
+// TestMeshlessPlanAppMetrics: with the app's counter, plan's --app-metrics names the pod's
+// port; the hook reads the simulated app's loopback port, with plan's counter selector.
+func TestMeshlessPlanAppMetrics(t *testing.T) {
+	sc := MeshlessScenario()
+	sc.Meshless.AppMetrics = true
+	spec, err := MeshlessPod(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if planned := strings.Join(spec.PlanPrestopArgs, " "); !strings.Contains(planned, "--app-metrics=http://127.0.0.1:8080/metrics") {
+		t.Fatalf("plan's preStop %q: want --app-metrics on the pod's port", planned)
+	}
+	ran := flagValues(t, sc, meshdrainArgs(sc, spec, "", 43210))
+	if ran["app-metrics"] != "http://127.0.0.1:43210/metrics" || ran["app-requests"] != appRequestsSelector {
+		t.Errorf("--app-metrics %q --app-requests %q: want the app's loopback port 43210 and %q", ran["app-metrics"], ran["app-requests"], appRequestsSelector)
+	}
+}
+
+// TestPlanArgsRepeatable: a repeatable flag plan writes twice (--ignore-source for the node
+// and for loopback probes) reaches the hook twice, in place of the simulator's one.
+func TestPlanArgsRepeatable(t *testing.T) {
+	sc := MeshlessScenario()
+	sc.TimeScale = 0.5
+	got := strings.Join(planArgs([]string{"prestop", "--ignore-source", "127.0.255.1", "--quiet", "1s"},
+		[]string{"prestop", "--ignore-source=$(HOST_IP)", "--ignore-source=127.0.0.0/8", "--quiet=2s", "--log-file=/proc/1/fd/1"}, sc), " ")
+	if want := "prestop --ignore-source $(HOST_IP) --ignore-source 127.0.0.0/8 --quiet 1s"; got != want {
+		t.Errorf("planArgs = %q, want %q", got, want)
 	}
 }

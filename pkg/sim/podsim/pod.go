@@ -81,7 +81,15 @@ func newPodRun(sc Scenario, plans []clientPlan, strat Strategy, spec SidecarSpec
 	return &podRun{sc: sc, plans: plans, strat: strat, spec: spec, grace: grace, proxy: proxyName(spec),
 		res: Result{Strategy: strat.String(), Sidecar: spec.Name, DrainRegime: drainRegime(spec, strat), GracePeriodS: grace.Seconds(),
 			LastClientLagS: roundS(lastLag(plans).Seconds()), LastRequestS: roundS((last - sc.Warmup).Seconds()),
-			LongestGapS: roundS(longest.Seconds())}}
+			LongestGapS: roundS(longest.Seconds()), LagBoundS: lagBound(spec, strat)}}
+}
+
+// lagBound is the hook's --eds-lag-bound in pod seconds, 0 where it runs none.
+func lagBound(spec SidecarSpec, strat Strategy) float64 {
+	if strat.Kind != StrategyMeshdrain {
+		return 0
+	}
+	return roundS(spec.MeshdrainLagBound.Seconds())
 }
 
 // log adds an event to the timeline, at the pod time of a real instant.

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 )
 
 // Istio's pilot-agent polls every second under EXIT_ON_ZERO_ACTIVE_CONNECTIONS. The others
@@ -58,8 +61,9 @@ type preStop struct {
 
 // meshdrainArgs are the flags a pod with this scenario and sidecar would give meshdrain,
 // every duration multiplied by the time scale. The deadline is always passed explicitly,
-// because meshdrain's derived default subtracts an unscaled second. Where the sidecar is
-// plan's regime (b), plan's own prestop flags (spec.PlanPrestopArgs) take the place of these.
+// because meshdrain's derived default subtracts an unscaled second. Where the pod runs plan's
+// preStop (regime (b), or a pod without a sidecar), plan's own prestop flags
+// (spec.PlanPrestopArgs) take the place of these.
 func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort int) []string {
 	grace := sc.grace(spec)
 	appDrain := sc.AppDrain
@@ -125,10 +129,37 @@ func meshdrainArgs(sc Scenario, spec SidecarSpec, adminURL string, listenerPort 
 	// The pod's own channel to its hold; none where the proxy runs no hold, so that a prestop
 	// never reports to another pod's (or this machine's) hold.
 	args = append(args, "--hold-channel", spec.holdChannel)
-	if spec.PlanPrestopArgs != nil {
-		args = planArgs(args, spec.PlanPrestopArgs, sc)
+	if planned := spec.PlanPrestopArgs; planned != nil {
+		if spec.Mesh == MeshNone {
+			planned = onListenerPort(planned, sc.Port, listenerPort)
+		}
+		args = planArgs(args, planned, sc)
 	}
 	return args
+}
+
+// onListenerPort is a meshless plan's preStop for the simulated pod: plan's --port and the
+// port of its --app-metrics name the pod's port (sc.Port), and the simulated app listens on a
+// free loopback port instead.
+func onListenerPort(planned []string, podPort, listenerPort int) []string {
+	pod, listener := strconv.Itoa(podPort), strconv.Itoa(listenerPort)
+	out := make([]string, len(planned))
+	for i, tok := range planned {
+		name, value, _ := strings.Cut(strings.TrimPrefix(tok, "--"), "=")
+		switch name {
+		case "port":
+			if value == pod {
+				tok = "--port=" + listener
+			}
+		case "app-metrics":
+			if u, err := url.Parse(value); err == nil && u.Port() == pod {
+				u.Host = net.JoinHostPort(u.Hostname(), listener)
+				tok = "--app-metrics=" + u.String()
+			}
+		}
+		out[i] = tok
+	}
+	return out
 }
 
 // startPreStop runs the strategy's hook; done is closed when it returns or is killed.
@@ -168,7 +199,7 @@ func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Stra
 		}
 		args := meshdrainArgs(sc, spec, adminURL, listenerPort)
 		cmd := exec.CommandContext(ctx, sc.MeshdrainBinary, args...)
-		cmd.Env = environWithoutMeshdrain()
+		cmd.Env = preStopEnv(spec)
 		cmd.Stdout = nil
 		cmd.Stderr = &p.stderr
 		cmd.WaitDelay = time.Second
@@ -207,6 +238,17 @@ func startPreStop(ctx context.Context, sc Scenario, spec SidecarSpec, strat Stra
 
 // kill is the kubelet's SIGKILL of the container the hook runs in.
 func (p *preStop) kill() { p.once.Do(p.cancel) }
+
+// preStopEnv is the hook's environment. A meshless plan's preStop leaves the kubelet's probes
+// out with --ignore-source=$(HOST_IP), which prestop reads from its environment, where plan's
+// downward API puts the node's address: here the address the simulated kubelet probes from.
+func preStopEnv(spec SidecarSpec) []string {
+	env := environWithoutMeshdrain()
+	if spec.Mesh == MeshNone {
+		env = append(env, plan.HostIPEnv+"="+probeSourceIP.String())
+	}
+	return env
+}
 
 // environWithoutMeshdrain keeps the caller's MESHDRAIN_* settings (meant for the simulate
 // command itself) from changing the preStop under test.

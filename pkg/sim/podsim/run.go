@@ -55,6 +55,10 @@ type Result struct {
 	KilledDetail []string `json:"killed_detail,omitempty"`
 	// GracePeriodS is the grace period the run used.
 	GracePeriodS float64 `json:"grace_period_s"`
+	// LagBoundS is meshdrain's --eds-lag-bound, for the meshdrain strategy run with one: the
+	// plan's time by which the last client has learnt, past which the hook needs only a quiet
+	// window, which is what explains a wait that ends after it.
+	LagBoundS float64 `json:"lag_bound_s,omitempty"`
 	// Meshdrain is meshdrain's final event, for the meshdrain strategy.
 	Meshdrain *MeshdrainEvent `json:"meshdrain,omitempty"`
 	// Lateness is how late the run's actors ran, where the run measures it.

@@ -29,6 +29,10 @@ const (
 	laneHeight = 30
 	barHeight  = 18
 	charWidth  = 6.6 // of the 12px sans-serif text, to keep labels inside the picture
+	// lagBoundRow is the room for the lag bound's label, in a row of its own between the
+	// app's stop's and the lanes: the row of the app's stop may hold a label as long as the
+	// picture is wide.
+	lagBoundRow = 16
 )
 
 // Colours of the picture: one per thing drawn, the failure kinds apart.
@@ -43,6 +47,7 @@ const (
 	colourDeletion    = "#888888"
 	colourMixed       = "#555555"
 	colourPreStopFail = "#d62728"
+	colourLagBound    = "#0b7285"
 )
 
 // failureColour is the colour of a client failure kind, so that a cut request and a timeout
@@ -153,8 +158,12 @@ func (r Report) writeSVGIndex(w io.Writer, names []string) error {
 	b.WriteString("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>meshdrain-sim simulate</title></head>\n")
 	b.WriteString("<body style=\"font-family: sans-serif\">\n<h1>meshdrain-sim simulate: one pod deletion per row</h1>\n")
 	sc := r.Scenario
-	fmt.Fprintf(&b, "<p>%g QPS from %d client sidecars, app P99 %s on %d threads, EDS lag %s (last client at %.2fs), time scale %g, seed %d.</p>\n",
-		sc.QPS, sc.Clients, html.EscapeString(sc.P99), sc.Threads, html.EscapeString(sc.EDSLag), sc.LastClientLagS, sc.TimeScale, sc.Seed)
+	clients, lag := "client sidecars", "EDS lag"
+	if r.noSidecar() {
+		clients, lag = "clients", "kube-proxy lag"
+	}
+	fmt.Fprintf(&b, "<p>%g QPS from %d %s, app P99 %s on %d threads, %s %s (last client at %.2fs), time scale %g, seed %d.</p>\n",
+		sc.QPS, sc.Clients, clients, html.EscapeString(sc.P99), sc.Threads, lag, html.EscapeString(sc.EDSLag), sc.LastClientLagS, sc.TimeScale, sc.Seed)
 	if headline := r.Headline(); len(headline) > 0 {
 		b.WriteString("<p>meshdrain against the best sleep, per sidecar setting (clean: no client failure and no 5xx in the sidecar's log):</p>\n<ul>\n")
 		for _, h := range headline {
@@ -164,22 +173,37 @@ func (r Report) writeSVGIndex(w io.Writer, names []string) error {
 	}
 	for i, name := range names {
 		res := r.Results[i]
-		fmt.Fprintf(&b, "<h2>%s, sidecar %s</h2>\n<img src=\"%s\" alt=\"%s\">\n",
-			html.EscapeString(res.Strategy), html.EscapeString(res.Sidecar), html.EscapeString(name), html.EscapeString(svgSummary(res)))
+		fmt.Fprintf(&b, "<h2>%s</h2>\n<img src=\"%s\" alt=\"%s\">\n",
+			html.EscapeString(r.rowTitle(res)), html.EscapeString(name), html.EscapeString(r.svgSummary(res)))
 	}
 	b.WriteString("</body></html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
+// noSidecar: the report's pod has no sidecar (--mesh none), so nothing of a sidecar is drawn.
+func (r Report) noSidecar() bool { return r.Scenario.Mesh == MeshNone }
+
+// rowTitle names a row's run: its strategy, and its sidecar where the pod has one.
+func (r Report) rowTitle(res Result) string {
+	if r.noSidecar() {
+		return res.Strategy + ", no sidecar"
+	}
+	return fmt.Sprintf("%s, sidecar %s", res.Strategy, res.Sidecar)
+}
+
 // svgSummary is a row's numbers in a sentence, the picture's subtitle.
-func svgSummary(res Result) string {
+func (r Report) svgSummary(res Result) string {
 	failures := "0 client failures"
 	if res.ClientFailures > 0 {
 		failures = fmt.Sprintf("%d client failures (%s)", res.ClientFailures, kindsText(res.FailuresByKind))
 	}
-	return fmt.Sprintf("%d requests; %s; %d sidecar 5xx; app told to stop at %.2fs; pod gone at %.2fs",
-		res.Requests, failures, res.Sidecar5xx, res.AppStopS, res.PodGoneS)
+	sidecar5xx := fmt.Sprintf(" %d sidecar 5xx;", res.Sidecar5xx)
+	if r.noSidecar() {
+		sidecar5xx = ""
+	}
+	return fmt.Sprintf("%d requests; %s;%s app told to stop at %.2fs; pod gone at %.2fs",
+		res.Requests, failures, sidecar5xx, res.AppStopS, res.PodGoneS)
 }
 
 // kindNames is "503 UC" for one kind of failure, kindsText for several.
@@ -295,39 +319,53 @@ func (c *svgCanvas) placeLabel(x, y float64, s string, barFrom float64, style st
 // halo keeps a label readable where a marker line crosses it.
 const halo = ` stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-order="stroke"`
 
+// Lanes of the picture, by name; a pod without a sidecar has no sidecar's lanes.
+const (
+	laneClients    = "clients"
+	laneApp        = "app"
+	laneFailures   = "client failures"
+	laneSidecar5xx = "sidecar 5xx"
+)
+
 // writeSVG draws one run on axis a.
 func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	proxy := "istio-proxy"
-	switch r.Scenario.Mesh {
-	case mesh.Linkerd:
+	if r.Scenario.Mesh == mesh.Linkerd {
 		proxy = "linkerd-proxy"
-	case MeshNone:
-		proxy = "no sidecar"
 	}
-	lanes := []string{"clients", "app", proxy, "client failures", "sidecar 5xx"}
-	lane := func(i int) (top, textY float64) {
-		top = svgTop + float64(i)*laneHeight + (laneHeight-barHeight)/2
+	noSidecar := r.noSidecar()
+	lanes := []string{laneClients, laneApp, proxy, laneFailures, laneSidecar5xx}
+	if noSidecar {
+		lanes = []string{laneClients, laneApp, laneFailures}
+	}
+	// The lanes start lower where the lag bound's label needs its row; the labels of the
+	// deletion and of the app's stop go in the row above.
+	plotTop := float64(svgTop)
+	if res.LagBoundS > 0 {
+		plotTop += lagBoundRow
+	}
+	stopRow := float64(svgTop) - 6
+	lane := func(name string) (top, textY float64) {
+		i := slices.Index(lanes, name)
+		top = plotTop + float64(i)*laneHeight + (laneHeight-barHeight)/2
 		return top, top + barHeight - 5
 	}
-	plotBottom := float64(svgTop + len(lanes)*laneHeight)
+	plotBottom := plotTop + float64(len(lanes)*laneHeight)
 	axisY := plotBottom + 6
 	legendY := axisY + 52
 	failedHook := preStopFailure(res)
-	keys := legend(res, failedHook)
-	if r.Scenario.Mesh == MeshNone {
-		keys = slices.DeleteFunc(keys, func(k legendKey) bool { return k.name == "sidecar alive" })
-	}
+	keys := legend(res, failedHook, noSidecar)
 	height := legendY + 20 + float64(keys[len(keys)-1].row)*legendRowHeight
 
 	var c svgCanvas
 	c.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%.0f\" viewBox=\"0 0 %d %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
 		svgWidth, height, svgWidth, height)
 	c.raw("<title>")
-	_ = xml.EscapeText(&c.b, []byte(fmt.Sprintf("%s, sidecar %s: %s", res.Strategy, res.Sidecar, svgSummary(res))))
+	_ = xml.EscapeText(&c.b, []byte(fmt.Sprintf("%s: %s", r.rowTitle(res), r.svgSummary(res))))
 	c.raw("</title>\n")
 	c.rect(0, 0, svgWidth, height, "#ffffff", "")
-	c.text(8, 20, "start", ` font-size="15" font-weight="bold"`, fmt.Sprintf("%s, sidecar %s", res.Strategy, res.Sidecar))
-	c.text(8, 40, "start", "", svgSummary(res))
+	c.text(8, 20, "start", ` font-size="15" font-weight="bold"`, r.rowTitle(res))
+	c.text(8, 40, "start", "", r.svgSummary(res))
 	if res.DrainRegime != "" {
 		c.text(8, 58, "start", ` fill="#444444" class="drain-regime"`, res.DrainRegime)
 	}
@@ -335,12 +373,21 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	// The window in which clients still send to the pod: an app or sidecar that stops inside
 	// it meets requests.
 	x0, xLast := a.x(0), a.x(res.LastClientLagS)
-	c.rect(x0, svgTop, xLast-x0, plotBottom-svgTop, colourWindow, ` class="clients-window"`)
+	c.rect(x0, plotTop, xLast-x0, plotBottom-plotTop, colourWindow, ` class="clients-window"`)
+
+	// The lag bound meshdrain ran with: past it the hook needs only a quiet window, so a wait
+	// that ends after it is the window's, or a client's still opening connections. The line
+	// is drawn under the labels, whose halo keeps them readable where it crosses them: it is
+	// not a moment of this run, and it falls where the clients' label starts.
+	xBound := a.x(res.LagBoundS)
+	if res.LagBoundS > 0 {
+		c.line(xBound, plotTop-4, xBound, plotBottom, colourLagBound, ` stroke-width="1.5" stroke-dasharray="2,3" class="lag-bound"`)
+	}
 
 	for i, name := range lanes {
-		_, ty := lane(i)
+		_, ty := lane(name)
 		c.text(svgLeft-8, ty, "end", "", name)
-		c.line(svgLeft, svgTop+float64(i+1)*laneHeight, svgWidth-svgRight, svgTop+float64(i+1)*laneHeight, "#e4e4e4", "")
+		c.line(svgLeft, plotTop+float64(i+1)*laneHeight, svgWidth-svgRight, plotTop+float64(i+1)*laneHeight, "#e4e4e4", "")
 	}
 
 	// The marks are placed first, so that every label can keep clear of them: the deletion
@@ -348,14 +395,15 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	// first and the last, coloured by kind (the result records the span, not each failure's
 	// time), a line across every lane at each end and a bar on their lane; a failed preStop.
 	xStop := a.x(res.AppStopS)
-	c.marks = append(c.marks, box{x0 - 0.75, svgTop - 4, x0 + 0.75, plotBottom}, box{xStop - 0.75, svgTop - 4, xStop + 0.75, plotBottom})
-	appTop, _ := lane(1)
+	c.marks = append(c.marks, box{x0 - 0.75, stopRow + 2, x0 + 0.75, plotBottom}, box{xStop - 0.75, stopRow + 2, xStop + 0.75, plotBottom})
+	appTop, _ := lane(laneApp)
 	if failedHook != "" {
 		c.marks = append(c.marks, box{xStop - diamondRadius, appTop + barHeight/2 - diamondRadius, xStop + diamondRadius, appTop + barHeight/2 + diamondRadius})
 	}
 	failed := res.ClientFailures > 0 && res.FirstFailureS != nil && res.LastFailureS != nil
 	failColour := colourMixed
 	var xFirst, xLastFail float64
+	failTop, failTextY := lane(laneFailures)
 	if failed {
 		if len(res.FailuresByKind) == 1 {
 			for kind := range res.FailuresByKind {
@@ -363,24 +411,23 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 			}
 		}
 		xFirst, xLastFail = a.x(*res.FirstFailureS), a.x(*res.LastFailureS)
-		failTop, _ := lane(3)
 		c.marks = append(c.marks,
-			box{xFirst - 1, svgTop, xFirst + 1, plotBottom},
-			box{xLastFail - 1, svgTop, xLastFail + 1, plotBottom},
+			box{xFirst - 1, plotTop, xFirst + 1, plotBottom},
+			box{xLastFail - 1, plotTop, xLastFail + 1, plotBottom},
 			box{xFirst - 1.5, failTop, xLastFail + 1.5, failTop + barHeight})
 	}
 
 	// Clients: sending since before the deletion until the last one's endpoint update.
-	top, ty := lane(0)
+	top, ty := lane(laneClients)
 	c.rect(a.x(a.from), top, xLast-a.x(a.from), barHeight, colourClients, ` class="clients-send"`)
 	sendUntil := "clients still send until the last client's EDS update, %.2fs"
-	if r.Scenario.Mesh == MeshNone {
-		sendUntil = "new connections reach the pod until the last kube-proxy or ingress update, %.2fs"
+	if noSidecar {
+		sendUntil = "nodes and ingresses route to the pod until %.2fs"
 	}
 	c.label(xLast, ty, fmt.Sprintf(sendUntil, res.LastClientLagS), a.x(a.from))
 
 	// The app: serving until its preStop returned, then finishing what it had until it exited.
-	top, ty = lane(1)
+	top, ty = lane(laneApp)
 	c.rect(a.x(a.from), top, xStop-a.x(a.from), barHeight, colourAppServing, ` class="app-serving"`)
 	exit := max(res.AppExitS, res.AppStopS)
 	c.rect(xStop, top, a.x(exit)-xStop, barHeight, colourAppStopping, ` class="app-stopping"`)
@@ -395,11 +442,8 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	}
 
 	// The sidecar: alive until it exited or was killed.
-	top, ty = lane(2)
-	noSidecar := r.Scenario.Mesh == MeshNone
-	if noSidecar {
-		c.note(ty, "none: the clients reach the app itself")
-	} else {
+	if !noSidecar {
+		top, ty = lane(proxy)
 		xSide := a.x(res.SidecarExit)
 		c.rect(a.x(a.from), top, xSide-a.x(a.from), barHeight, colourSidecar, ` class="sidecar-alive"`)
 		sideLabel := fmt.Sprintf("exited at %.2fs", res.SidecarExit)
@@ -409,40 +453,44 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 		c.label(xSide, ty, sideLabel, a.x(a.from))
 	}
 
-	_, ty = lane(3)
 	if failed {
 		for _, x := range []float64{xFirst, xLastFail} {
-			c.line(x, svgTop, x, plotBottom, failColour, ` stroke-width="2" class="failure"`)
+			c.line(x, plotTop, x, plotBottom, failColour, ` stroke-width="2" class="failure"`)
 		}
-		top, _ = lane(3)
-		c.rect(xFirst-1.5, top, xLastFail-xFirst+3, barHeight, failColour, ` class="failures"`)
+		c.rect(xFirst-1.5, failTop, xLastFail-xFirst+3, barHeight, failColour, ` class="failures"`)
 		span := fmt.Sprintf("%.2fs", *res.FirstFailureS)
 		if *res.LastFailureS > *res.FirstFailureS {
 			span = fmt.Sprintf("%.2f-%.2fs", *res.FirstFailureS, *res.LastFailureS)
 		}
-		c.label(xLastFail+1.5, ty, fmt.Sprintf("%d failed (%s) at %s", res.ClientFailures, kindNames(res.FailuresByKind), span), xFirst)
+		c.label(xLastFail+1.5, failTextY, fmt.Sprintf("%d failed (%s) at %s", res.ClientFailures, kindNames(res.FailuresByKind), span), xFirst)
 	} else {
-		c.note(ty, "none")
+		c.note(failTextY, "none")
 	}
 
 	// The sidecar's 5xx: the app refused while the sidecar was alive and clients still sent.
-	top, ty = lane(4)
-	refusedUntil := min(res.LastClientLagS, res.SidecarExit)
-	switch {
-	case res.Sidecar5xx > 0 && refusedUntil > res.AppStopS:
-		c.rect(xStop, top, a.x(refusedUntil)-xStop, barHeight, colourSidecar5xx, ` class="sidecar-5xx"`)
-		c.label(a.x(refusedUntil), ty, fmt.Sprintf("%d 5xx (UF %d refused, UC %d reset): the app stopped while clients sent", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), xStop)
-	case res.Sidecar5xx > 0:
-		c.label(svgLeft, ty, fmt.Sprintf("%d 5xx (UF %d, UC %d)", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), svgLeft)
-	default:
-		c.note(ty, "none")
+	if !noSidecar {
+		top, ty = lane(laneSidecar5xx)
+		refusedUntil := min(res.LastClientLagS, res.SidecarExit)
+		switch {
+		case res.Sidecar5xx > 0 && refusedUntil > res.AppStopS:
+			c.rect(xStop, top, a.x(refusedUntil)-xStop, barHeight, colourSidecar5xx, ` class="sidecar-5xx"`)
+			c.label(a.x(refusedUntil), ty, fmt.Sprintf("%d 5xx (UF %d refused, UC %d reset): the app stopped while clients sent", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), xStop)
+		case res.Sidecar5xx > 0:
+			c.label(svgLeft, ty, fmt.Sprintf("%d 5xx (UF %d, UC %d)", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), svgLeft)
+		default:
+			c.note(ty, "none")
+		}
+	}
+
+	if res.LagBoundS > 0 {
+		c.label(xBound, plotTop-6, fmt.Sprintf("lag bound %.2fs: past it, a quiet window ends the wait", res.LagBoundS), xBound)
 	}
 
 	// The deletion, and the moment the app was told to stop.
-	c.line(x0, svgTop-4, x0, plotBottom, colourDeletion, ` stroke-width="1.5" class="deletion"`)
-	c.text(x0-3, svgTop-6, "end", ` fill="#666666"`, "pod deleted")
-	c.line(xStop, svgTop-4, xStop, plotBottom, colourStop, ` stroke-width="1.5" stroke-dasharray="5,3" class="app-stop"`)
-	c.label(xStop, svgTop-6, stopCause(res), xStop)
+	c.line(x0, stopRow+2, x0, plotBottom, colourDeletion, ` stroke-width="1.5" class="deletion"`)
+	c.text(x0-3, stopRow, "end", ` fill="#666666"`, "pod deleted")
+	c.line(xStop, stopRow+2, xStop, plotBottom, colourStop, ` stroke-width="1.5" stroke-dasharray="5,3" class="app-stop"`)
+	c.label(xStop, stopRow, stopCause(res), xStop)
 
 	// The time axis, in pod seconds.
 	c.line(svgLeft, axisY, svgWidth-svgRight, axisY, "#444444", "")
@@ -463,6 +511,8 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 			c.diamond(e.x+6, y-4, e.colour, "")
 		case keyDash:
 			c.line(e.x, y-4, e.x+12, y-4, e.colour, ` stroke-width="1.5" stroke-dasharray="5,3"`)
+		case keyDots:
+			c.line(e.x, y-4, e.x+12, y-4, e.colour, ` stroke-width="1.5" stroke-dasharray="2,3"`)
 		}
 		c.text(e.x+16, y, "start", "", e.name)
 	}
@@ -474,7 +524,7 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 
 // legendKey is one entry of the legend: what it shows, its name, and where it goes.
 type legendKey struct {
-	key    string // keySwatch, keyDiamond or keyDash
+	key    string // keySwatch, keyDiamond, keyDash or keyDots
 	colour string
 	name   string
 	x      float64
@@ -485,17 +535,20 @@ const (
 	keySwatch       = "swatch"
 	keyDiamond      = "diamond"
 	keyDash         = "dash"
+	keyDots         = "dots"
 	legendRowHeight = 18
 )
 
 // legend is the picture's key, with this row's failure kinds and marks, laid out in as many
 // rows as its width needs.
-func legend(res Result, failedHook string) []legendKey {
+func legend(res Result, failedHook string, noSidecar bool) []legendKey {
 	keys := []legendKey{
 		{key: keySwatch, colour: colourWindow, name: "clients still send"},
 		{key: keySwatch, colour: colourAppServing, name: "app serving"},
 		{key: keySwatch, colour: colourAppStopping, name: "app finishing"},
-		{key: keySwatch, colour: colourSidecar, name: "sidecar alive"},
+	}
+	if !noSidecar {
+		keys = append(keys, legendKey{key: keySwatch, colour: colourSidecar, name: "sidecar alive"})
 	}
 	kinds := make([]string, 0, len(res.FailuresByKind))
 	for kind := range res.FailuresByKind {
@@ -513,6 +566,9 @@ func legend(res Result, failedHook string) []legendKey {
 		keys = append(keys, legendKey{key: keyDiamond, colour: colourPreStopFail, name: failedHook})
 	}
 	keys = append(keys, legendKey{key: keyDash, colour: colourStop, name: "app told to stop"})
+	if res.LagBoundS > 0 {
+		keys = append(keys, legendKey{key: keyDots, colour: colourLagBound, name: "lag bound (--eds-lag-bound)"})
+	}
 	x, row := 8.0, 0
 	for i := range keys {
 		width := 16 + float64(len(keys[i].name))*charWidth

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -437,6 +439,7 @@ func textBoxOf(t *testing.T, e svgElement) *box {
 
 // marksOf are the boxes of a decoded picture's marks that no label may cross: the failure
 // lines and bar, a failed preStop's mark, the lines of the deletion and of the app's stop.
+// The lag bound's line is not one: it is drawn under the labels, as a grid line is.
 func marksOf(t *testing.T, elems []svgElement) (failures, others []box) {
 	t.Helper()
 	vertical := func(e svgElement) box {
@@ -495,33 +498,125 @@ func TestSVGLabelsClearOfFailureMarks(t *testing.T) {
 		if err := r.writeSVG(&b, res, a); err != nil {
 			t.Fatal(err)
 		}
+		labelsClear(t, fmt.Sprintf("row %d (%s)", i, r.svgSummary(res)), res, decodeSVG(t, b.Bytes()))
+	}
+}
+
+// labelsClear checks a decoded picture of res: no mark runs through a label, no label
+// leaves the picture, and no two labels overlap.
+func labelsClear(t *testing.T, row string, res Result, elems []svgElement) {
+	t.Helper()
+	failures, others := marksOf(t, elems)
+	if res.ClientFailures > 0 && len(failures) != 3 {
+		t.Fatalf("%s: %d failure marks, want two lines and a bar", row, len(failures))
+	}
+	marks := append(failures, others...)
+	var labels []svgElement
+	for _, e := range elems {
+		if tb := textBoxOf(t, e); tb != nil {
+			if tb.x0 < 0 || tb.x1 > svgWidth {
+				t.Errorf("%s: label %q (x %.1f-%.1f) leaves the picture", row, e.text, tb.x0, tb.x1)
+			}
+			for _, m := range marks {
+				if tb.overlaps(m) {
+					t.Errorf("%s: a mark at x %.1f-%.1f runs through %q (x %.1f-%.1f)", row, m.x0, m.x1, e.text, tb.x0, tb.x1)
+				}
+			}
+			labels = append(labels, e)
+		}
+	}
+	for j, e := range labels {
+		for _, o := range labels[j+1:] {
+			if textBoxOf(t, e).overlaps(*textBoxOf(t, o)) {
+				t.Errorf("%s: labels %q and %q overlap", row, e.text, o.text)
+			}
+		}
+	}
+}
+
+// meshlessReport is a `simulate --mesh none` report: no preStop loses requests; meshdrain,
+// run with the plan's lag bound 7.4s, waits to 16.9s (keep-alive clients send until the app
+// closes them); a hook that returns just before the bound.
+func meshlessReport() Report {
+	row := func(strategy string, stop float64) Result {
+		return Result{Strategy: strategy, Sidecar: "no-sidecar", Requests: 1988, AppStopS: stop, AppExitS: stop + 1, SidecarExit: stop + 1,
+			PodGoneS: stop + 1, LastClientLagS: 5.9, GracePeriodS: 45, DrainRegime: drainRegime(SidecarSpec{Mesh: MeshNone}, Strategy{})}
+	}
+	none := row("none", 0)
+	none.ClientFailures, none.FailuresByKind = 1150, map[string]int{failConnRefused: 595, failConnReset: 555}
+	none.FirstFailureS, none.LastFailureS = ptr(0.01), ptr(5.8)
+	md := row("meshdrain", 16.9)
+	md.LagBoundS = 7.4
+	md.Meshdrain = &MeshdrainEvent{Reason: "quiet", ElapsedPodS: 16.9}
+	early := md
+	early.AppStopS, early.AppExitS, early.PodGoneS = 7.2, 8.2, 8.2
+	return Report{
+		Scenario: ScenarioSummary{Mesh: MeshNone, Traffic: "mixed", QPS: 400, Clients: 32, Threads: 200, P99: "450ms", AppShutdown: "graceful",
+			EDSLag: "p50=1s,p99=5s", LastClientLagS: 5.9, RouteTimeout: "0s", GracePeriod: "45s", TimeScale: 0.25, Seed: 1},
+		Results: []Result{none, row("sleep:10s", 10.01), md, early},
+	}
+}
+
+// TestMeshlessSVG: a pod without a sidecar is drawn without a sidecar's lanes, words or
+// legend; a meshdrain row marks the lag bound it ran with, a line across the lanes with its
+// label, before a wait that ends past it; rows without one have no such line; no label is
+// crossed by a mark, the lag bound's included.
+func TestMeshlessSVG(t *testing.T) {
+	r := meshlessReport()
+	a := r.axis()
+	for i, res := range r.Results {
+		var b bytes.Buffer
+		if err := r.writeSVG(&b, res, a); err != nil {
+			t.Fatal(err)
+		}
+		svg := b.String()
+		for _, sidecar := range []string{"sidecar 5xx", "istio-proxy", "sidecar alive", "sidecar no-sidecar", "sidecar-alive", "sidecar-5xx"} {
+			if strings.Contains(svg, sidecar) {
+				t.Errorf("row %d (%s): the picture of a pod without a sidecar has %q", i, res.Strategy, sidecar)
+			}
+		}
 		elems := decodeSVG(t, b.Bytes())
-		failures, others := marksOf(t, elems)
-		if res.ClientFailures > 0 && len(failures) != 3 {
-			t.Fatalf("row %d: %d failure marks, want two lines and a bar", i, len(failures))
-		}
-		marks := append(failures, others...)
-		var labels []svgElement
-		for _, e := range elems {
-			if tb := textBoxOf(t, e); tb != nil {
-				if tb.x0 < 0 || tb.x1 > svgWidth {
-					t.Errorf("row %d: label %q (x %.1f-%.1f) leaves the picture", i, e.text, tb.x0, tb.x1)
-				}
-				for _, m := range marks {
-					if tb.overlaps(m) {
-						t.Errorf("row %d (%s): a mark at x %.1f-%.1f runs through %q (x %.1f-%.1f)",
-							i, svgSummary(res), m.x0, m.x1, e.text, tb.x0, tb.x1)
-					}
-				}
-				labels = append(labels, e)
-			}
-		}
-		for j, e := range labels {
-			for _, o := range labels[j+1:] {
-				if textBoxOf(t, e).overlaps(*textBoxOf(t, o)) {
-					t.Errorf("row %d: labels %q and %q overlap", i, e.text, o.text)
+		texts := map[string]bool{}
+		firstLabel := -1
+		for j, e := range elems {
+			if e.name == "text" {
+				texts[e.text] = true
+				if e.text == laneClients && firstLabel < 0 {
+					firstLabel = j
 				}
 			}
 		}
+		if texts["no sidecar"] {
+			t.Errorf("row %d (%s): a lane for the sidecar the pod has not", i, res.Strategy)
+		}
+		for _, lane := range []string{laneClients, laneApp, laneFailures} {
+			if !texts[lane] {
+				t.Errorf("row %d: no %q lane", i, lane)
+			}
+		}
+		if !texts[res.Strategy+", no sidecar"] {
+			t.Errorf("row %d: no title %q", i, res.Strategy+", no sidecar")
+		}
+		bound := byClass(elems, "lag-bound")
+		if res.LagBoundS == 0 {
+			if len(bound) != 0 || strings.Contains(svg, "lag bound") {
+				t.Errorf("row %d (%s): a lag bound drawn for a hook that ran none", i, res.Strategy)
+			}
+		} else {
+			label := fmt.Sprintf("lag bound %.2fs: past it, a quiet window ends the wait", res.LagBoundS)
+			if len(bound) != 1 || attrF(t, bound[0], "x1") != attrF(t, bound[0], "x2") || math.Abs(attrF(t, bound[0], "x1")-a.x(res.LagBoundS)) > 0.11 {
+				t.Fatalf("row %d: lag-bound lines %+v, want one vertical at x %.1f (%.2fs)", i, bound, a.x(res.LagBoundS), res.LagBoundS)
+			}
+			if !texts[label] || !texts["lag bound (--eds-lag-bound)"] {
+				t.Errorf("row %d: no label %q, or no legend entry", i, label)
+			}
+			if slices.IndexFunc(elems, func(e svgElement) bool { return e.attrs["class"] == "lag-bound" }) > firstLabel {
+				t.Errorf("row %d: the lag bound is drawn over the lanes' labels, not under them", i)
+			}
+			if stop := byClass(elems, "app-stop"); res.AppStopS > res.LagBoundS && (len(stop) != 1 || attrF(t, stop[0], "x1") <= attrF(t, bound[0], "x1")) {
+				t.Errorf("row %d: the app's stop at %.2fs is not drawn after the lag bound %.2fs", i, res.AppStopS, res.LagBoundS)
+			}
+		}
+		labelsClear(t, fmt.Sprintf("row %d (%s)", i, res.Strategy), res, elems)
 	}
 }

@@ -141,8 +141,10 @@ their connection), ingress-like pools routed per request that learn and then lea
 idle connections open, and the kubelet's readiness probes from the node's address. Losses are
 counted as the client sees them: connection refused, connection reset, or the ingress's 502.
 --app-shutdown immediate is an abrupt app (it closes its listener and every connection, and
-exits). meshdrain runs as 'prestop --mesh none --port P --ignore-source NODE' (with
---app-metrics, the app also serves its request counter and meshdrain reads it). --traffic then
+exits). meshdrain runs the preStop 'meshdrain plan --mesh none' writes for this world and
+--grace-period ('prestop --mesh=none --port=P --ignore-source=$(HOST_IP) ...', HOST_IP the
+probes' address; with --app-metrics, the app also serves its request counter and meshdrain
+reads it). --traffic then
 takes mixed (the default), per-request, keep-alive, ingress or no-traffic; --sidecar is
 no-sidecar.
 
