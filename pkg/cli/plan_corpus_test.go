@@ -612,7 +612,8 @@ var corpusCases = []struct {
 
 	// E. The app keeps its time: sleep 15 in 45 s leaves it 30 s, and the fail-safe is 15 s.
 	{"E/replaced-sleep", "cases/replaced-sleep-raised-grace.yaml", []string{"--mesh", "none"},
-		corpusWant{mesh: mesh.None, ports: []int{8080}, args: []string{"--app-drain=30s", "--fallback-wait=15s"}, grace: 45}},
+		// The sleep's 15s within the hook's deadline, 45s − 30s − 1s.
+		corpusWant{mesh: mesh.None, ports: []int{8080}, args: []string{"--app-drain=30s", "--fallback-wait=14s"}, grace: 45}},
 	{"E/replaced-sleep-app-drain-given", "cases/replaced-sleep-raised-grace.yaml", []string{"--mesh", "none", "--app-drain", "20s"},
 		corpusWant{mesh: mesh.None, args: []string{"--app-drain=20s", "--fallback-wait=15s"}, grace: 45}},
 

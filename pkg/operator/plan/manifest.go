@@ -35,6 +35,9 @@ type Manifests struct {
 	docs []*yaml.Node // what the plan changes
 	// notes are what the last Write said about the comments it dropped.
 	notes []string
+	// json: the stream was JSON, which has no lines of its own to keep: Write prints it as
+	// YAML, whole.
+	json bool
 }
 
 // ReadManifests parses a YAML (or JSON) stream of Kubernetes objects.
@@ -45,6 +48,8 @@ func ReadManifests(r io.Reader) (*Manifests, error) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	m := &Manifests{src: newSource(data)}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	m.json = len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
 	for {
 		var doc yaml.Node
 		err := dec.Decode(&doc)
@@ -77,6 +82,9 @@ func ReadManifests(r io.Reader) (*Manifests, error) {
 func (m *Manifests) Write(w io.Writer) error {
 	var edits []splice
 	m.notes = nil
+	if m.json {
+		return m.writeYAML(w)
+	}
 	for i, orig := range m.orig {
 		before, after := orig.Content[0], m.docs[i].Content[0]
 		sp := &splicer{d: m.src.layout(before), r: &renderer{blockStyle: detectStyle(before)}}
@@ -94,6 +102,39 @@ func (m *Manifests) Write(w io.Writer) error {
 	}
 	_, err = w.Write(out)
 	return err
+}
+
+// writeYAML prints the manifests as YAML in block style, a document each: what -o yaml asks
+// for, from a JSON input whose own layout is no YAML to splice into.
+func (m *Manifests) writeYAML(w io.Writer) error {
+	var buf bytes.Buffer
+	for i, doc := range m.docs {
+		if i > 0 {
+			buf.WriteString("---\n")
+		}
+		n := copyTree(doc)
+		clearStyles(n)
+		enc := yaml.NewEncoder(&buf)
+		enc.SetIndent(2)
+		if err := enc.Encode(n); err != nil {
+			return fmt.Errorf("write document %d as YAML: %w", i+1, err)
+		}
+		if err := enc.Close(); err != nil {
+			return err
+		}
+	}
+	m.notes = append(m.notes, "the input was JSON: the changed manifests are written as YAML (-o json is not a manifest format of plan's)")
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// clearStyles clears the styles JSON gave n (flow collections, quoted strings), so that the
+// encoder writes block YAML and quotes only what needs it.
+func clearStyles(n *yaml.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		clearStyles(c)
+	}
 }
 
 // Notes are what the last Write dropped: comments on the lines it rewrote, one sentence each,
