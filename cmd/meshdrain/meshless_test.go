@@ -96,3 +96,52 @@ func TestPrestopMeshNoneUnprivileged(t *testing.T) {
 		t.Errorf("the holder kept the hook %v past the lag bound", d)
 	}
 }
+
+// TestPrestopMeshNoneMonitorPastTheBound runs the binary's prestop --mesh none beside a
+// monitor that opens a connection to the app's port every 700 ms, before the hook and on past
+// its lag bound (issue 37), more often than the settled quiet window (1 s), so that every open
+// counted held the hook to its deadline (14 s, exit 3): it is taken for a caller that
+// addresses the pod directly, so the hook exits 0 a few of its periods past the bound, and the
+// final event names it.
+func TestPrestopMeshNoneMonitorPastTheBound(t *testing.T) {
+	if !kerneltest.Inside(t, false) {
+		return
+	}
+	s := kerneltest.StartServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const period = 700 * time.Millisecond
+	kerneltest.NewClient(s, "127.0.0.3").PerRequest(ctx, period, time.Time{}, false)
+
+	const bound = 3 * time.Second
+	cmd := exec.Command(binary, "prestop", "--mesh", "none", "--port", strconv.Itoa(s.Port),
+		"--eds-lag-bound", bound.String(), "--grace-period", "20s", "--app-drain", "5s", "--min-wait", bound.String(),
+		"--poll", "100ms", "--hold-channel=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	t.Logf("prestop beside a monitor every %v:\n%s", period, stderr.String())
+	if err != nil {
+		t.Fatalf("prestop --mesh none beside a monitor: %v (want exit 0)", err)
+	}
+	var final map[string]any
+	sc := bufio.NewScanner(&stderr)
+	for sc.Scan() {
+		var ev map[string]any
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev["msg"] == "drain finished" {
+			final = ev
+		}
+	}
+	if final == nil {
+		t.Fatal("no final event")
+	}
+	if got, _ := final["clients_addressing_pod"].([]any); len(got) != 1 || got[0] != "127.0.0.3" {
+		t.Errorf("clients_addressing_pod %v, want the monitor 127.0.0.3", final["clients_addressing_pod"])
+	}
+	elapsed, _ := final["elapsed_ms"].(float64)
+	// Its third open past the bound comes within 3 periods of it; the settled window after
+	// the second, and a poll.
+	if d := time.Duration(elapsed)*time.Millisecond - bound; final["reason"] != "quiet" || d > 3*period+time.Second+kerneltest.RunQueueWait() {
+		t.Errorf("reason %v, %v past the lag bound: want quiet within three of the monitor's periods and a second", final["reason"], d)
+	}
+}

@@ -57,7 +57,7 @@ func newCheckCommand(s streams) *cobra.Command {
 the pod instead: a network namespace of its own (not hostNetwork: no kubelet listening; the
 item also says whether it is PID 1's, and names a machine's own namespace as such), /proc/net/snmp,
 a listener on every --port, the socket table with tcp_info (inet_diag), and the kernel's destroy
-records.
+records; with --grace-period, that prestop's deadline leaves time, as prestop --validate checks it.
 
 A Linkerd proxy needs no annotation for its metrics, but writes a port's series only once
 traffic has used it and drops them after 10 minutes idle: a --port with no series fails
@@ -172,6 +172,9 @@ func runKernelCheck(s streams, o checkOptions, format string) error {
 		return err
 	}
 	items := status.CheckKernel(reader, "", o.sidecar.ports, ignore)
+	if o.gracePeriod > 0 {
+		items = append(items, status.KernelTiming(o.gracePeriod, o.appDrain))
+	}
 	if err := status.WriteKernelCheck(s.out, items, format); err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -169,5 +171,46 @@ func TestCheckCommandSidecarDrainsOnItsOwn(t *testing.T) {
 	code, out, _ = runMain(t, "check", "--admin", sim.AdminURL(), "--port", "8080", "--drain-at", "start")
 	if code != ExitOK || strings.Contains(out, "regime") {
 		t.Errorf("--drain-at start: exit %d, want 0 without a regime item:\n%s", code, out)
+	}
+}
+
+// check --mesh none applies prestop's timing checks (drain.DeadlineProblems): a grace period
+// that leaves no time after --app-drain fails check as it fails prestop --validate, with the
+// same words; one that leaves time passes that item.
+func TestCheckMeshNoneTiming(t *testing.T) {
+	for _, tc := range []struct {
+		grace string
+		ok    bool
+	}{{"5s", false}, {"52s", true}} {
+		code, out, errOut := runMain(t, "check", "--mesh", "none", "--port", "8080", "--grace-period", tc.grace, "--app-drain", "5s", "-o", "json")
+		var doc struct {
+			Checks []struct {
+				Name, Detail string
+				OK           bool
+			} `json:"checks"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("grace %s: exit %d, %v\n%s%s", tc.grace, code, err, out, errOut)
+		}
+		found := false
+		for _, c := range doc.Checks {
+			if c.Name != "deadline" {
+				continue
+			}
+			found = true
+			if c.OK != tc.ok || (!tc.ok && !strings.Contains(c.Detail, "--grace-period 5s leaves no time to wait after --app-drain 5s")) {
+				t.Errorf("grace %s: deadline %+v, want ok %v, in prestop's words when not", tc.grace, c, tc.ok)
+			}
+		}
+		if !found {
+			t.Errorf("grace %s: no deadline item:\n%s", tc.grace, out)
+		}
+		if !tc.ok && code != ExitFailure {
+			t.Errorf("grace %s: exit %d, want 1", tc.grace, code)
+		}
+	}
+	_, problems := CheckPrestopConfig(context.Background(), []string{"--mesh=none", "--port=8080", "--grace-period=5s", "--app-drain=5s"}, nil)
+	if !strings.Contains(fmt.Sprint(problems), "--grace-period 5s leaves no time to wait after --app-drain 5s") {
+		t.Errorf("prestop --validate no longer says it so: %v", problems)
 	}
 }

@@ -77,6 +77,10 @@ type prestopOptions struct {
 	// writes), so what the flags name in the pod (the process to signal, its pid file, the
 	// program to run) is not looked at.
 	offline bool
+
+	// waitPastBoundOpeners: --mesh none waits for the clients taken for callers that address
+	// the pod directly, as for any client opening past --eds-lag-bound.
+	waitPastBoundOpeners bool
 }
 
 func defaultPrestopOptions() prestopOptions {
@@ -110,6 +114,7 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.StringSliceVar(&o.ignoreSources, "ignore-source", nil, "--mesh none: a source that is never a client, as a CIDR, an IP or $(NAME), an environment variable read by meshdrain itself (repeatable; plan writes $(HOST_IP), the node's address from status.hostIP, for the kubelet's probes)")
 	f.StringVar(&o.appMetrics, "app-metrics", "", "--mesh none: the app's own Prometheus metrics on the loopback (e.g. http://127.0.0.1:9090/metrics): before --eds-lag-bound, the requests its --app-requests counter counts beyond what the kernel showed are activity too (docs/meshless.md)")
 	f.StringVar(&o.appRequests, "app-requests", o.appRequests, "--mesh none with --app-metrics: the app's request counter, with label matchers as in PromQL to leave probes and scrapes out, e.g. 'http_server_requests_seconds_count{uri!~\"/actuator.*\"}'")
+	f.BoolVar(&o.waitPastBoundOpeners, "wait-past-bound-openers", false, "--mesh none: also wait for a client that keeps opening connections past --eds-lag-bound at the period it had before it (a monitor or scraper addressing the pod directly, which never learns): by default it is named (clients_addressing_pod) and does not hold the app")
 	f.StringSliceVar(&o.clusters, "cluster", nil, "generic Envoy: inbound cluster name to watch, e.g. local_app (repeatable)")
 	f.StringSliceVar(&o.httpPrefixes, "http-prefix", nil, "generic Envoy: inbound HTTP stat prefix to watch, e.g. public_listener (repeatable)")
 	secondsVar(f, &o.gracePeriod, "grace-period", o.gracePeriod, "the pod's terminationGracePeriodSeconds")
@@ -223,7 +228,10 @@ address; --ignore-source leaves the kubelet's probes out. Past --eds-lag-bound (
 its sync bound), a client still sending on a connection opened before it is routed per
 connection and will never learn: it is named (clients_never_learn) and does not hold the app,
 whose graceful shutdown must close it; one opening new connections past it is named too
-(clients_opening_past_bound). There is no drain call. It is refused in a hostNetwork pod,
+(clients_opening_past_bound) and holds the app, unless it keeps the period it opened at before
+the bound (at least three opens past it, the first across it): that is a caller addressing
+the pod directly (a monitor, a scraper), named in clients_addressing_pod, whose activity past
+the bound no longer counts (--wait-past-bound-openers waits for it). There is no drain call. It is refused in a hostNetwork pod,
 whose socket table and counters are the node's.
 
 --mesh istio (the default) and envoy read Envoy; linkerd reads a Linkerd proxy; auto asks the

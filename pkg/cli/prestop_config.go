@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,11 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	setup.hold = salvageHold(args, lookup)
 
 	parseErr := fs.Parse(args)
+	if parseErr != nil {
+		// The parser stops at the bad flag: a --validate after it must still answer at once
+		// rather than hold the app as a hook would.
+		o.validate = validateGiven(args)
+	}
 	if o.help {
 		return setup
 	}
@@ -399,6 +405,25 @@ func salvageHold(args []string, lookup func(string) (string, bool)) time.Duratio
 	deadline, _ := read("deadline", 0)
 	limit := min(drain.HookDeadline(grace, appDrain, deadline), grace-drain.KillMargin)
 	return max(0, min(max(fallback, minWait), limit))
+}
+
+// validateGiven says whether args turn --validate on (the last of --validate and
+// --validate=BOOL before any "--"), however far the parser got.
+func validateGiven(args []string) bool {
+	validate := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--validate" {
+			validate = true
+		} else if v, ok := strings.CutPrefix(a, "--validate="); ok {
+			if b, err := strconv.ParseBool(v); err == nil {
+				validate = b
+			}
+		}
+	}
+	return validate
 }
 
 // lastFlagValue finds the last value given to --flag in args (as "--flag=v" or "--flag v"),

@@ -105,7 +105,8 @@ func (setup *prestopSetup) chooseKernel(ctx context.Context, cfg *drain.Config, 
 	start := time.Now()
 	app := setup.appRequests(ctx)
 	reader := sockets.NewReader()
-	opts := kernel.Options{Ports: o.ports, Ignore: ignore, LagBound: o.edsLagBound, Reader: reader, Start: start}
+	opts := kernel.Options{Ports: o.ports, Ignore: ignore, LagBound: o.edsLagBound, Reader: reader, Start: start,
+		WaitPastBoundOpeners: o.waitPastBoundOpeners}
 	if app != nil {
 		opts.AppRequests, opts.Own = app, app.Own
 	}

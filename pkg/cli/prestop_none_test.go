@@ -79,6 +79,10 @@ func TestPrestopMeshNoneOffline(t *testing.T) {
 	if problems := prestopOffline(hook); len(problems) > 0 {
 		t.Fatalf("problems: %v", problems)
 	}
+	// A flag the user adds to plan's hook, which a re-plan keeps as it is.
+	if problems := prestopOffline(append(hook, "--wait-past-bound-openers")); len(problems) > 0 {
+		t.Fatalf("--wait-past-bound-openers: problems: %v", problems)
+	}
 	if problems := prestopOffline([]string{"--mesh=none"}); !strings.Contains(fmt.Sprint(problems), "--port") {
 		t.Fatalf("problems %v, want --port named", problems)
 	}

@@ -210,3 +210,40 @@ func TestSalvageHold(t *testing.T) {
 		}
 	}
 }
+
+// --validate answers at once, even after a flag that does not parse (the parser stops
+// there); without it, a bad flag in a hook still holds the app for the fallback wait. The
+// context is cancelled from the start, so that a hold ends at once: the test tells the two
+// paths apart by what they print, not by waiting.
+func TestValidateAnswersABadFlagAtOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	run := func(args ...string) (error, string) {
+		var stdout, stderr bytes.Buffer
+		cmd := newPrestopCommand(streams{in: strings.NewReader(""), out: &stdout, err: &stderr})
+		cmd.SetArgs(args)
+		cmd.SilenceErrors, cmd.SilenceUsage = true, true
+		return cmd.ExecuteContext(ctx), stdout.String() + stderr.String()
+	}
+	for _, tc := range []struct {
+		args []string
+		flag string // the flag the error names
+	}{
+		{[]string{"--port=http", "--validate"}, "--port"},
+		{[]string{"--validate", "--port=http"}, "--port"},
+		{[]string{"--nope", "--validate=true"}, "--nope"},
+	} {
+		err, out := run(tc.args...)
+		var exitErr *ExitError
+		if !errors.As(err, &exitErr) || exitErr.Code != ExitUsage {
+			t.Errorf("%v: error %v, want exit 2", tc.args, err)
+		}
+		if !strings.Contains(out, "prestop configuration: 1 problem(s)") || !strings.Contains(out, tc.flag) || strings.Contains(out, "drain finished") {
+			t.Errorf("%v: not answered by --validate naming %s:\n%s", tc.args, tc.flag, out)
+		}
+	}
+	err, out := run("--port=http", "--validate=false")
+	if !strings.Contains(out, `"hold_ms":5000`) || !strings.Contains(out, `"msg":"drain finished"`) {
+		t.Errorf("a bad flag in a hook: error %v, want the fallback wait held:\n%s", err, out)
+	}
+}

@@ -113,6 +113,9 @@ func (c *coordinator) clientFields() []zap.Field {
 		if len(n.LateOpeners) > 0 {
 			fields = append(fields, zap.Strings("clients_opening_past_bound", n.LateOpeners))
 		}
+		if len(n.AddressingPod) > 0 {
+			fields = append(fields, zap.Strings("clients_addressing_pod", n.AddressingPod))
+		}
 		if a := n.App; a != nil {
 			fields = append(fields, zap.Float64("app_requests", a.Requests), zap.Float64("app_requests_added", a.Added),
 				zap.Int("app_metrics_reads", a.Reads))

@@ -183,6 +183,10 @@ type ClientCounts struct {
 	// the kind of the latest activity that counted (mesh/kernel's Activity*).
 	NeverLearn, LateOpeners []string
 	LastActivity            string
+	// AddressingPod (without a sidecar) are the LateOpeners taken for callers that address
+	// the pod directly: past the bound they kept the period they opened at before it, and
+	// their activity there no longer counts unless --wait-past-bound-openers.
+	AddressingPod []string
 	// LastLearning (without a sidecar) is the latest counted activity that may have come from
 	// a client still to learn of the removal: everything counted but the data, on connections
 	// opened before the lag bound, of the NeverLearn clients (kernel.Summary.LastLearning).

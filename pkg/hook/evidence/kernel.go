@@ -54,6 +54,9 @@ func KernelCounts(clients []kernel.Client, s kernel.Summary) drain.ClientCounts 
 		if cl.NewPastBound > 0 && len(c.LateOpeners) < maxHolders {
 			c.LateOpeners = append(c.LateOpeners, cl.Addr.String())
 		}
+		if cl.AddressesPod && len(c.AddressingPod) < maxHolders {
+			c.AddressingPod = append(c.AddressingPod, cl.Addr.String())
+		}
 	}
 	return c
 }

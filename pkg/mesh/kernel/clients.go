@@ -22,6 +22,11 @@ type Client struct {
 	NewConns     int
 	LastNewConn  time.Time
 	NewPastBound int
+	// AddressesPod: its opens past the bound kept the period it opened at before the bound
+	// (at least three, the first across it): a caller that addresses the pod directly (a
+	// monitor, a scraper), which never learns; past the bound its activity counts nothing
+	// unless Options.WaitPastBoundOpeners (cadence.go).
+	AddressesPod bool
 	// LastData is when data from it last arrived on a connection that was already open
 	// (tcp_info), zero if none was seen.
 	LastData time.Time
@@ -45,7 +50,7 @@ func (k *Kernel) Clients() []Client {
 	out := make([]Client, 0, len(k.clients))
 	for _, c := range k.clients {
 		out = append(out, Client{Addr: c.addr, Ignored: c.ignored, FirstSeen: c.firstSeen, Open: c.open,
-			NewConns: c.newConns, LastNewConn: c.lastNewConn, NewPastBound: c.newPastBound, LastData: c.lastData,
+			NewConns: c.newConns, LastNewConn: c.lastNewConn, NewPastBound: c.newPastBound, AddressesPod: c.opens.direct(), LastData: c.lastData,
 			OldData: c.oldData, SendingOldSince: c.sendingOldSince, Counted: c.counted})
 	}
 	slices.SortFunc(out, func(a, b Client) int { return a.Addr.Compare(b.Addr) })

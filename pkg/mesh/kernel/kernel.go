@@ -19,6 +19,11 @@
 //     connection and will never learn (kube-proxy, Cilium's socket load balancing and
 //     ztunnel pick the backend at connect), so it is named (NeverLearn) and left to the app's
 //     graceful shutdown, and never keeps the hook past the bound;
+//   - a new connection, unless it comes past the lag bound from a client that kept, past the
+//     bound, the period at which it opened connections before it: such a client addresses
+//     the pod directly (a monitor, a scraper) and will never learn either (cadence.go), so
+//     it is named (Client.AddressesPod) and, unless Options.WaitPastBoundOpeners, neither its
+//     new connections nor the data on them keep the hook past the bound;
 //   - with --app-metrics (Options.AppRequests), before the bound, the requests the app's own
 //     counter counted that none of the above paid for within a second (appRequests): a
 //     request both count moves the counter once.
@@ -69,6 +74,10 @@ type Options struct {
 	// Own, when set, says whether a connection from this remote address is the hook's own
 	// (its reads of --app-metrics on one of the app's ports): never a client's.
 	Own func(remote netip.AddrPort) bool
+	// WaitPastBoundOpeners (--wait-past-bound-openers) keeps counting the activity of the
+	// clients taken for callers that address the pod directly (cadence.go): the hook waits
+	// for them as for any client opening past the bound, and still names them.
+	WaitPastBoundOpeners bool
 }
 
 // DenseReadPolls is how many polls apart the table is read while the traffic is dense: the
@@ -238,6 +247,9 @@ type client struct {
 	// before the bound: once it is seen to never learn (sendingOldSince), that data was no
 	// learning client's (Summary.LastLearning).
 	lastCountedOther time.Time
+	// opens is how it opens connections: past the bound, at the period it had before, it
+	// addresses the pod directly (cadence.go).
+	opens cadence
 }
 
 // New checks the options; nothing is read until the first Inbound.
@@ -547,10 +559,11 @@ func (k *Kernel) poll() error {
 }
 
 // countedOpen says whether a connection still open at the latest read counts: a client's
-// that is not old (opened past the lag bound, or with none, since the watch began).
+// that is not old (opened past the lag bound, or with none, since the watch began), nor a
+// caller's that addresses the pod directly.
 func (k *Kernel) countedOpen() bool {
 	for _, c := range k.conns {
-		if c.kind == clientConn && !c.destroyed && !c.timeWait && !k.old(c) {
+		if c.kind == clientConn && !c.destroyed && !c.timeWait && !k.old(c) && !k.notWaitedFor(c.client) {
 			return true
 		}
 	}
@@ -816,7 +829,7 @@ func (k *Kernel) countOpen(c *conn, s sockets.Socket) {
 
 // inFlight counts a request not yet answered on a connection that counts.
 func (k *Kernel) inFlight(c *conn, s sockets.Socket) {
-	if c.kind == clientConn && s.State == sockets.Established && s.InFlight() && !(k.old(c) && k.pastBound(k.opts.Now())) {
+	if c.kind == clientConn && s.State == sockets.Established && s.InFlight() && !(k.old(c) && k.pastBound(k.opts.Now())) && !k.notWaitedFor(c.client) {
 		k.active[c.port]++
 	}
 }
@@ -866,9 +879,14 @@ func (k *Kernel) accepted(now time.Time, c *conn) {
 	cl := c.client
 	cl.newConns++
 	cl.lastNewConn = now
+	cl.opens.open(now, k.pastBound(now))
 	if k.pastBound(now) {
 		cl.newPastBound++
 		cl.lastNewPastBound = now
+	}
+	if k.notWaitedFor(cl) {
+		k.readUncounted = true
+		return
 	}
 	cl.lastCountedOther = later(cl.lastCountedOther, now)
 	k.readAccepts++
@@ -903,11 +921,21 @@ func (k *Kernel) data(now time.Time, c *conn, at time.Time, n int) {
 			return
 		}
 		k.readOldBefore = true
+	} else if k.notWaitedFor(cl) {
+		k.readUncounted = true
+		return
 	} else {
 		cl.lastCountedOther = later(cl.lastCountedOther, at)
 	}
 	k.readData += n
 	k.count(at, cl, c.port, ActivityData, n)
+}
+
+// notWaitedFor says whether cl's activity past the bound counts nothing: it addresses the
+// pod directly (cadence.go), and --wait-past-bound-openers was not given. Only a client that
+// opened past the bound can be one.
+func (k *Kernel) notWaitedFor(cl *client) bool {
+	return cl != nil && !k.opts.WaitPastBoundOpeners && cl.opens.direct()
 }
 
 func (k *Kernel) count(at time.Time, cl *client, port uint16, kind string, n int) {

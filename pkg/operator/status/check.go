@@ -484,10 +484,8 @@ func timingItems(r *Report, o CheckOptions) []Item {
 		return nil
 	}
 	deadline := drain.DefaultDeadline(o.GracePeriod, o.AppDrain)
-	if deadline <= 0 {
-		return []Item{{Name: "deadline", Status: Fail,
-			Message: fmt.Sprintf("grace period %s leaves prestop no time after app drain %s and 1s of margin", o.GracePeriod, o.AppDrain),
-			Fix:     "raise terminationGracePeriodSeconds (meshdrain plan computes it) or lower --app-drain"}}
+	if err := deadlineProblem(o.GracePeriod, o.AppDrain); err != nil {
+		return []Item{{Name: "deadline", Status: Fail, Message: err.Error(), Fix: deadlineFix}}
 	}
 	items := []Item{{Name: "deadline", Status: Pass,
 		Message: fmt.Sprintf("prestop deadline %s (grace %s - app-drain %s - 1s)", deadline, o.GracePeriod, o.AppDrain)}}
@@ -544,6 +542,24 @@ func timingItems(r *Report, o CheckOptions) []Item {
 		}
 	}
 	return items
+}
+
+// deadlineProblem is what prestop says at start of --grace-period and --app-drain
+// (drain.DeadlineProblems, the one definition): check fails where prestop --validate would.
+func deadlineProblem(gracePeriod, appDrain time.Duration) error {
+	return errors.Join(drain.DeadlineProblems(gracePeriod, appDrain, 0)...)
+}
+
+const deadlineFix = "raise terminationGracePeriodSeconds (meshdrain plan computes it) or lower --app-drain"
+
+// KernelTiming is check --mesh none's timing item, with --grace-period: prestop's deadline
+// must leave time, as for a sidecar (the sidecar's own timing does not apply).
+func KernelTiming(gracePeriod, appDrain time.Duration) KernelCheck {
+	if err := deadlineProblem(gracePeriod, appDrain); err != nil {
+		return KernelCheck{Name: "deadline", Detail: err.Error(), Fix: deadlineFix}
+	}
+	return KernelCheck{Name: "deadline", OK: true,
+		Detail: fmt.Sprintf("prestop deadline %s (grace %s - app-drain %s - 1s)", drain.DefaultDeadline(gracePeriod, appDrain), gracePeriod, appDrain)}
 }
 
 // waitBeforeExitItems check a classic Linkerd proxy's preStop sleep: at its end the proxy

@@ -316,7 +316,7 @@ func TestCheckTiming(t *testing.T) {
 		{"short terminationDrainDuration", 30 * time.Second, 5 * time.Second, 5 * time.Second, false, "termination-drain-duration", Fail, `"terminationDrainDuration": "30s"`},
 		{"long enough", 30 * time.Second, 5 * time.Second, 30 * time.Second, true, "termination-drain-duration", Pass, "outlives"},
 		{"not given", 30 * time.Second, 5 * time.Second, 0, true, "termination-drain-duration", Warn, "cannot be read"},
-		{"no time left", 5 * time.Second, 5 * time.Second, 0, false, "deadline", Fail, "leaves prestop no time"},
+		{"no time left", 5 * time.Second, 5 * time.Second, 0, false, "deadline", Fail, "leaves no time to wait"},
 		{"drain_time too short", 60 * time.Second, 5 * time.Second, 60 * time.Second, true, "drain-time", Warn, `"drainDuration": "59s"`},
 	}
 	for _, c := range cases {
