@@ -14,7 +14,7 @@ FUZZTIME ?= 30s
 # Each fuzz target as package:Name. Their seeds (testdata/fuzz) run with every `go test`.
 FUZZ_TARGETS := ./pkg/mesh/envoy:FuzzParse ./pkg/mesh/envoy:FuzzStatsFilter ./pkg/mesh/envoy:FuzzReadResponse ./pkg/cli:FuzzPrestopConfig
 
-.PHONY: help build test test-race test-loaded lint demo clean image faults fuzz bench
+.PHONY: help build test test-race test-loaded lint subjects demo clean image faults fuzz bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ test-loaded: ## Run make test beside a CPU load on every core (RUNS=3 for three 
 
 size: build ## Check that the binary is static and at most 12 MiB
 	@bash scripts/check-binary.sh $(BIN)
+
+subjects: ## Refuse commit subjects over 72 characters on commits since issue 38 (CI runs it)
+	@bash scripts/check-subjects.sh
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
