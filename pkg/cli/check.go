@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"io"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ type checkOptions struct {
 	terminationDrainDuration time.Duration
 	proxyWaitBeforeExit      time.Duration
 	drainAt                  string
+	podSpec                  string
 }
 
 func newCheckCommand(s streams) *cobra.Command {
@@ -66,6 +68,12 @@ traffic has used it and drops them after 10 minutes idle: a --port with no serie
 --admin must be the loopback or a unix socket, as prestop's (kubectl exec, or kubectl
 port-forward, which listens on your loopback); --allow-remote lets it name another host.
 
+--pod-spec judges the live pod as kubectl prints it (a file, or - for stdin), from a machine
+with kubectl, in place of the sidecar's items: whether Istio's injector merged plan's
+istio-proxy override (meshdrain hold as the proxy's preStop, the meshdrain volume mounted)
+where the app's prestop runs --drain-at=end, and that no istio-proxy kept the image auto.
+The app container cannot see this: containers do not see each other's specs.
+
 Each problem is printed with its fix (e.g. the exact sidecar.istio.io/statsInclusionPrefixes
 annotation). Exit codes: 0 passed; 1 a problem was found; 2 bad flags.
 Every flag can also be set as MESHDRAIN_<FLAG>, so a pod configured for prestop through its
@@ -84,6 +92,9 @@ environment is checked with the same settings.`,
 
   # A pod without a sidecar (prestop --mesh none), in the app's container:
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --mesh none --port 8080
+
+  # Whether the injector merged the istio-proxy override (regime b), from a machine with kubectl:
+  kubectl get pod web-7d9c5b6f4-x2kq8 -o yaml | meshdrain check --pod-spec -
 
   # Accept istio_requests_total when request-level stats cannot be enabled, as JSON:
   meshdrain check --min-signal completions -o json`,
@@ -104,6 +115,8 @@ environment is checked with the same settings.`,
 	f.DurationVar(&o.terminationDrainDuration, "termination-drain-duration", 0, "the pod's proxy config terminationDrainDuration (classic Istio sidecars), to verify it outlives the app")
 	f.DurationVar(&o.proxyWaitBeforeExit, "proxy-wait-before-exit", 0, "the pod's config.alpha.linkerd.io/proxy-wait-before-exit-seconds (classic Linkerd proxies), to verify it outlives the app")
 	f.StringVar(&o.drainAt, "drain-at", "", "the pod's prestop --drain-at: end checks regime (b) (the sidecar must not drain before meshdrain's call; terminationDrainDuration only bounds a fallback); start or empty: regime (a)")
+	f.StringVar(&o.podSpec, "pod-spec", "", "the live pod as kubectl get pod POD -o yaml (or -o json) prints it, a file or - for stdin: checks only whether the injector merged the istio-proxy override")
+	_ = cmd.MarkFlagFilename("pod-spec", "yaml", "yml", "json")
 	return cmd
 }
 
@@ -127,6 +140,9 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 	}
 	if o.drainAt != "" && o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
 		return usageError("--drain-at %q: want %s or %s, as the pod's prestop", o.drainAt, drainAtStart, drainAtEnd)
+	}
+	if o.podSpec != "" {
+		return runPodSpecCheck(s, o.podSpec, output)
 	}
 	if o.sidecar.mesh == mesh.None {
 		return runKernelCheck(s, o, output)
@@ -179,6 +195,32 @@ func runKernelCheck(s streams, o checkOptions, format string) error {
 		return err
 	}
 	if status.KernelCheckFailed(items) {
+		return &ExitError{Code: ExitFailure}
+	}
+	return nil
+}
+
+// runPodSpecCheck is check --pod-spec: the pod's spec as the API server holds it after
+// injection, which no container of the pod can read.
+func runPodSpecCheck(s streams, file, format string) error {
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(s.in)
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return usageError("--pod-spec: %v", err)
+	}
+	item, err := status.CheckProxyOverride(data)
+	if err != nil {
+		return usageError("--pod-spec %s: %v", file, err)
+	}
+	if err := status.WritePodSpecCheck(s.out, []status.Item{item}, format); err != nil {
+		return err
+	}
+	if item.Status == status.Fail {
 		return &ExitError{Code: ExitFailure}
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +214,39 @@ func TestCheckMeshNoneTiming(t *testing.T) {
 	_, problems := CheckPrestopConfig(context.Background(), []string{"--mesh=none", "--port=8080", "--grace-period=5s", "--app-drain=5s"}, nil)
 	if !strings.Contains(fmt.Sprint(problems), "--grace-period 5s leaves no time to wait after --app-drain 5s") {
 		t.Errorf("prestop --validate no longer says it so: %v", problems)
+	}
+}
+
+// check --pod-spec judges the live pod kubectl prints, from a file or stdin, without asking
+// any sidecar: 0 when the injector merged the override, 1 with the fix when not, 2 for input
+// that is not a pod.
+func TestCheckPodSpec(t *testing.T) {
+	fixture := func(name string) string {
+		data, err := os.ReadFile(filepath.Join("..", "operator", "status", "testdata", "override", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	merged, unmerged := fixture("native-merged.yaml"), fixture("classic-unmerged.yaml")
+	for _, tc := range []struct {
+		name, stdin string
+		args        []string
+		code        int
+		want        string
+	}{
+		{"merged, on stdin", merged, []string{"--pod-spec", "-"}, ExitOK, "OK    the injector merged the override"},
+		{"merged, a file", "", []string{"--pod-spec", filepath.Join("..", "operator", "status", "testdata", "override", "classic-merged.json")}, ExitOK, "check passed"},
+		{"not merged", unmerged, []string{"--pod-spec", "-"}, ExitFailure, "fix: Istio older than 1.9"},
+		{"not merged, as JSON", unmerged, []string{"--pod-spec", "-", "-o", "json"}, ExitFailure, `"name":"istio-proxy-override"`},
+		{"not a pod", "kind: Deployment\n", []string{"--pod-spec", "-"}, ExitUsage, "want a Pod"},
+		{"no file", "", []string{"--pod-spec", filepath.Join(t.TempDir(), "pod.yaml")}, ExitUsage, "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runMainStdin(t, tc.stdin, append([]string{"check"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+				t.Errorf("exit %d (want %d), output lacks %q:\n%s%s", code, tc.code, tc.want, out, errOut)
+			}
+		})
 	}
 }

@@ -65,6 +65,7 @@ func TestHelpExamples(t *testing.T) {
 			"meshdrain check --port 8080 --drain-at end --grace-period 52s --app-drain 5s":                              liveSidecar,
 			"meshdrain check --mesh linkerd --port 8080 --grace-period 52s --app-drain 5s --proxy-wait-before-exit 51s": "reads a live Linkerd proxy's admin API (127.0.0.1:4191)",
 			"meshdrain check --min-signal completions -o json":                                                          liveSidecar,
+			"kubectl get pod web-7d9c5b6f4-x2kq8 -o yaml | meshdrain check --pod-spec -":                                "kubectl, against a cluster (TestCheckPodSpec runs check --pod-spec on injected pods)",
 		},
 		Prepare: func(t *testing.T, _ clitest.Example, dir string, args []string) []string {
 			// What the examples name: the reader's Deployment, and the emptyDir the init

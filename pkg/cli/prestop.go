@@ -463,6 +463,11 @@ func reportValidation(s streams, setup *prestopSetup) error {
 		holdReport = "reports to meshdrain hold on " + setup.opts.holdChannel + " (if the proxy runs one)"
 	}
 	fmt.Fprintf(s.out, "  hold      %s\n", holdReport)
+	if setup.opts.drainAt == drainAtEnd {
+		// The pod's spec, where the injector merged the override or not, is not visible here.
+		fmt.Fprintf(s.out, "  override  whether the injector merged istio-proxy's meshdrain hold cannot be seen from this container; "+
+			"from a machine with kubectl: kubectl get pod POD -o yaml | meshdrain check --pod-spec -\n")
+	}
 	for _, setting := range cfg.Settings {
 		if setting.Source != sourceDefault {
 			fmt.Fprintf(s.out, "  %-28s = %-20s (%s)\n", "--"+setting.Name, setting.Value, setting.Source)

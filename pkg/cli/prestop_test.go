@@ -247,3 +247,15 @@ func TestValidateAnswersABadFlagAtOnce(t *testing.T) {
 		t.Errorf("a bad flag in a hook: error %v, want the fallback wait held:\n%s", err, out)
 	}
 }
+
+// In regime (b), --validate says that the override's merge cannot be seen from the app's
+// container, and which command sees it; in regime (a) there is no override to see.
+func TestValidateNamesTheOverrideCheck(t *testing.T) {
+	const line = "kubectl get pod POD -o yaml | meshdrain check --pod-spec -"
+	for drainAt, want := range map[string]bool{"end": true, "start": false} {
+		code, out, errOut := runMain(t, "prestop", "--validate", "--mesh", "istio", "--drain-at", drainAt, "--grace-period", "52s", "--app-drain", "5s")
+		if code != ExitOK || strings.Contains(out, line) != want || strings.Count(out, "override") > 1 {
+			t.Errorf("--drain-at %s: exit %d, want the line %q: %v (once):\n%s%s", drainAt, code, line, want, out, errOut)
+		}
+	}
+}
