@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"io"
 	"os"
 	"path/filepath"
@@ -247,7 +248,7 @@ func checkOnlyPlannedLines(t *testing.T, in, out []byte, e *Edit, notes []string
 	}
 	for _, l := range added {
 		text := lines(out)[l-1]
-		comment := lineComment(text)
+		comment := yamlnode.LineComment(text)
 		moved := comment != "" && strings.TrimSpace(text) == comment
 		if !outSpans.has(l) && !(moved && outSpans.has(l+1)) {
 			t.Errorf("output line %d %q added, but is no planned field", l, text)
@@ -359,7 +360,7 @@ func workloadDoc(t *testing.T, text []byte, w *Workload) *layoutDoc {
 			t.Fatal(err)
 		}
 		root := doc.Content[0]
-		if scalar(lookup(root, "kind")) != w.Kind || scalar(path(root, "metadata", "name")) != w.Name {
+		if yamlnode.Scalar(yamlnode.Lookup(root, "kind")) != w.Kind || yamlnode.Scalar(yamlnode.Path(root, "metadata", "name")) != w.Name {
 			continue
 		}
 		d := &layoutDoc{root: root, end: len(all)}
@@ -428,7 +429,7 @@ func findPath(n *yaml.Node, p []string) *yaml.Node {
 func selectChild(n *yaml.Node, part string) (start, value *yaml.Node) {
 	if strings.HasPrefix(part, "[") {
 		field, want, _ := strings.Cut(strings.Trim(part, "[]"), "=")
-		_, item := itemByKey(n, field, want)
+		_, item := yamlnode.ItemByKey(n, field, want)
 		return item, item
 	}
 	if n == nil || n.Kind != yaml.MappingNode {

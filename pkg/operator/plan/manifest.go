@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"io"
 	"path/filepath"
 	"sort"
@@ -30,7 +31,7 @@ var sidecarContainers = []string{"istio-proxy", "linkerd-proxy", "consul-datapla
 // node tree as read, and a copy that the plan changes. What Write prints differs from the
 // bytes only on the lines of the fields the plan sets.
 type Manifests struct {
-	src  *source
+	data []byte
 	orig []*yaml.Node // as read: the positions of what Write splices
 	docs []*yaml.Node // what the plan changes
 	// notes are what the last Write said about the comments it dropped.
@@ -47,7 +48,7 @@ func ReadManifests(r io.Reader) (*Manifests, error) {
 		return nil, fmt.Errorf("read manifests: %w", err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	m := &Manifests{src: newSource(data)}
+	m := &Manifests{data: data}
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	m.json = len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
 	for {
@@ -62,11 +63,11 @@ func ReadManifests(r io.Reader) (*Manifests, error) {
 		if len(doc.Content) == 0 || doc.Content[0].ShortTag() == "!!null" {
 			continue // an empty document, as between two `---`
 		}
-		if root := resolve(doc.Content[0]); root.Kind != yaml.MappingNode {
+		if root := yamlnode.Resolve(doc.Content[0]); root.Kind != yaml.MappingNode {
 			return nil, fmt.Errorf("read manifests: document %d is not a Kubernetes object (a YAML mapping)", len(m.docs)+1)
 		}
 		m.orig = append(m.orig, &doc)
-		m.docs = append(m.docs, copyTree(&doc))
+		m.docs = append(m.docs, yamlnode.Copy(&doc))
 	}
 	if len(m.docs) == 0 {
 		return nil, errors.New("read manifests: no document")
@@ -80,26 +81,19 @@ func ReadManifests(r io.Reader) (*Manifests, error) {
 // one is added after its siblings, indented as they are. A comment on a rewritten line is
 // dropped (it was about the old value) and named in Notes.
 func (m *Manifests) Write(w io.Writer) error {
-	var edits []splice
 	m.notes = nil
 	if m.json {
 		return m.writeYAML(w)
 	}
+	var before, after []*yaml.Node
 	for i, orig := range m.orig {
-		before, after := orig.Content[0], m.docs[i].Content[0]
-		sp := &splicer{d: m.src.layout(before), r: &renderer{blockStyle: detectStyle(before)}}
-		sp.id = scalar(lookup(before, "kind")) + "/" + scalar(path(before, "metadata", "name"))
-		sp.diff("", before, after, slot{})
-		if sp.r.err != nil {
-			return sp.r.err
-		}
-		edits = append(edits, sp.edits...)
-		m.notes = append(m.notes, sp.notes...)
+		before, after = append(before, orig.Content[0]), append(after, m.docs[i].Content[0])
 	}
-	out, err := m.src.apply(edits)
+	out, notes, err := yamlnode.Splice(m.data, before, after)
 	if err != nil {
 		return err
 	}
+	m.notes = notes
 	_, err = w.Write(out)
 	return err
 }
@@ -112,7 +106,7 @@ func (m *Manifests) writeYAML(w io.Writer) error {
 		if i > 0 {
 			buf.WriteString("---\n")
 		}
-		n := copyTree(doc)
+		n := yamlnode.Copy(doc)
 		clearStyles(n)
 		enc := yaml.NewEncoder(&buf)
 		enc.SetIndent(2)
@@ -204,7 +198,7 @@ func (m *Manifests) Workload(selector, container string) (*Workload, error) {
 	var found []*yaml.Node
 	var names, others []string
 	for _, obj := range m.objects() {
-		kind, name := scalar(lookup(obj, "kind")), scalar(path(obj, "metadata", "name"))
+		kind, name := yamlnode.Scalar(yamlnode.Lookup(obj, "kind")), yamlnode.Scalar(yamlnode.Path(obj, "metadata", "name"))
 		if !isWorkloadKind(kind) {
 			others = append(others, kind+"/"+name)
 			continue
@@ -235,10 +229,10 @@ func (m *Manifests) Workload(selector, container string) (*Workload, error) {
 func (m *Manifests) objects() []*yaml.Node {
 	var objs []*yaml.Node
 	for _, doc := range m.docs {
-		obj := resolve(doc.Content[0])
-		if kind := scalar(lookup(obj, "kind")); strings.HasSuffix(kind, "List") && lookup(obj, "items") != nil {
-			for _, item := range items(lookup(obj, "items")) {
-				if item = resolve(item); item.Kind == yaml.MappingNode {
+		obj := yamlnode.Resolve(doc.Content[0])
+		if kind := yamlnode.Scalar(yamlnode.Lookup(obj, "kind")); strings.HasSuffix(kind, "List") && yamlnode.Lookup(obj, "items") != nil {
+			for _, item := range yamlnode.Items(yamlnode.Lookup(obj, "items")) {
+				if item = yamlnode.Resolve(item); item.Kind == yaml.MappingNode {
 					objs = append(objs, item)
 				}
 			}
@@ -251,45 +245,45 @@ func (m *Manifests) objects() []*yaml.Node {
 
 func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 	w := &Workload{
-		Kind:        scalar(lookup(obj, "kind")),
-		Name:        scalar(path(obj, "metadata", "name")),
-		Namespace:   scalar(path(obj, "metadata", "namespace")),
+		Kind:        yamlnode.Scalar(yamlnode.Lookup(obj, "kind")),
+		Name:        yamlnode.Scalar(yamlnode.Path(obj, "metadata", "name")),
+		Namespace:   yamlnode.Scalar(yamlnode.Path(obj, "metadata", "namespace")),
 		GracePeriod: DefaultGracePeriod,
 		Annotations: map[string]string{},
 		Labels:      map[string]string{},
 		obj:         obj,
 	}
 	id := w.Kind + "/" + w.Name
-	w.template = path(obj, "spec", "template")
-	w.podSpec = lookup(w.template, "spec")
+	w.template = yamlnode.Path(obj, "spec", "template")
+	w.podSpec = yamlnode.Lookup(w.template, "spec")
 	if w.template == nil || w.podSpec == nil || w.podSpec.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s has no spec.template.spec", id)
 	}
-	if g := lookup(w.podSpec, "terminationGracePeriodSeconds"); g != nil && g.ShortTag() != "!!null" {
+	if g := yamlnode.Lookup(w.podSpec, "terminationGracePeriodSeconds"); g != nil && g.ShortTag() != "!!null" {
 		secs, err := strconv.ParseInt(g.Value, 10, 64)
 		if err != nil || secs < 0 {
 			return nil, fmt.Errorf("%s: terminationGracePeriodSeconds %q is not a number of seconds", id, g.Value)
 		}
 		w.GracePeriod, w.GracePeriodSet = time.Duration(secs)*time.Second, true
 	}
-	if ann := path(w.template, "metadata", "annotations"); ann != nil && ann.Kind == yaml.MappingNode {
+	if ann := yamlnode.Path(w.template, "metadata", "annotations"); ann != nil && ann.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(ann.Content); i += 2 {
-			w.Annotations[ann.Content[i].Value] = scalar(ann.Content[i+1])
+			w.Annotations[ann.Content[i].Value] = yamlnode.Scalar(ann.Content[i+1])
 		}
 	}
-	if lbl := path(w.template, "metadata", "labels"); lbl != nil && lbl.Kind == yaml.MappingNode {
+	if lbl := yamlnode.Path(w.template, "metadata", "labels"); lbl != nil && lbl.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(lbl.Content); i += 2 {
-			w.Labels[lbl.Content[i].Value] = scalar(lbl.Content[i+1])
+			w.Labels[lbl.Content[i].Value] = yamlnode.Scalar(lbl.Content[i+1])
 		}
 	}
-	w.HostNetwork = scalar(lookup(w.podSpec, "hostNetwork")) == "true"
-	containers := resolve(lookup(w.podSpec, "containers"))
+	w.HostNetwork = yamlnode.Scalar(yamlnode.Lookup(w.podSpec, "hostNetwork")) == "true"
+	containers := yamlnode.Resolve(yamlnode.Lookup(w.podSpec, "containers"))
 	if containers == nil || containers.Kind != yaml.SequenceNode || len(containers.Content) == 0 {
 		return nil, fmt.Errorf("%s has no containers", id)
 	}
 	var apps []string
 	for _, c := range containers.Content {
-		name := scalar(lookup(c, "name"))
+		name := yamlnode.Scalar(yamlnode.Lookup(c, "name"))
 		w.Containers = append(w.Containers, name)
 		if !contains(sidecarContainers, name) {
 			apps = append(apps, name)
@@ -299,7 +293,7 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 	// of the others has ports, that one is the app.
 	var serving []string
 	for _, name := range apps {
-		if _, c := itemByKey(containers, "name", name); len(containerPorts(c)) > 0 {
+		if _, c := yamlnode.ItemByKey(containers, "name", name); len(containerPorts(c)) > 0 {
 			serving = append(serving, name)
 		}
 	}
@@ -317,34 +311,34 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 	default:
 		return nil, fmt.Errorf("%s has %d containers (%s): name the app's with --container", id, len(w.Containers), strings.Join(w.Containers, ", "))
 	}
-	_, w.container = itemByKey(containers, "name", w.Container)
+	_, w.container = yamlnode.ItemByKey(containers, "name", w.Container)
 	w.ContainerPorts = containerPorts(w.container)
 	for _, p := range w.ContainerPorts {
 		w.Ports = append(w.Ports, p.Number)
 	}
 	w.probes = readProbes(w.container)
 	for _, c := range containers.Content {
-		if name := scalar(lookup(c, "name")); name != w.Container && !contains(sidecarContainers, name) {
+		if name := yamlnode.Scalar(yamlnode.Lookup(c, "name")); name != w.Container && !contains(sidecarContainers, name) {
 			for _, p := range containerPorts(c) {
 				w.otherPorts = append(w.otherPorts, fmt.Sprintf("%s:%d", name, p.Number))
 			}
 		}
 	}
-	w.HasReadinessProbe = lookup(w.container, "readinessProbe") != nil
-	w.PreStop, w.PreStopIsMeshdrain = describePreStop(path(w.container, "lifecycle", "preStop"), "prestop")
+	w.HasReadinessProbe = yamlnode.Lookup(w.container, "readinessProbe") != nil
+	w.PreStop, w.PreStopIsMeshdrain = describePreStop(yamlnode.Path(w.container, "lifecycle", "preStop"), "prestop")
 	if w.PreStopIsMeshdrain {
-		w.PrestopArgs = stringsOf(path(w.container, "lifecycle", "preStop", "exec", "command"))[2:]
+		w.PrestopArgs = yamlnode.Strings(yamlnode.Path(w.container, "lifecycle", "preStop", "exec", "command"))[2:]
 	}
-	w.PreStopSleep, w.PreStopOnlySleeps = preStopSleep(path(w.container, "lifecycle", "preStop"))
-	if _, proxy := itemByKey(containers, "name", ProxyContainerName); proxy != nil {
+	w.PreStopSleep, w.PreStopOnlySleeps = preStopSleep(yamlnode.Path(w.container, "lifecycle", "preStop"))
+	if _, proxy := yamlnode.ItemByKey(containers, "name", ProxyContainerName); proxy != nil {
 		w.HasProxy, w.proxy = true, proxy
 		var isHold bool
-		w.ProxyPreStop, isHold = describePreStop(path(proxy, "lifecycle", "preStop"), "hold")
+		w.ProxyPreStop, isHold = describePreStop(yamlnode.Path(proxy, "lifecycle", "preStop"), "hold")
 		if isHold {
-			w.ProxyHoldArgs = append([]string{}, stringsOf(path(proxy, "lifecycle", "preStop", "exec", "command"))[2:]...)
+			w.ProxyHoldArgs = append([]string{}, yamlnode.Strings(yamlnode.Path(proxy, "lifecycle", "preStop", "exec", "command"))[2:]...)
 		}
 	}
-	if _, c := itemByKey(lookup(w.podSpec, "initContainers"), "name", ProxyContainerName); c != nil {
+	if _, c := yamlnode.ItemByKey(yamlnode.Lookup(w.podSpec, "initContainers"), "name", ProxyContainerName); c != nil {
 		w.ProxyInInitContainers = true
 	}
 	return w, nil
@@ -361,7 +355,7 @@ func (w *Workload) Sidecar() (Sidecar, string) {
 	case "false":
 		return Classic, NativeSidecarAnnotation + `: "false"`
 	}
-	if cfg, err := w.proxyConfig(); err == nil && strings.EqualFold(scalar(path(cfg, "proxyMetadata", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS")), "true") {
+	if cfg, err := w.proxyConfig(); err == nil && strings.EqualFold(yamlnode.Scalar(yamlnode.Path(cfg, "proxyMetadata", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS")), "true") {
 		return ExitOnZero, ProxyConfigAnnotation + " proxyMetadata.EXIT_ON_ZERO_ACTIVE_CONNECTIONS"
 	}
 	return "", ""
@@ -422,7 +416,7 @@ func (w *Workload) proxyConfigDuration(keys ...string) (time.Duration, error) {
 	if err != nil || cfg == nil {
 		return 0, err
 	}
-	v := scalar(path(cfg, keys...))
+	v := yamlnode.Scalar(yamlnode.Path(cfg, keys...))
 	if v == "" {
 		return 0, nil
 	}
@@ -443,10 +437,10 @@ func (w *Workload) proxyConfig() (*yaml.Node, error) {
 	if err := yaml.Unmarshal([]byte(raw), &doc); err != nil {
 		return nil, fmt.Errorf("%s/%s: annotation %s is neither JSON nor YAML: %w", w.Kind, w.Name, ProxyConfigAnnotation, err)
 	}
-	if len(doc.Content) == 0 || resolve(doc.Content[0]).Kind != yaml.MappingNode {
+	if len(doc.Content) == 0 || yamlnode.Resolve(doc.Content[0]).Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s/%s: annotation %s is not a mapping", w.Kind, w.Name, ProxyConfigAnnotation)
 	}
-	return resolve(doc.Content[0]), nil
+	return yamlnode.Resolve(doc.Content[0]), nil
 }
 
 // describePreStop says what a preStop handler does, for the operator who replaces it, and
@@ -457,20 +451,20 @@ func describePreStop(h *yaml.Node, verb string) (what string, isMeshdrain bool) 
 	}
 	var parts []string
 	for i := 0; i+1 < len(h.Content); i += 2 {
-		kind, v := h.Content[i].Value, resolve(h.Content[i+1])
+		kind, v := h.Content[i].Value, yamlnode.Resolve(h.Content[i+1])
 		switch kind {
 		case "exec":
-			cmd := stringsOf(lookup(v, "command"))
+			cmd := yamlnode.Strings(yamlnode.Lookup(v, "command"))
 			if len(cmd) >= 2 && filepath.Base(cmd[0]) == "meshdrain" && cmd[1] == verb {
 				isMeshdrain = true
 			}
 			parts = append(parts, fmt.Sprintf("exec %q", cmd))
 		case "httpGet":
-			parts = append(parts, fmt.Sprintf("httpGet %s:%s%s", scalar(lookup(v, "host")), scalar(lookup(v, "port")), scalar(lookup(v, "path"))))
+			parts = append(parts, fmt.Sprintf("httpGet %s:%s%s", yamlnode.Scalar(yamlnode.Lookup(v, "host")), yamlnode.Scalar(yamlnode.Lookup(v, "port")), yamlnode.Scalar(yamlnode.Lookup(v, "path"))))
 		case "tcpSocket":
-			parts = append(parts, fmt.Sprintf("tcpSocket :%s", scalar(lookup(v, "port"))))
+			parts = append(parts, fmt.Sprintf("tcpSocket :%s", yamlnode.Scalar(yamlnode.Lookup(v, "port"))))
 		case "sleep":
-			parts = append(parts, fmt.Sprintf("sleep %ss", scalar(lookup(v, "seconds"))))
+			parts = append(parts, fmt.Sprintf("sleep %ss", yamlnode.Scalar(yamlnode.Lookup(v, "seconds"))))
 		default:
 			parts = append(parts, kind)
 		}
@@ -608,35 +602,35 @@ func NewEdit(p Plan, o PatchOptions, w *Workload) (*Edit, error) {
 		e.Changes = append(e.Changes, fmt.Sprintf("terminationGracePeriodSeconds: %d", e.gracePeriod))
 	}
 
-	e.volume = mapOf("name", strNode(VolumeName), "emptyDir", mapOf("sizeLimit", strNode(volumeSizeLimit)))
-	e.initContainer = mapOf(
-		"name", strNode(InitContainerName),
-		"image", strNode(o.Image),
-		"args", sequenceNode(strNode("install"), strNode(dir)),
-		"volumeMounts", sequenceNode(mapOf("name", strNode(VolumeName), "mountPath", strNode(dir))),
-		"resources", mapOf(
-			"requests", mapOf("cpu", strNode("10m"), "memory", strNode("16Mi")),
-			"limits", mapOf("memory", strNode("32Mi"))),
+	e.volume = yamlnode.MapOf("name", yamlnode.Str(VolumeName), "emptyDir", yamlnode.MapOf("sizeLimit", yamlnode.Str(volumeSizeLimit)))
+	e.initContainer = yamlnode.MapOf(
+		"name", yamlnode.Str(InitContainerName),
+		"image", yamlnode.Str(o.Image),
+		"args", yamlnode.Sequence(yamlnode.Str("install"), yamlnode.Str(dir)),
+		"volumeMounts", yamlnode.Sequence(yamlnode.MapOf("name", yamlnode.Str(VolumeName), "mountPath", yamlnode.Str(dir))),
+		"resources", yamlnode.MapOf(
+			"requests", yamlnode.MapOf("cpu", yamlnode.Str("10m"), "memory", yamlnode.Str("16Mi")),
+			"limits", yamlnode.MapOf("memory", yamlnode.Str("32Mi"))),
 		// Pod Security "restricted" asks each of these of every container.
-		"securityContext", mapOf(
-			"runAsNonRoot", boolNode(true),
-			"runAsUser", intNode(65532),
-			"allowPrivilegeEscalation", boolNode(false),
-			"readOnlyRootFilesystem", boolNode(true),
-			"capabilities", mapOf("drop", sequenceNode(strNode("ALL"))),
-			"seccompProfile", mapOf("type", strNode("RuntimeDefault"))),
+		"securityContext", yamlnode.MapOf(
+			"runAsNonRoot", yamlnode.Bool(true),
+			"runAsUser", yamlnode.Int(65532),
+			"allowPrivilegeEscalation", yamlnode.Bool(false),
+			"readOnlyRootFilesystem", yamlnode.Bool(true),
+			"capabilities", yamlnode.MapOf("drop", yamlnode.Sequence(yamlnode.Str("ALL"))),
+			"seccompProfile", yamlnode.MapOf("type", yamlnode.Str("RuntimeDefault"))),
 	)
-	e.volumeMount = mapOf("name", strNode(VolumeName), "mountPath", strNode(dir), "readOnly", boolNode(true))
+	e.volumeMount = yamlnode.MapOf("name", yamlnode.Str(VolumeName), "mountPath", yamlnode.Str(dir), "readOnly", yamlnode.Bool(true))
 	binary := dir + "/meshdrain"
 	e.prestop = prestopMerge{args: p.PrestopArgs()}
 	if w != nil && w.PreStopIsMeshdrain {
 		e.prestop = p.mergePrestop(w.PrestopArgs)
 	}
-	command := sequenceNode(strNode(binary))
+	command := yamlnode.Sequence(yamlnode.Str(binary))
 	for _, a := range e.prestop.args {
-		command.Content = append(command.Content, strNode(a))
+		command.Content = append(command.Content, yamlnode.Str(a))
 	}
-	e.preStop = mapOf("exec", mapOf("command", command))
+	e.preStop = yamlnode.MapOf("exec", yamlnode.MapOf("command", command))
 	if w == nil {
 		e.Changes = append(e.Changes,
 			fmt.Sprintf("volume %s (emptyDir) and init container %s (%s, runs `meshdrain install %s`)", VolumeName, InitContainerName, o.Image, dir),
@@ -692,53 +686,53 @@ func (e *Edit) deriveProxy(binary string) ([]string, error) {
 	if w != nil && w.ProxyHolds() {
 		e.hold = p.mergeHold(w.ProxyHoldArgs)
 	}
-	command := sequenceNode(strNode(binary))
+	command := yamlnode.Sequence(yamlnode.Str(binary))
 	for _, a := range e.hold.args {
-		command.Content = append(command.Content, strNode(a))
+		command.Content = append(command.Content, yamlnode.Str(a))
 	}
-	preStop := mapOf("exec", mapOf("command", command))
-	e.proxyMount = mapOf("name", strNode(VolumeName), "mountPath", strNode(dir), "readOnly", boolNode(true))
+	preStop := yamlnode.MapOf("exec", yamlnode.MapOf("command", command))
+	e.proxyMount = yamlnode.MapOf("name", yamlnode.Str(VolumeName), "mountPath", yamlnode.Str(dir), "readOnly", yamlnode.Bool(true))
 	if w == nil || !w.HasProxy {
-		e.proxy = mapOf("name", strNode(ProxyContainerName), "image", strNode(ProxyImageAuto),
-			"volumeMounts", sequenceNode(e.proxyMount), "lifecycle", mapOf("preStop", preStop))
+		e.proxy = yamlnode.MapOf("name", yamlnode.Str(ProxyContainerName), "image", yamlnode.Str(ProxyImageAuto),
+			"volumeMounts", yamlnode.Sequence(e.proxyMount), "lifecycle", yamlnode.MapOf("preStop", preStop))
 		e.proxyImage = true
 		return []string{fmt.Sprintf("container %s (image: %s; Istio's injector merges it into the proxy it injects): mounts %s read-only; preStop runs %s %s",
 			ProxyContainerName, ProxyImageAuto, dir, binary, strings.Join(e.hold.args, " "))}, nil
 	}
 
 	// The workload's own override: hold's preStop and the mount merged into it.
-	proxy := copyTree(w.proxy)
+	proxy := yamlnode.Copy(w.proxy)
 	var set []string
-	if scalar(lookup(proxy, "image")) == "" {
-		setKey(proxy, "image", strNode(ProxyImageAuto))
+	if yamlnode.Scalar(yamlnode.Lookup(proxy, "image")) == "" {
+		yamlnode.SetKey(proxy, "image", yamlnode.Str(ProxyImageAuto))
 		e.proxyImage = true
 		set = append(set, "image "+ProxyImageAuto)
 	}
-	if _, m := itemByKey(lookup(proxy, "volumeMounts"), "mountPath", dir); m != nil {
-		if scalar(lookup(m, "name")) != VolumeName {
-			return nil, fmt.Errorf("container %s%s already mounts volume %s at %s: pass --dir with another path", ProxyContainerName, id, scalar(lookup(m, "name")), dir)
+	if _, m := yamlnode.ItemByKey(yamlnode.Lookup(proxy, "volumeMounts"), "mountPath", dir); m != nil {
+		if yamlnode.Scalar(yamlnode.Lookup(m, "name")) != VolumeName {
+			return nil, fmt.Errorf("container %s%s already mounts volume %s at %s: pass --dir with another path", ProxyContainerName, id, yamlnode.Scalar(yamlnode.Lookup(m, "name")), dir)
 		}
-		e.proxyMount = copyTree(m)
+		e.proxyMount = yamlnode.Copy(m)
 	} else {
-		mounts, err := ensureSeq(proxy, "volumeMounts")
+		mounts, err := yamlnode.EnsureSeq(proxy, "volumeMounts")
 		if err != nil {
 			return nil, fmt.Errorf("container %s%s: %w", ProxyContainerName, id, err)
 		}
-		upsert(mounts, "mountPath", e.proxyMount)
+		yamlnode.Upsert(mounts, "mountPath", e.proxyMount)
 		set = append(set, fmt.Sprintf("mounts %s read-only", dir))
 	}
-	old := path(w.proxy, "lifecycle", "preStop")
+	old := yamlnode.Path(w.proxy, "lifecycle", "preStop")
 	switch {
 	case w.ProxyPreStop == "":
 		set = append(set, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")))
 	case w.ProxyHolds():
-		oldBinary := stringsOf(path(w.proxy, "lifecycle", "preStop", "exec", "command"))[0]
+		oldBinary := yamlnode.Strings(yamlnode.Path(w.proxy, "lifecycle", "preStop", "exec", "command"))[0]
 		changes := e.hold.changes
 		if oldBinary != binary {
 			changes = append([]string{fmt.Sprintf("runs %s (was %s)", binary, oldBinary)}, changes...)
 		}
 		if len(changes) == 0 {
-			preStop = copyTree(old)
+			preStop = yamlnode.Copy(old)
 			break
 		}
 		line := "preStop " + strings.Join(changes, ", ")
@@ -759,11 +753,11 @@ func (e *Edit) deriveProxy(binary string) ([]string, error) {
 		}
 		set = append(set, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")))
 	}
-	lifecycle, err := ensureMap(proxy, "lifecycle")
+	lifecycle, err := yamlnode.EnsureMap(proxy, "lifecycle")
 	if err != nil {
 		return nil, fmt.Errorf("container %s%s: %w", ProxyContainerName, id, err)
 	}
-	setKey(lifecycle, "preStop", preStop)
+	yamlnode.SetKey(lifecycle, "preStop", preStop)
 	e.proxy = proxy
 	if len(set) == 0 {
 		return nil, nil
@@ -777,7 +771,7 @@ func (e *Edit) ProxyPrestopCommand() []string {
 	if e.proxy == nil {
 		return nil
 	}
-	return stringsOf(path(e.proxy, "lifecycle", "preStop", "exec", "command"))
+	return yamlnode.Strings(yamlnode.Path(e.proxy, "lifecycle", "preStop", "exec", "command"))
 }
 
 // KeptHoldArgs are the tokens of the workload's hold preStop that the edit keeps as written.
@@ -789,29 +783,29 @@ func (e *Edit) KeptHoldArgs() []string { return append([]string(nil), e.hold.kep
 func (e *Edit) keepInstalled() []string {
 	w, dir := e.workload, e.opts.Dir
 	var changes []string
-	if _, v := itemByKey(lookup(w.podSpec, "volumes"), "name", VolumeName); v != nil {
-		e.volume = copyTree(v) // an emptyDir (checkConflicts): its size and medium are the user's
+	if _, v := yamlnode.ItemByKey(yamlnode.Lookup(w.podSpec, "volumes"), "name", VolumeName); v != nil {
+		e.volume = yamlnode.Copy(v) // an emptyDir (checkConflicts): its size and medium are the user's
 	} else {
 		changes = append(changes, fmt.Sprintf("volume %s (emptyDir)", VolumeName))
 	}
-	if _, c := itemByKey(lookup(w.podSpec, "initContainers"), "name", InitContainerName); c != nil {
-		kept := copyTree(c)
+	if _, c := yamlnode.ItemByKey(yamlnode.Lookup(w.podSpec, "initContainers"), "name", InitContainerName); c != nil {
+		kept := yamlnode.Copy(c)
 		var set []string
-		if image := scalar(lookup(c, "image")); image == "" || (e.opts.ImageSet && image != e.opts.Image) {
-			setKey(kept, "image", strNode(e.opts.Image))
+		if image := yamlnode.Scalar(yamlnode.Lookup(c, "image")); image == "" || (e.opts.ImageSet && image != e.opts.Image) {
+			yamlnode.SetKey(kept, "image", yamlnode.Str(e.opts.Image))
 			if image == "" {
 				image = "none"
 			}
 			set = append(set, fmt.Sprintf("image %s → %s", image, e.opts.Image))
 		}
-		if args := stringsOf(lookup(c, "args")); strings.Join(args, " ") != "install "+dir {
-			setKey(kept, "args", sequenceNode(strNode("install"), strNode(dir)))
+		if args := yamlnode.Strings(yamlnode.Lookup(c, "args")); strings.Join(args, " ") != "install "+dir {
+			yamlnode.SetKey(kept, "args", yamlnode.Sequence(yamlnode.Str("install"), yamlnode.Str(dir)))
 			set = append(set, fmt.Sprintf("args %q → [install %s]", args, dir))
 		}
-		if _, m := itemByKey(lookup(c, "volumeMounts"), "name", VolumeName); m == nil || scalar(lookup(m, "mountPath")) != dir {
-			mounts, err := ensureSeq(kept, "volumeMounts")
+		if _, m := yamlnode.ItemByKey(yamlnode.Lookup(c, "volumeMounts"), "name", VolumeName); m == nil || yamlnode.Scalar(yamlnode.Lookup(m, "mountPath")) != dir {
+			mounts, err := yamlnode.EnsureSeq(kept, "volumeMounts")
 			if err == nil {
-				upsert(mounts, "name", mapOf("name", strNode(VolumeName), "mountPath", strNode(dir)))
+				yamlnode.Upsert(mounts, "name", yamlnode.MapOf("name", yamlnode.Str(VolumeName), "mountPath", yamlnode.Str(dir)))
 				set = append(set, "mounts "+dir)
 			}
 		}
@@ -822,8 +816,8 @@ func (e *Edit) keepInstalled() []string {
 	} else {
 		changes = append(changes, fmt.Sprintf("init container %s (%s, runs `meshdrain install %s`)", InitContainerName, e.opts.Image, dir))
 	}
-	if _, m := itemByKey(lookup(w.container, "volumeMounts"), "mountPath", dir); m != nil {
-		e.volumeMount = copyTree(m) // its name is meshdrain's (checkConflicts)
+	if _, m := yamlnode.ItemByKey(yamlnode.Lookup(w.container, "volumeMounts"), "mountPath", dir); m != nil {
+		e.volumeMount = yamlnode.Copy(m) // its name is meshdrain's (checkConflicts)
 	} else {
 		changes = append(changes, fmt.Sprintf("container %s: mounts %s read-only", w.Container, dir))
 	}
@@ -837,13 +831,13 @@ func (e *Edit) prestopChanges(binary string) []string {
 	if !w.PreStopIsMeshdrain {
 		return []string{fmt.Sprintf("container %s: preStop runs %s %s", w.Container, binary, strings.Join(e.prestop.args, " "))}
 	}
-	oldBinary := stringsOf(path(w.container, "lifecycle", "preStop", "exec", "command"))[0]
+	oldBinary := yamlnode.Strings(yamlnode.Path(w.container, "lifecycle", "preStop", "exec", "command"))[0]
 	changes := e.prestop.changes
 	if oldBinary != binary {
 		changes = append([]string{fmt.Sprintf("runs %s (was %s)", binary, oldBinary)}, changes...)
 	}
 	if len(changes) == 0 {
-		e.preStop = copyTree(path(w.container, "lifecycle", "preStop"))
+		e.preStop = yamlnode.Copy(yamlnode.Path(w.container, "lifecycle", "preStop"))
 		return nil
 	}
 	line := fmt.Sprintf("container %s: preStop %s", w.Container, strings.Join(changes, ", "))
@@ -855,7 +849,7 @@ func (e *Edit) prestopChanges(binary string) []string {
 
 // PrestopCommand is the preStop command the edit writes: the binary and its arguments.
 func (e *Edit) PrestopCommand() []string {
-	return stringsOf(lookup(lookup(e.preStop, "exec"), "command"))
+	return yamlnode.Strings(yamlnode.Lookup(yamlnode.Lookup(e.preStop, "exec"), "command"))
 }
 
 // KeptPrestopArgs are the tokens of the workload's preStop that the edit keeps as the user
@@ -866,17 +860,17 @@ func (e *Edit) KeptPrestopArgs() []string { return append([]string(nil), e.prest
 func (e *Edit) checkConflicts() error {
 	w := e.workload
 	id := w.Kind + "/" + w.Name
-	if w.HasProxy && scalar(lookup(w.proxy, "image")) == ProxyImageAuto && e.plan.Input.Mesh != mesh.Istio {
+	if w.HasProxy && yamlnode.Scalar(yamlnode.Lookup(w.proxy, "image")) == ProxyImageAuto && e.plan.Input.Mesh != mesh.Istio {
 		// Only Istio's injector fills image: auto; anywhere else the kubelet pulls "auto".
 		return fmt.Errorf("%s has a container %s with image: %s, an override only Istio's injector fills, in a pod planned for --mesh %s: "+
 			"the pod would never start (the image %q cannot be pulled); remove that container, or plan with --mesh istio if Istio injects the pod",
 			id, ProxyContainerName, ProxyImageAuto, e.plan.Input.Mesh, ProxyImageAuto)
 	}
-	if _, v := itemByKey(lookup(w.podSpec, "volumes"), "name", VolumeName); v != nil && lookup(v, "emptyDir") == nil {
+	if _, v := yamlnode.ItemByKey(yamlnode.Lookup(w.podSpec, "volumes"), "name", VolumeName); v != nil && yamlnode.Lookup(v, "emptyDir") == nil {
 		return fmt.Errorf("%s already has a volume named %s that is not an emptyDir: rename it", id, VolumeName)
 	}
-	if _, m := itemByKey(lookup(w.container, "volumeMounts"), "mountPath", e.opts.Dir); m != nil && scalar(lookup(m, "name")) != VolumeName {
-		return fmt.Errorf("container %s already mounts volume %s at %s: pass --dir with another path", w.Container, scalar(lookup(m, "name")), e.opts.Dir)
+	if _, m := yamlnode.ItemByKey(yamlnode.Lookup(w.container, "volumeMounts"), "mountPath", e.opts.Dir); m != nil && yamlnode.Scalar(yamlnode.Lookup(m, "name")) != VolumeName {
+		return fmt.Errorf("container %s already mounts volume %s at %s: pass --dir with another path", w.Container, yamlnode.Scalar(yamlnode.Lookup(m, "name")), e.opts.Dir)
 	}
 	if w.PreStop == "" || w.PreStopIsMeshdrain {
 		return nil
@@ -886,8 +880,8 @@ func (e *Edit) checkConflicts() error {
 			"takes its place: pass --replace-prestop once the app does on SIGTERM what that hook did", w.Container, id, w.PreStop)
 	}
 	e.Replaced, e.ReplacedOnlySlept = w.PreStop, w.PreStopOnlySleeps
-	for i := 0; i+1 < len(path(w.container, "lifecycle", "preStop").Content); i += 2 {
-		if h := path(w.container, "lifecycle", "preStop").Content[i].Value; h != "exec" {
+	for i := 0; i+1 < len(yamlnode.Path(w.container, "lifecycle", "preStop").Content); i += 2 {
+		if h := yamlnode.Path(w.container, "lifecycle", "preStop").Content[i].Value; h != "exec" {
 			e.removeHandlers = append(e.removeHandlers, h)
 		}
 	}
@@ -990,22 +984,22 @@ func (e *Edit) mergeProxyConfig() (value, change string, err error) {
 		isYAML = cfg != nil && !strings.HasPrefix(strings.TrimSpace(raw), "{")
 	}
 	if cfg == nil {
-		cfg = mappingNode()
+		cfg = yamlnode.Mapping()
 	}
 	var set []string
 	changedKeys := map[string]bool{}
 	for _, s := range e.proxyConfigSettings() {
-		old := scalar(path(cfg, s.path...))
+		old := yamlnode.Scalar(yamlnode.Path(cfg, s.path...))
 		if old != "" && sameFlagValue(old, s.value) {
 			continue
 		}
 		m := cfg
 		for _, k := range s.path[:len(s.path)-1] {
-			if m, err = ensureMap(m, k); err != nil {
+			if m, err = yamlnode.EnsureMap(m, k); err != nil {
 				return "", "", fmt.Errorf("%s: %w", ProxyConfigAnnotation, err)
 			}
 		}
-		setKey(m, s.path[len(s.path)-1], strNode(s.value))
+		yamlnode.SetKey(m, s.path[len(s.path)-1], yamlnode.Str(s.value))
 		changedKeys[s.path[0]] = true
 		name := strings.Join(s.path, ".")
 		if old != "" {
@@ -1027,9 +1021,9 @@ func (e *Edit) mergeProxyConfig() (value, change string, err error) {
 		// In the annotation's own indentation, so that its lines the plan does not set stay.
 		var buf bytes.Buffer
 		enc := yaml.NewEncoder(&buf)
-		st := detectStyle(cfg)
-		enc.SetIndent(min(max(st.mapIndent, 2), 9))
-		if st.seqIndent < st.mapIndent {
+		indent, compact := yamlnode.EncoderIndent(cfg)
+		enc.SetIndent(indent)
+		if compact {
 			enc.CompactSeqIndent()
 		}
 		if err := enc.Encode(cfg); err != nil {
@@ -1039,7 +1033,7 @@ func (e *Edit) mergeProxyConfig() (value, change string, err error) {
 			return "", "", err
 		}
 		value = buf.String()
-	} else if value, err = jsonOf(cfg); err != nil {
+	} else if value, err = yamlnode.JSON(cfg); err != nil {
 		return "", "", err
 	}
 	change = "sets " + strings.Join(set, ", ")
@@ -1057,56 +1051,56 @@ func (e *Edit) Apply() error {
 		return errors.New("no workload to apply the plan to")
 	}
 	if len(e.annotations) > 0 {
-		meta, err := ensureMap(w.template, "metadata")
+		meta, err := yamlnode.EnsureMap(w.template, "metadata")
 		if err != nil {
 			return err
 		}
-		ann, err := ensureMap(meta, "annotations")
+		ann, err := yamlnode.EnsureMap(meta, "annotations")
 		if err != nil {
 			return err
 		}
 		for _, a := range e.annotations {
-			setKey(ann, a.Key, strNode(a.Value))
+			yamlnode.SetKey(ann, a.Key, yamlnode.Str(a.Value))
 		}
 	}
-	setKey(w.podSpec, "terminationGracePeriodSeconds", intNode(e.gracePeriod))
+	yamlnode.SetKey(w.podSpec, "terminationGracePeriodSeconds", yamlnode.Int(e.gracePeriod))
 	for _, add := range []struct {
 		list string
 		key  string
 		item *yaml.Node
 	}{{"volumes", "name", e.volume}, {"initContainers", "name", e.initContainer}} {
-		seq, err := ensureSeq(w.podSpec, add.list)
+		seq, err := yamlnode.EnsureSeq(w.podSpec, add.list)
 		if err != nil {
 			return err
 		}
-		upsert(seq, add.key, add.item)
+		yamlnode.Upsert(seq, add.key, add.item)
 	}
-	mounts, err := ensureSeq(w.container, "volumeMounts")
+	mounts, err := yamlnode.EnsureSeq(w.container, "volumeMounts")
 	if err != nil {
 		return err
 	}
-	upsert(mounts, "mountPath", e.volumeMount)
-	lifecycle, err := ensureMap(w.container, "lifecycle")
+	yamlnode.Upsert(mounts, "mountPath", e.volumeMount)
+	lifecycle, err := yamlnode.EnsureMap(w.container, "lifecycle")
 	if err != nil {
 		return err
 	}
-	setKey(lifecycle, "preStop", e.preStop)
+	yamlnode.SetKey(lifecycle, "preStop", e.preStop)
 	if e.hostIPEnv != nil {
-		env, err := ensureSeq(w.container, "env")
+		env, err := yamlnode.EnsureSeq(w.container, "env")
 		if err != nil {
 			return err
 		}
-		upsert(env, "name", e.hostIPEnv)
+		yamlnode.Upsert(env, "name", e.hostIPEnv)
 	}
 	if e.readiness != nil {
-		setKey(w.container, "readinessProbe", e.readiness)
+		yamlnode.SetKey(w.container, "readinessProbe", e.readiness)
 	}
 	if e.proxy != nil {
-		containers, err := ensureSeq(w.podSpec, "containers")
+		containers, err := yamlnode.EnsureSeq(w.podSpec, "containers")
 		if err != nil {
 			return err
 		}
-		upsert(containers, "name", e.proxy)
+		yamlnode.Upsert(containers, "name", e.proxy)
 	}
 	return nil
 }
@@ -1148,55 +1142,55 @@ func (e *Edit) WritePatch(w io.Writer) error {
 		return ew.err
 	}
 
-	podSpec := mapOf("terminationGracePeriodSeconds", intNode(e.gracePeriod),
-		"volumes", sequenceNode(e.volume), "initContainers", sequenceNode(e.initContainer))
-	preStop := mappingNode()
+	podSpec := yamlnode.MapOf("terminationGracePeriodSeconds", yamlnode.Int(e.gracePeriod),
+		"volumes", yamlnode.Sequence(e.volume), "initContainers", yamlnode.Sequence(e.initContainer))
+	preStop := yamlnode.Mapping()
 	for _, h := range e.removeHandlers {
-		setKey(preStop, h, nullNode())
+		yamlnode.SetKey(preStop, h, yamlnode.Null())
 	}
-	setKey(preStop, "exec", lookup(e.preStop, "exec"))
-	app := mapOf(
-		"name", strNode(e.opts.Container),
-		"volumeMounts", sequenceNode(e.volumeMount),
-		"lifecycle", mapOf("preStop", preStop))
+	yamlnode.SetKey(preStop, "exec", yamlnode.Lookup(e.preStop, "exec"))
+	app := yamlnode.MapOf(
+		"name", yamlnode.Str(e.opts.Container),
+		"volumeMounts", yamlnode.Sequence(e.volumeMount),
+		"lifecycle", yamlnode.MapOf("preStop", preStop))
 	if e.hostIPEnv != nil {
-		setKey(app, "env", sequenceNode(e.hostIPEnv))
+		yamlnode.SetKey(app, "env", yamlnode.Sequence(e.hostIPEnv))
 	}
 	if e.readiness != nil {
-		setKey(app, "readinessProbe", e.readiness)
+		yamlnode.SetKey(app, "readinessProbe", e.readiness)
 	}
-	containers := sequenceNode(app)
+	containers := yamlnode.Sequence(app)
 	if e.proxy != nil {
 		// Only what plan sets: a patch onto an istio-proxy of the workload's keeps its other
 		// fields, its image included.
-		proxy := mapOf("name", strNode(ProxyContainerName))
+		proxy := yamlnode.MapOf("name", yamlnode.Str(ProxyContainerName))
 		if e.proxyImage {
-			setKey(proxy, "image", strNode(ProxyImageAuto))
+			yamlnode.SetKey(proxy, "image", yamlnode.Str(ProxyImageAuto))
 		}
-		proxyPreStop := mappingNode()
+		proxyPreStop := yamlnode.Mapping()
 		for _, h := range e.proxyRemoveHandlers {
-			setKey(proxyPreStop, h, nullNode())
+			yamlnode.SetKey(proxyPreStop, h, yamlnode.Null())
 		}
-		setKey(proxyPreStop, "exec", path(e.proxy, "lifecycle", "preStop", "exec"))
-		setKey(proxy, "volumeMounts", sequenceNode(e.proxyMount))
-		setKey(proxy, "lifecycle", mapOf("preStop", proxyPreStop))
+		yamlnode.SetKey(proxyPreStop, "exec", yamlnode.Path(e.proxy, "lifecycle", "preStop", "exec"))
+		yamlnode.SetKey(proxy, "volumeMounts", yamlnode.Sequence(e.proxyMount))
+		yamlnode.SetKey(proxy, "lifecycle", yamlnode.MapOf("preStop", proxyPreStop))
 		containers.Content = append(containers.Content, proxy)
 	}
-	podSpec.Content = append(podSpec.Content, strNode("containers"), containers)
-	template := mappingNode()
+	podSpec.Content = append(podSpec.Content, yamlnode.Str("containers"), containers)
+	template := yamlnode.Mapping()
 	if len(e.annotations) > 0 {
-		ann := mappingNode()
+		ann := yamlnode.Mapping()
 		for _, a := range e.annotations {
-			setKey(ann, a.Key, strNode(a.Value))
+			yamlnode.SetKey(ann, a.Key, yamlnode.Str(a.Value))
 		}
-		setKey(template, "metadata", mapOf("annotations", ann))
+		yamlnode.SetKey(template, "metadata", yamlnode.MapOf("annotations", ann))
 	}
-	setKey(template, "spec", podSpec)
+	yamlnode.SetKey(template, "spec", podSpec)
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	enc.CompactSeqIndent()
-	if err := enc.Encode(mapOf("spec", mapOf("template", template))); err != nil {
+	if err := enc.Encode(yamlnode.MapOf("spec", yamlnode.MapOf("template", template))); err != nil {
 		return err
 	}
 	if err := enc.Close(); err != nil {

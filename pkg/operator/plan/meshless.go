@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"strconv"
 	"strings"
 
@@ -251,8 +252,8 @@ func (e *Edit) deriveMeshless() ([]string, error) {
 			return nil, fmt.Errorf("%s runs on the node's network (hostNetwork: true): its sockets and TCP counters are the node's, "+
 				"so --mesh %s could not tell this pod's clients from any other's; prestop refuses it there", id, p.Input.Mesh)
 		}
-		if _, env := itemByKey(lookup(w.container, "env"), "name", HostIPEnv); env != nil {
-			if scalar(path(env, "valueFrom", "fieldRef", "fieldPath")) != HostIPFieldPath || lookup(env, "value") != nil {
+		if _, env := yamlnode.ItemByKey(yamlnode.Lookup(w.container, "env"), "name", HostIPEnv); env != nil {
+			if yamlnode.Scalar(yamlnode.Path(env, "valueFrom", "fieldRef", "fieldPath")) != HostIPFieldPath || yamlnode.Lookup(env, "value") != nil {
 				return nil, fmt.Errorf("container %s of %s sets %s to something other than the node's IP (fieldRef %s), which prestop's --ignore-source=%s reads: "+
 					"rename your variable", name, id, HostIPEnv, HostIPFieldPath, IgnoreHostIP)
 			}
@@ -267,7 +268,7 @@ func (e *Edit) deriveMeshless() ([]string, error) {
 			name, HostIPEnv, HostIPFieldPath, IgnoreHostIP))
 	}
 	if probe, ok := p.ReadinessProbe(); ok && w != nil && !w.HasReadinessProbe {
-		e.readiness = mapOf("tcpSocket", mapOf("port", intNode(int64(probe.Port))), "periodSeconds", intNode(int64(probe.PeriodSeconds)))
+		e.readiness = yamlnode.MapOf("tcpSocket", yamlnode.MapOf("port", yamlnode.Int(int64(probe.Port))), "periodSeconds", yamlnode.Int(int64(probe.PeriodSeconds)))
 		changes = append(changes, fmt.Sprintf("container %s: readinessProbe tcpSocket :%d every %ds (it had none; an httpGet that checks what the app needs is better)",
 			name, probe.Port, probe.PeriodSeconds))
 	}
@@ -275,5 +276,5 @@ func (e *Edit) deriveMeshless() ([]string, error) {
 }
 
 func hostIPEnvNode() *yaml.Node {
-	return mapOf("name", strNode(HostIPEnv), "valueFrom", mapOf("fieldRef", mapOf("fieldPath", strNode(HostIPFieldPath))))
+	return yamlnode.MapOf("name", yamlnode.Str(HostIPEnv), "valueFrom", yamlnode.MapOf("fieldRef", yamlnode.MapOf("fieldPath", yamlnode.Str(HostIPFieldPath))))
 }

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"regexp"
 	"slices"
 	"strconv"
@@ -25,11 +26,11 @@ type ContainerPort struct {
 // containerPorts are a container's TCP containerPorts.
 func containerPorts(c *yaml.Node) []ContainerPort {
 	var ports []ContainerPort
-	for _, p := range items(lookup(c, "ports")) {
-		proto := scalar(lookup(p, "protocol"))
-		number, err := strconv.Atoi(scalar(lookup(p, "containerPort")))
+	for _, p := range yamlnode.Items(yamlnode.Lookup(c, "ports")) {
+		proto := yamlnode.Scalar(yamlnode.Lookup(p, "protocol"))
+		number, err := strconv.Atoi(yamlnode.Scalar(yamlnode.Lookup(p, "containerPort")))
 		if err == nil && (proto == "" || proto == "TCP") {
-			ports = append(ports, ContainerPort{Number: number, Name: scalar(lookup(p, "name"))})
+			ports = append(ports, ContainerPort{Number: number, Name: yamlnode.Scalar(yamlnode.Lookup(p, "name"))})
 		}
 	}
 	return ports
@@ -48,16 +49,16 @@ var probeKinds = []string{"livenessProbe", "readinessProbe", "startupProbe"}
 func readProbes(c *yaml.Node) []probe {
 	var probes []probe
 	for _, kind := range probeKinds {
-		pr := lookup(c, kind)
+		pr := yamlnode.Lookup(c, kind)
 		if pr == nil {
 			continue
 		}
 		for _, handler := range []string{"httpGet", "tcpSocket", "grpc"} {
-			if port := scalar(path(pr, handler, "port")); port != "" {
+			if port := yamlnode.Scalar(yamlnode.Path(pr, handler, "port")); port != "" {
 				probes = append(probes, probe{kind: kind, port: port})
 			}
 		}
-		if cmd := stringsOf(path(pr, "exec", "command")); len(cmd) > 0 {
+		if cmd := yamlnode.Strings(yamlnode.Path(pr, "exec", "command")); len(cmd) > 0 {
 			probes = append(probes, probe{kind: kind, command: strings.Join(cmd, " ")})
 		}
 	}
@@ -76,34 +77,34 @@ type Service struct {
 func servicesFor(objs []*yaml.Node, w *Workload) []Service {
 	var out []Service
 	for _, obj := range objs {
-		if scalar(lookup(obj, "kind")) != "Service" {
+		if yamlnode.Scalar(yamlnode.Lookup(obj, "kind")) != "Service" {
 			continue
 		}
-		ns := scalar(path(obj, "metadata", "namespace"))
+		ns := yamlnode.Scalar(yamlnode.Path(obj, "metadata", "namespace"))
 		if ns != "" && w.Namespace != "" && ns != w.Namespace {
 			continue
 		}
-		selector := path(obj, "spec", "selector")
+		selector := yamlnode.Path(obj, "spec", "selector")
 		if selector == nil || selector.Kind != yaml.MappingNode || len(selector.Content) == 0 {
 			continue // no selector: its endpoints are someone's own, not this workload's
 		}
 		selects := true
 		for i := 0; i+1 < len(selector.Content); i += 2 {
-			if v, ok := w.Labels[selector.Content[i].Value]; !ok || v != scalar(selector.Content[i+1]) {
+			if v, ok := w.Labels[selector.Content[i].Value]; !ok || v != yamlnode.Scalar(selector.Content[i+1]) {
 				selects = false
 			}
 		}
 		if !selects {
 			continue
 		}
-		svc := Service{Name: scalar(path(obj, "metadata", "name"))}
-		for _, p := range items(path(obj, "spec", "ports")) {
-			if proto := scalar(lookup(p, "protocol")); proto != "" && proto != "TCP" {
+		svc := Service{Name: yamlnode.Scalar(yamlnode.Path(obj, "metadata", "name"))}
+		for _, p := range yamlnode.Items(yamlnode.Path(obj, "spec", "ports")) {
+			if proto := yamlnode.Scalar(yamlnode.Lookup(p, "protocol")); proto != "" && proto != "TCP" {
 				continue
 			}
-			target := scalar(lookup(p, "targetPort"))
+			target := yamlnode.Scalar(yamlnode.Lookup(p, "targetPort"))
 			if target == "" {
-				target = scalar(lookup(p, "port")) // Kubernetes' default: the same as port
+				target = yamlnode.Scalar(yamlnode.Lookup(p, "port")) // Kubernetes' default: the same as port
 			}
 			svc.TargetPorts = append(svc.TargetPorts, target)
 		}

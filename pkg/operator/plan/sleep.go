@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,21 +26,21 @@ var sleepArg = regexp.MustCompile(`^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([smhd]?)$`)
 // preStopSleep is how long a preStop handler sleeps when sleeping is all it does: the
 // Kubernetes sleep action, or an exec of sleep(1) directly or as a shell's whole script.
 func preStopSleep(h *yaml.Node) (time.Duration, bool) {
-	h = resolve(h)
+	h = yamlnode.Resolve(h)
 	if h == nil || h.Kind != yaml.MappingNode || len(h.Content) != 2 {
 		return 0, false // no handler, or several (which Kubernetes refuses)
 	}
-	v := resolve(h.Content[1])
+	v := yamlnode.Resolve(h.Content[1])
 	switch h.Content[0].Value {
 	case "sleep":
-		secs, err := strconv.ParseInt(scalar(lookup(v, "seconds")), 10, 64)
+		secs, err := strconv.ParseInt(yamlnode.Scalar(yamlnode.Lookup(v, "seconds")), 10, 64)
 		if err != nil || secs < 0 {
 			return 0, false
 		}
 		return time.Duration(secs) * time.Second, true
 	case "exec":
-		if cmd := resolve(lookup(v, "command")); cmd != nil && cmd.Kind == yaml.SequenceNode {
-			return execSleep(stringsOf(cmd))
+		if cmd := yamlnode.Resolve(yamlnode.Lookup(v, "command")); cmd != nil && cmd.Kind == yaml.SequenceNode {
+			return execSleep(yamlnode.Strings(cmd))
 		}
 	}
 	return 0, false

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"bytes"
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"strings"
 	"testing"
 )
@@ -50,9 +51,9 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := path(resolve(m.docs[0].Content[0]), "spec", "template", "spec", "containers").Content[0]
-	setKey(cmd, "command", sequenceNode(strNode("/meshdrain/meshdrain"), strNode("prestop"), strNode("--grace-period=60s"), strNode("--eds-lag-bound=12s"),
-		strNode("--drain-at=end"), strNode("--strict-active"), strNode("--log-file=/proc/1/fd/1")))
+	cmd := yamlnode.Path(yamlnode.Resolve(m.docs[0].Content[0]), "spec", "template", "spec", "containers").Content[0]
+	yamlnode.SetKey(cmd, "command", yamlnode.Sequence(yamlnode.Str("/meshdrain/meshdrain"), yamlnode.Str("prestop"), yamlnode.Str("--grace-period=60s"), yamlnode.Str("--eds-lag-bound=12s"),
+		yamlnode.Str("--drain-at=end"), yamlnode.Str("--strict-active"), yamlnode.Str("--log-file=/proc/1/fd/1")))
 	var out bytes.Buffer
 	if err := m.Write(&out); err != nil {
 		t.Fatal(err)
@@ -66,9 +67,9 @@ spec:
 
 	// A changed item keeps its comment on its line.
 	m, _ = ReadManifests(strings.NewReader(want))
-	cmd = path(resolve(m.docs[0].Content[0]), "spec", "template", "spec", "containers").Content[0]
-	items := lookup(cmd, "command").Content
-	items[2] = strNode("--grace-period=75s")
+	cmd = yamlnode.Path(yamlnode.Resolve(m.docs[0].Content[0]), "spec", "template", "spec", "containers").Content[0]
+	items := yamlnode.Lookup(cmd, "command").Content
+	items[2] = yamlnode.Str("--grace-period=75s")
 	out.Reset()
 	if err := m.Write(&out); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,8 @@
-package plan
+// Package yamlnode reads, builds and splices yaml.v3 node trees: what meshdrain plan edits a
+// user's manifests with. A Deployment carries fields, comments and key order that a round trip
+// through structs would lose, and a plan must change only what it names; Splice then writes
+// the changed trees back as the input's own lines, with only the changed fields rewritten.
+package yamlnode
 
 import (
 	"encoding/json"
@@ -13,13 +17,13 @@ import (
 // Deployment carries fields, comments and key order that a round trip through structs would
 // lose, and a plan must change only what it names.
 
-func mappingNode() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
+func Mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
 
-func sequenceNode(items ...*yaml.Node) *yaml.Node {
+func Sequence(items ...*yaml.Node) *yaml.Node {
 	return &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: items}
 }
 
-func strNode(s string) *yaml.Node {
+func Str(s string) *yaml.Node {
 	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
 	switch {
 	case strings.Contains(s, "\n"):
@@ -33,28 +37,28 @@ func strNode(s string) *yaml.Node {
 	return n
 }
 
-func intNode(v int64) *yaml.Node {
+func Int(v int64) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v, 10)}
 }
 
-func boolNode(v bool) *yaml.Node {
+func Bool(v bool) *yaml.Node {
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v)}
 }
 
 // nullNode is an explicit null: in a strategic-merge patch it deletes the field.
-func nullNode() *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"} }
+func Null() *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"} }
 
 // mapOf builds a mapping from key, value pairs, in that order.
-func mapOf(pairs ...any) *yaml.Node {
-	m := mappingNode()
+func MapOf(pairs ...any) *yaml.Node {
+	m := Mapping()
 	for i := 0; i+1 < len(pairs); i += 2 {
-		setKey(m, pairs[i].(string), pairs[i+1].(*yaml.Node))
+		SetKey(m, pairs[i].(string), pairs[i+1].(*yaml.Node))
 	}
 	return m
 }
 
 // resolve follows aliases, so an anchored value is read like any other.
-func resolve(n *yaml.Node) *yaml.Node {
+func Resolve(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
@@ -62,23 +66,23 @@ func resolve(n *yaml.Node) *yaml.Node {
 }
 
 // lookup returns the value under key in mapping m, or nil.
-func lookup(m *yaml.Node, key string) *yaml.Node {
-	m = resolve(m)
+func Lookup(m *yaml.Node, key string) *yaml.Node {
+	m = Resolve(m)
 	if m == nil || m.Kind != yaml.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
-			return resolve(m.Content[i+1])
+			return Resolve(m.Content[i+1])
 		}
 	}
 	return nil
 }
 
 // path follows keys through nested mappings; nil when any is missing.
-func path(m *yaml.Node, keys ...string) *yaml.Node {
+func Path(m *yaml.Node, keys ...string) *yaml.Node {
 	for _, k := range keys {
-		m = lookup(m, k)
+		m = Lookup(m, k)
 	}
 	return m
 }
@@ -86,7 +90,7 @@ func path(m *yaml.Node, keys ...string) *yaml.Node {
 // setKey sets key in mapping m to v, in place when the key exists. The old value's comments
 // do not move to v: Manifests.Write keeps each comment on its line, or names it as dropped
 // when plan rewrites that line.
-func setKey(m *yaml.Node, key string, v *yaml.Node) {
+func SetKey(m *yaml.Node, key string, v *yaml.Node) {
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
 			m.Content[i+1] = v
@@ -97,8 +101,8 @@ func setKey(m *yaml.Node, key string, v *yaml.Node) {
 }
 
 // ensureMap returns the mapping under key, creating it (or replacing a null) when needed.
-func ensureMap(m *yaml.Node, key string) (*yaml.Node, error) {
-	if v := lookup(m, key); v != nil {
+func EnsureMap(m *yaml.Node, key string) (*yaml.Node, error) {
+	if v := Lookup(m, key); v != nil {
 		switch {
 		case v.Kind == yaml.MappingNode:
 			return v, nil
@@ -107,14 +111,14 @@ func ensureMap(m *yaml.Node, key string) (*yaml.Node, error) {
 			return nil, fmt.Errorf("%s is not a mapping", key)
 		}
 	}
-	v := mappingNode()
-	setKey(m, key, v)
+	v := Mapping()
+	SetKey(m, key, v)
 	return v, nil
 }
 
 // ensureSeq returns the sequence under key, creating it when needed.
-func ensureSeq(m *yaml.Node, key string) (*yaml.Node, error) {
-	if v := lookup(m, key); v != nil {
+func EnsureSeq(m *yaml.Node, key string) (*yaml.Node, error) {
+	if v := Lookup(m, key); v != nil {
 		switch {
 		case v.Kind == yaml.SequenceNode:
 			return v, nil
@@ -123,29 +127,29 @@ func ensureSeq(m *yaml.Node, key string) (*yaml.Node, error) {
 			return nil, fmt.Errorf("%s is not a list", key)
 		}
 	}
-	v := sequenceNode()
-	setKey(m, key, v)
+	v := Sequence()
+	SetKey(m, key, v)
 	return v, nil
 }
 
 // itemByKey finds the element of a sequence of mappings whose key field equals value
 // (strategic merge's merge key: containers and volumes by name, mounts by mountPath).
-func itemByKey(seq *yaml.Node, key, value string) (int, *yaml.Node) {
-	seq = resolve(seq)
+func ItemByKey(seq *yaml.Node, key, value string) (int, *yaml.Node) {
+	seq = Resolve(seq)
 	if seq == nil || seq.Kind != yaml.SequenceNode {
 		return -1, nil
 	}
 	for i, item := range seq.Content {
-		if v := lookup(item, key); v != nil && v.Value == value {
-			return i, resolve(item)
+		if v := Lookup(item, key); v != nil && v.Value == value {
+			return i, Resolve(item)
 		}
 	}
 	return -1, nil
 }
 
 // upsert replaces the element with the same merge key, or appends item.
-func upsert(seq *yaml.Node, key string, item *yaml.Node) (added bool) {
-	i, _ := itemByKey(seq, key, lookup(item, key).Value)
+func Upsert(seq *yaml.Node, key string, item *yaml.Node) (added bool) {
+	i, _ := ItemByKey(seq, key, Lookup(item, key).Value)
 	if i < 0 {
 		seq.Content = append(seq.Content, item)
 		return true
@@ -155,7 +159,7 @@ func upsert(seq *yaml.Node, key string, item *yaml.Node) (added bool) {
 }
 
 // copyTree copies a node tree deeply, aliases pointing into the copy.
-func copyTree(n *yaml.Node) *yaml.Node {
+func Copy(n *yaml.Node) *yaml.Node {
 	copies := map[*yaml.Node]*yaml.Node{}
 	var cp func(*yaml.Node) *yaml.Node
 	cp = func(n *yaml.Node) *yaml.Node {
@@ -178,7 +182,7 @@ func copyTree(n *yaml.Node) *yaml.Node {
 
 // equalNode compares what two trees say, not how: styles, comments, positions and the order
 // of a mapping's keys do not count.
-func equalNode(a, b *yaml.Node) bool {
+func Equal(a, b *yaml.Node) bool {
 	if a.Kind != b.Kind || len(a.Content) != len(b.Content) {
 		return false
 	}
@@ -196,14 +200,14 @@ func equalNode(a, b *yaml.Node) bool {
 					break
 				}
 			}
-			if j < 0 || !equalNode(a.Content[i+1], b.Content[j+1]) {
+			if j < 0 || !Equal(a.Content[i+1], b.Content[j+1]) {
 				return false
 			}
 		}
 		return true
 	}
 	for i := range a.Content {
-		if !equalNode(a.Content[i], b.Content[i]) {
+		if !Equal(a.Content[i], b.Content[i]) {
 			return false
 		}
 	}
@@ -211,37 +215,37 @@ func equalNode(a, b *yaml.Node) bool {
 }
 
 // items are a sequence's elements; none when n is not a sequence.
-func items(n *yaml.Node) []*yaml.Node {
-	if n = resolve(n); n == nil || n.Kind != yaml.SequenceNode {
+func Items(n *yaml.Node) []*yaml.Node {
+	if n = Resolve(n); n == nil || n.Kind != yaml.SequenceNode {
 		return nil
 	}
 	return n.Content
 }
 
-func scalar(n *yaml.Node) string {
-	if n = resolve(n); n == nil || n.Kind != yaml.ScalarNode {
+func Scalar(n *yaml.Node) string {
+	if n = Resolve(n); n == nil || n.Kind != yaml.ScalarNode {
 		return ""
 	}
 	return n.Value
 }
 
 // stringsOf reads a sequence of scalars.
-func stringsOf(n *yaml.Node) []string {
-	n = resolve(n)
+func Strings(n *yaml.Node) []string {
+	n = Resolve(n)
 	if n == nil || n.Kind != yaml.SequenceNode {
 		return nil
 	}
 	var out []string
 	for _, item := range n.Content {
-		out = append(out, scalar(item))
+		out = append(out, Scalar(item))
 	}
 	return out
 }
 
 // jsonOf writes a node as compact JSON with ", " and ": " separators, keys in their order:
 // how people write a proxy.istio.io/config annotation by hand.
-func jsonOf(n *yaml.Node) (string, error) {
-	n = resolve(n)
+func JSON(n *yaml.Node) (string, error) {
+	n = Resolve(n)
 	var b strings.Builder
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -251,7 +255,7 @@ func jsonOf(n *yaml.Node) (string, error) {
 				b.WriteString(", ")
 			}
 			k, _ := json.Marshal(n.Content[i].Value)
-			v, err := jsonOf(n.Content[i+1])
+			v, err := JSON(n.Content[i+1])
 			if err != nil {
 				return "", err
 			}
@@ -266,7 +270,7 @@ func jsonOf(n *yaml.Node) (string, error) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			v, err := jsonOf(item)
+			v, err := JSON(item)
 			if err != nil {
 				return "", err
 			}

@@ -1,4 +1,4 @@
-package plan
+package yamlnode
 
 import (
 	"bytes"
@@ -322,7 +322,7 @@ func (r *renderer) content(n *yaml.Node, indent int) []string {
 	}
 	// The encoder writes a lone value as a sequence's item, "- value", and any further line
 	// (a literal's text) indented past the dash.
-	lines := r.encode(sequenceNode(n))
+	lines := r.encode(Sequence(n))
 	lines[0] = strings.TrimPrefix(lines[0], "- ")
 	for i := 1; i < len(lines); i++ {
 		if lines[i] != "" {
@@ -335,7 +335,7 @@ func (r *renderer) content(n *yaml.Node, indent int) []string {
 
 // keyText is a key as YAML writes it (quoted when it must be).
 func (r *renderer) keyText(k *yaml.Node) string {
-	return strings.TrimPrefix(r.encode(sequenceNode(k))[0], "- ")
+	return strings.TrimPrefix(r.encode(Sequence(k))[0], "- ")
 }
 
 // encode writes n with yaml.v3, which quotes each value as its type needs.
@@ -386,7 +386,7 @@ type slot struct {
 // are kept in order and sequences that only grow are edited inside; anything else is written
 // anew at its slot.
 func (sp *splicer) diff(path string, old, new *yaml.Node, at slot) {
-	if equalNode(old, new) {
+	if Equal(old, new) {
 		return
 	}
 	if old.Kind == new.Kind && isBlockCollection(old) && old.Anchor == "" {
@@ -412,7 +412,7 @@ func (sp *splicer) diff(path string, old, new *yaml.Node, at slot) {
 					sp.diff(itemPath(path, old.Content[i], i), old.Content[i], new.Content[i], slot{})
 				}
 				if len(new.Content) > len(old.Content) {
-					added := renderable(sequenceNode(new.Content[len(old.Content):]...), nil)
+					added := renderable(Sequence(new.Content[len(old.Content):]...), nil)
 					// The new items are spaced after their dash as this list's first one is.
 					docItemIndent := sp.r.itemIndent
 					if first := old.Content[0]; first.Line == old.Line && first.Column-dashColumn(old) >= 2 {
@@ -575,7 +575,7 @@ func (sp *splicer) diffItems(path string, old, new *yaml.Node) {
 		if len(pending) == 0 {
 			return
 		}
-		lines := sp.r.sequence(renderable(sequenceNode(pending...), nil), dashColumn(old)-1)
+		lines := sp.r.sequence(renderable(Sequence(pending...), nil), dashColumn(old)-1)
 		if anchor != nil {
 			end := sp.d.src.lineEnd(sp.d.lastLine(anchor))
 			sp.edits = append(sp.edits, splice{end, end, sp.d.src.eol + strings.Join(lines, sp.d.src.eol)})
@@ -591,7 +591,7 @@ func (sp *splicer) diffItems(path string, old, new *yaml.Node) {
 		switch {
 		case i < len(a) && j < len(b) && itemKey(a[i]) == itemKey(b[j]):
 			flush()
-			if !equalNode(a[i], b[j]) {
+			if !Equal(a[i], b[j]) {
 				sp.replace(itemPath(path, a[i], i), a[i], b[j], slot{})
 			}
 			anchor = a[i]
@@ -637,9 +637,9 @@ func (sp *splicer) removeItem(path string, item *yaml.Node) {
 	sp.edits = append(sp.edits, splice{start, end, text.String()})
 }
 
-// lineComment is the comment a line ends with, "" when none: a # at the start or after a
+// LineComment is the comment a line ends with, "" when none: a # at the start or after a
 // blank, outside quotes.
-func lineComment(line string) string {
+func LineComment(line string) string {
 	if i := commentIndex(line); i >= 0 {
 		return strings.TrimSpace(line[i:])
 	}
@@ -671,7 +671,7 @@ func commentIndex(line string) int {
 // dropped with the value it described), and, for a field's string that replaces a quoted
 // one (old), in the same quotes.
 func renderable(n, old *yaml.Node) *yaml.Node {
-	c := copyTree(n)
+	c := Copy(n)
 	var strip func(*yaml.Node)
 	strip = func(n *yaml.Node) {
 		n.HeadComment, n.LineComment, n.FootComment = "", "", ""
@@ -709,8 +709,35 @@ func childPath(path, key string) string {
 
 // itemPath names a list item by its name, as kubectl does, or by its index.
 func itemPath(path string, item *yaml.Node, i int) string {
-	if name := scalar(lookup(item, "name")); name != "" {
+	if name := Scalar(Lookup(item, "name")); name != "" {
 		return fmt.Sprintf("%s[%s]", path, name)
 	}
 	return fmt.Sprintf("%s[%d]", path, i)
+}
+
+// Splice returns data, the manifests as read, with each document's changes spliced in:
+// before[i] is a document's tree as read (the positions), after[i] the tree changed. notes
+// say which comments on rewritten lines were kept or moved, for the operator.
+func Splice(data []byte, before, after []*yaml.Node) (out []byte, notes []string, err error) {
+	src := newSource(data)
+	var edits []splice
+	for i := range before {
+		sp := &splicer{d: src.layout(before[i]), r: &renderer{blockStyle: detectStyle(before[i])}}
+		sp.id = Scalar(Lookup(before[i], "kind")) + "/" + Scalar(Path(before[i], "metadata", "name"))
+		sp.diff("", before[i], after[i], slot{})
+		if sp.r.err != nil {
+			return nil, nil, sp.r.err
+		}
+		edits = append(edits, sp.edits...)
+		notes = append(notes, sp.notes...)
+	}
+	out, err = src.apply(edits)
+	return out, notes, err
+}
+
+// EncoderIndent is how yaml.v3's encoder should indent n's content to look like n does:
+// its mappings' indent, and whether its lists sit under their key (compact).
+func EncoderIndent(n *yaml.Node) (indent int, compactSeq bool) {
+	st := detectStyle(n)
+	return min(max(st.mapIndent, 2), 9), st.seqIndent < st.mapIndent
 }
