@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,11 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	yaml "go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/meshdrain/meshdrain/pkg/mesh"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 

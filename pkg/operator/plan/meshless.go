@@ -3,13 +3,13 @@ package plan
 import (
 	"errors"
 	"fmt"
-	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"strconv"
 	"strings"
 
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/appmetrics"
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	yaml "go.yaml.in/yaml/v3"
 )
 

@@ -6,11 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshdrain/meshdrain/pkg/mesh"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	sigsyaml "sigs.k8s.io/yaml"
-
-	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
 func meshlessScenario(m mesh.Mesh) Input {

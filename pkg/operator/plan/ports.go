@@ -2,12 +2,12 @@ package plan
 
 import (
 	"fmt"
-	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	yaml "go.yaml.in/yaml/v3"
 )
 

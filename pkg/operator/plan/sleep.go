@@ -1,13 +1,13 @@
 package plan
 
 import (
-	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	yaml "go.yaml.in/yaml/v3"
 )
 

@@ -2,9 +2,10 @@ package plan
 
 import (
 	"bytes"
-	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	"strings"
 	"testing"
+
+	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 )
 
 // TestWriteDiffsScalarListsLineByLine: a list of scalars (a container's command) that the
