@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -178,16 +177,11 @@ func NewEdit(p Plan, o PatchOptions, w *Workload) (*Edit, error) {
 		e.Changes = append(e.Changes, e.keepInstalled()...)
 		e.Changes = append(e.Changes, e.prestopChanges(binary)...)
 	}
-	proxyChanges, err := e.deriveProxy(binary)
+	meshChanges, err := p.mesh().derive(e, binary)
 	if err != nil {
 		return nil, err
 	}
-	e.Changes = append(e.Changes, proxyChanges...)
-	meshlessChanges, err := e.deriveMeshless()
-	if err != nil {
-		return nil, err
-	}
-	e.Changes = append(e.Changes, meshlessChanges...)
+	e.Changes = append(e.Changes, meshChanges...)
 	return e, nil
 }
 
@@ -274,7 +268,7 @@ func (e *Edit) KeptPrestopArgs() []string { return append([]string(nil), e.prest
 func (e *Edit) checkConflicts() error {
 	w := e.workload
 	id := w.Kind + "/" + w.Name
-	if w.HasProxy && yamlnode.Scalar(yamlnode.Lookup(w.proxy, "image")) == ProxyImageAuto && e.plan.Input.Mesh != mesh.Istio {
+	if w.HasProxy && yamlnode.Scalar(yamlnode.Lookup(w.proxy, "image")) == ProxyImageAuto && !e.plan.mesh().fillsAutoImage() {
 		// Only Istio's injector fills image: auto; anywhere else the kubelet pulls "auto".
 		return fmt.Errorf("%s has a container %s with image: %s, an override only Istio's injector fills, in a pod planned for --mesh %s: "+
 			"the pod would never start (the image %q cannot be pulled); remove that container, or plan with --mesh istio if Istio injects the pod",

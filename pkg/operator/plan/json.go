@@ -103,12 +103,7 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	in := p.Input
 	inputs := map[string]any{
 		"p99": fmtD(in.P99), "eds_lag": fmtD(in.EDSLag), "quiet": fmtD(in.Quiet), "poll": fmtD(in.Poll),
-		"app_drain": fmtD(p.AppDrain), "drain_duration": fmtD(in.DrainDuration),
-	}
-	var nonIstioMesh mesh.Mesh
-	if in.Mesh != mesh.Istio {
-		nonIstioMesh = in.Mesh
-		delete(inputs, "drain_duration") // Envoy's; a Linkerd proxy has no drain time, a meshless pod no proxy
+		"app_drain": fmtD(p.AppDrain),
 	}
 	if len(in.Ports) > 0 {
 		inputs["ports"] = in.Ports
@@ -117,11 +112,6 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		inputs["app_metrics"] = localhttp.Redact(in.AppMetrics)
 		if in.AppRequests != "" {
 			inputs["app_requests"] = in.AppRequests
-		}
-	}
-	if in.Mesh == mesh.Linkerd {
-		if in.CurrentWaitBeforeExit > 0 {
-			inputs["current_proxy_wait_before_exit"] = fmtD(in.CurrentWaitBeforeExit)
 		}
 	}
 	if in.MinWait != drain.DefaultMinWait {
@@ -141,7 +131,6 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
 	}
 	out := jsonPlan{
-		Mesh:                        nonIstioMesh,
 		Sidecar:                     in.Sidecar,
 		Inputs:                      inputs,
 		LastClientLag:               fmtD(p.LastClientLag),
@@ -162,21 +151,9 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		PrestopCommand:              append([]string{strings.TrimRight(dir, "/") + "/meshdrain"}, p.PrestopArgs()...),
 		Warnings:                    append([]string{}, p.Warnings...),
 	}
-	if in.Mesh == mesh.Istio {
-		defers := p.defers()
-		out.DeferSidecarDrain = &defers
-		if defers {
-			out.ProxyPrestopCommand = append([]string{strings.TrimRight(dir, "/") + "/meshdrain"}, p.HoldArgs()...)
-		}
-	}
+	p.mesh().writeJSON(p, strings.TrimRight(dir, "/")+"/meshdrain", e, &out)
 	for _, a := range p.Annotations() {
 		out.Annotations[a.Key] = a.Value
-	}
-	if p.Meshless() {
-		out.Env = map[string]string{HostIPEnv: HostIPFieldPath}
-		if probe, ok := p.ReadinessProbe(); ok && (e == nil || e.readiness != nil || e.workload == nil) {
-			out.ReadinessProbe = &jsonProbe{probe.Port, probe.PeriodSeconds}
-		}
 	}
 	for _, k := range p.Kept {
 		out.Kept = append(out.Kept, jsonKept{k.Setting, fmtD(k.Value), fmtD(k.Suffices)})
@@ -240,13 +217,7 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 	if wl.Namespace != "" {
 		ns = " -n " + wl.Namespace
 	}
-	check := CheckCommand(p, e.opts.Dir, wl.Ports)
-	if p.Meshless() {
-		// meshdrain check reads a sidecar; without one, prestop's own start checks in the pod
-		// say what it needs: the TCP counters, a network namespace of the pod's own, a
-		// listener on every --port, and HOST_IP resolved from the pod's env.
-		check = append(e.PrestopCommand(), "--validate")
-	}
+	check := p.mesh().rolloutCheck(p, e)
 	ew.printf("  kubectl exec%s %s/%s -c %s -- %s\n", ns, strings.ToLower(wl.Kind), wl.Name, wl.Container, shellJoin(check))
 	if cmd := e.ProxyPrestopCommand(); cmd != nil {
 		// hold's own check, with the flags its preStop runs with: the proxy's preStop as merged.
@@ -255,29 +226,16 @@ func WriteChanges(w io.Writer, p Plan, e *Edit) error {
 	return ew.err
 }
 
-// CheckCommand is the `meshdrain check` that verifies a pod rolled out with the plan.
-func CheckCommand(p Plan, dir string, ports []int) []string {
-	cmd := []string{strings.TrimRight(dir, "/") + "/meshdrain", "check"}
-	if p.Input.Mesh == mesh.Linkerd {
-		cmd = append(cmd, "--mesh="+string(mesh.Linkerd))
-	}
+// checkCommand is the `meshdrain check` that verifies a pod with a sidecar rolled out with
+// the plan: before are the mesh's flags before the ports, after those after the timing.
+func checkCommand(p Plan, e *Edit, before, after []string) []string {
+	ports := e.workload.Ports
+	cmd := append([]string{e.opts.Dir + "/meshdrain", "check"}, before...)
 	for _, port := range ports {
 		cmd = append(cmd, fmt.Sprintf("--port=%d", port))
 	}
 	cmd = append(cmd, "--grace-period="+fmtD(p.GracePeriod), "--app-drain="+fmtD(p.AppDrain))
-	// In regime (b) terminationDrainDuration is not the proxy's life (hold is): check's rule
-	// that it outlive the app's latest exit is regime (a)'s. check instead verifies that the
-	// sidecar's own drain is deferred (the override applied).
-	if p.TerminationDrainDuration > 0 && !p.defers() {
-		cmd = append(cmd, "--termination-drain-duration="+fmtD(p.TerminationDrainDuration))
-	}
-	if p.defers() {
-		cmd = append(cmd, "--drain-at=end")
-	}
-	if p.WaitBeforeExit > 0 {
-		cmd = append(cmd, "--proxy-wait-before-exit="+fmtD(p.WaitBeforeExit))
-	}
-	return cmd
+	return append(cmd, after...)
 }
 
 // shellJoin joins a command for a shell to run: an argument a shell would change (such as

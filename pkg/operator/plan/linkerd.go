@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -126,4 +127,100 @@ func linkerdTimelineEnd(p Plan) []Step {
 	return []Step{{At: p.WaitBeforeExit, Who: "linkerd-proxy", What: fmt.Sprintf(
 		"its preStop sleep ends: SIGTERM. It stops accepting in both directions and closes its connections gracefully, "+
 			"no earlier than the app's latest exit (t0+%s), so no request of the app's is in flight through it", fmtD(p.AppExitWorst))}}
+}
+
+// writeSettings prints the pod annotations and the proxy setting of a Linkerd plan.
+func (linkerdPlan) writeSettings(ew *errWriter, p Plan) {
+	if anns := p.Annotations(); len(anns) > 0 {
+		ew.printf("  pod annotations:\n")
+		for _, a := range anns {
+			ew.printf("    %s: '%s'\n", a.Key, a.Value)
+		}
+	} else {
+		ew.printf("  pod annotations:               none needed: the proxy's request and connection metrics are on by default\n")
+	}
+	if p.Input.Sidecar == Native {
+		ew.printf("  sidecar:                       none needed: the kubelet stops linkerd-proxy after the app has exited\n")
+		ew.printf("                                 (native is Linkerd's default since 2.20, Kubernetes >= 1.29; %s: \"true\" asks for it per pod)\n",
+			LinkerdNativeSidecarAnnotation)
+		ew.printf("                                 do not set %s: the injector refuses it with a native sidecar (linkerd2#12164)\n",
+			LinkerdWaitBeforeExitAnnotation)
+		return
+	}
+	ew.printf("  sidecar:                       proxy-wait-before-exit-seconds %d: the proxy's preStop sleep outlives the app (Linkerd's default 0 does not)\n",
+		int(p.WaitBeforeExit/time.Second))
+	ew.printf("                                 %s: \"false\" keeps the proxy classic on Linkerd >= 2.20, whose injector refuses the sleep with a native sidecar\n",
+		LinkerdNativeSidecarAnnotation)
+}
+
+// linkerdPlan is the plan of a pod with a Linkerd proxy: no drain call and no drain time, so
+// what matters is when the proxy's SIGTERM comes (after the app's exit for a native sidecar,
+// when a classic proxy's preStop sleep ends).
+type linkerdPlan struct{}
+
+func (linkerdPlan) sidecar() bool        { return true }
+func (linkerdPlan) fillsAutoImage() bool { return false }
+
+func (linkerdPlan) normalize(in *Input) []error {
+	in.DeferSidecarDrain = false // no drain call to defer
+	if in.Sidecar == "" {
+		in.Sidecar = Native // Linkerd's default since 2.20
+	}
+	if in.Sidecar == ExitOnZero {
+		return []error{errors.New("sidecar exit-on-zero is Istio's pilot-agent mode (EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a Linkerd proxy is native or classic")}
+	}
+	return nil
+}
+
+func (linkerdPlan) recommend(p *Plan) {
+	p.recommendLinkerd()
+	p.Warnings = append(append(currentGraceWarnings(*p), implausibleInputs(p.Input)...), p.Warnings...)
+}
+
+func (linkerdPlan) timeline(p Plan) []Step {
+	steps := append(linkerdTimelineStart(p), clientSteps(p, "the proxy")...)
+	return append(append(steps, linkerdTimelineEnd(p)...), killStep(p))
+}
+
+func (linkerdPlan) name(p Plan) string { return string(p.Input.Sidecar) + " linkerd-proxy" }
+
+func (linkerdPlan) prestopArgs(Plan) []string {
+	return []string{"--mesh=" + string(mesh.Linkerd), "--admin=" + LinkerdAdminURL}
+}
+
+func (linkerdPlan) ownsFlag(_ Plan, it prestopToken) bool {
+	switch it.name {
+	case "mesh":
+		return true // a Linkerd plan writes its own
+	case "drain-at":
+		return false // a Linkerd proxy has no drain: the user's stays, as prestop ignores it
+	}
+	return false
+}
+
+func (linkerdPlan) annotations(p Plan) []Annotation { return p.linkerdAnnotations() }
+
+func (linkerdPlan) keptGraceNote(p Plan, cur time.Duration) string {
+	if p.Input.Sidecar != Classic {
+		return ""
+	}
+	return fmt.Sprintf("; without --lower-grace-period plan keeps it, with proxy-wait-before-exit-seconds %d (not %d), since meshdrain's deadline becomes %s",
+		int((cur-KillMargin)/time.Second), int(p.WaitBeforeExit/time.Second), fmtD(cur-p.AppDrain-KillMargin))
+}
+
+func (linkerdPlan) derive(*Edit, string) ([]string, error) { return nil, nil }
+
+func (linkerdPlan) writeJSON(p Plan, _ string, _ *Edit, out *jsonPlan) {
+	out.Mesh = mesh.Linkerd
+	if p.Input.CurrentWaitBeforeExit > 0 {
+		out.Inputs["current_proxy_wait_before_exit"] = fmtD(p.Input.CurrentWaitBeforeExit)
+	}
+}
+
+func (linkerdPlan) rolloutCheck(p Plan, e *Edit) []string {
+	var after []string
+	if p.WaitBeforeExit > 0 {
+		after = []string{"--proxy-wait-before-exit=" + fmtD(p.WaitBeforeExit)}
+	}
+	return checkCommand(p, e, []string{"--mesh=" + string(mesh.Linkerd)}, after)
 }

@@ -61,9 +61,10 @@ func TestRecommendLinkerdClassic(t *testing.T) {
 			t.Errorf("warnings lack %q:\n%s", want, notes)
 		}
 	}
-	if got := strings.Join(CheckCommand(p, "/meshdrain", []int{8080}), " "); got !=
+	rolledOut := &Edit{opts: PatchOptions{Dir: "/meshdrain"}, workload: &Workload{Ports: []int{8080}}}
+	if got := strings.Join(p.mesh().rolloutCheck(p, rolledOut), " "); got !=
 		"/meshdrain/meshdrain check --mesh=linkerd --port=8080 --grace-period=15s --app-drain=2s --proxy-wait-before-exit=14s" {
-		t.Errorf("CheckCommand = %s", got)
+		t.Errorf("rolloutCheck = %s", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -50,10 +51,77 @@ const (
 )
 
 // Meshless: the pod has no sidecar (--mesh none or ambient), and the kernel is the signal.
-func (p Plan) Meshless() bool { return IsMeshless(p.Input.Mesh) }
+func (p Plan) Meshless() bool { return !p.mesh().sidecar() }
 
 // IsMeshless says whether plan's mesh m means a pod without a sidecar.
-func IsMeshless(m mesh.Mesh) bool { return m == mesh.None || m == Ambient }
+func IsMeshless(m mesh.Mesh) bool {
+	mp := meshPlanOf(m)
+	return mp != nil && !mp.sidecar()
+}
+
+// meshlessPlan is the plan of a pod without a sidecar (--mesh none), or in Istio's ambient
+// mode (ambient): the preStop reads the kernel, and the app's own SIGTERM handling is the
+// other half of the plan.
+type meshlessPlan struct{ ambient bool }
+
+func (meshlessPlan) sidecar() bool        { return false }
+func (meshlessPlan) fillsAutoImage() bool { return false }
+
+func (meshlessPlan) normalize(in *Input) []error {
+	in.DeferSidecarDrain = false
+	return meshlessInputProblems(*in)
+}
+
+func (meshlessPlan) recommend(p *Plan) { p.recommendMeshless() }
+
+func (meshlessPlan) timeline(p Plan) []Step { return meshlessTimeline(p) }
+
+func (m meshlessPlan) name(Plan) string {
+	if m.ambient {
+		return "none, Istio ambient (ztunnel in the pod's network namespace)"
+	}
+	return "none, the kernel is the signal"
+}
+
+func (meshlessPlan) prestopArgs(p Plan) []string { return p.meshlessArgs() }
+
+func (meshlessPlan) ownsFlag(_ Plan, it prestopToken) bool {
+	switch it.name {
+	case "mesh":
+		return true
+	case "drain-at", "admin":
+		// A meshless pod has no sidecar to drain or read: prestop refuses both with --mesh none.
+		return true
+	case "port":
+		// Derived again at each plan, with the user's own that the container still has
+		// (Workload.MeshlessWatch).
+		return true
+	}
+	return false
+}
+
+func (meshlessPlan) annotations(Plan) []Annotation { return nil }
+
+func (meshlessPlan) writeSettings(ew *errWriter, p Plan) { writeMeshlessSettings(ew, p) }
+
+func (meshlessPlan) keptGraceNote(Plan, time.Duration) string { return "" }
+
+func (meshlessPlan) derive(e *Edit, _ string) ([]string, error) { return e.deriveMeshless() }
+
+func (meshlessPlan) writeJSON(p Plan, _ string, e *Edit, out *jsonPlan) {
+	out.Mesh = p.Input.Mesh
+	out.Env = map[string]string{HostIPEnv: HostIPFieldPath}
+	if probe, ok := p.ReadinessProbe(); ok && (e == nil || e.readiness != nil || e.workload == nil) {
+		out.ReadinessProbe = &jsonProbe{probe.Port, probe.PeriodSeconds}
+	}
+}
+
+// rolloutCheck: meshdrain check reads a sidecar; without one, prestop's own start checks in
+// the pod say what it needs: the TCP counters, a network namespace of the pod's own, a
+// listener on every --port, and HOST_IP resolved from the pod's env.
+func (meshlessPlan) rolloutCheck(_ Plan, e *Edit) []string {
+	return append(e.PrestopCommand(), "--validate")
+}
 
 // IgnoredSources are prestop's --ignore-source values of a meshless plan: the node's IP (the
 // kubelet's probes), and in ambient the probes' SNAT address.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
-	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -344,86 +343,7 @@ func Recommend(in Input) (Plan, error) {
 			fmtD(p.AppTime()), fmtD(p.AppDrain), fmtD(KillMargin), fmtD(in.ReplacedAppTime)))
 	}
 
-	if p.Meshless() {
-		p.recommendMeshless()
-		return p.finish()
-	}
-	if in.Mesh == mesh.Linkerd {
-		p.recommendLinkerd()
-		p.Warnings = append(append(currentGraceWarnings(p), implausibleInputs(in)...), p.Warnings...)
-		return p.finish()
-	}
-	if p.defers() {
-		p.HoldBound = hold.Bound(p.GracePeriod, p.AppDrain, 0)
-		p.Arithmetic = append(p.Arithmetic, Line{"meshdrain hold returns by (worst)", p.HoldBound,
-			fmt.Sprintf("deadline %s + app-drain %s, within grace %s − %s (hold's bound: the proxy's SIGTERM comes when it returns, classic; after the app's exit, native)",
-				fmtD(p.Deadline), fmtD(in.AppDrain), fmtD(p.GracePeriod), fmtD(KillMargin))})
-	}
-	switch in.Sidecar {
-	case Classic:
-		p.TerminationDrainDuration = p.sufficientTerminationDrain()
-		sum := fmt.Sprintf("app exits by %s + %s margin", fmtD(p.AppExitWorst), fmtD(KillMargin))
-		why := sum + fmt.Sprintf(" (Istio's default %s kills Envoy under the app)", fmtD(IstioTerminationDrainDuration))
-		if p.defers() {
-			sum = fmt.Sprintf("app-drain %s + %s margin", fmtD(in.AppDrain), fmtD(KillMargin))
-			why = "ceil(" + sum + "): only the fallback's bound (hold's drain call makes pilot-agent exit at once at its SIGTERM; " +
-				"without that call pilot-agent drains then, once the app has let go, and waits this long)"
-		}
-		if own := in.KeepLonger.TerminationDrainDuration; own > p.TerminationDrainDuration {
-			p.TerminationDrainDuration = own
-			why = "the workload's own, kept: longer than " + sum
-		}
-		p.SidecarExitWorst = p.TerminationDrainDuration
-		if p.defers() {
-			p.SidecarExitWorst = p.HoldBound
-		}
-		p.Arithmetic = append(p.Arithmetic, Line{"terminationDrainDuration", p.TerminationDrainDuration, why})
-	case ExitOnZero:
-		p.ExitOnZeroActiveConnections = true
-		p.MinimumDrainDuration = ceilSecond(p.Deadline)
-		why := fmt.Sprintf("ceil(meshdrain deadline %s) (≥ expected finish %s: Envoy keeps accepting while meshdrain may still wait)",
-			fmtD(p.Deadline), fmtD(p.ExpectedFinish))
-		if own := in.KeepLonger.MinimumDrainDuration; own > p.MinimumDrainDuration {
-			p.MinimumDrainDuration = own
-			why = fmt.Sprintf("the workload's own, kept: longer than ceil(meshdrain deadline %s)", fmtD(p.Deadline))
-		}
-		p.SidecarExitWorst = p.GracePeriod
-		if p.defers() {
-			p.SidecarExitWorst = p.HoldBound // hold's drain call: pilot-agent exits at its SIGTERM
-		}
-		p.Arithmetic = append(p.Arithmetic, Line{"MINIMUM_DRAIN_DURATION", p.MinimumDrainDuration, why})
-	case Native:
-		p.SidecarExitWorst = p.GracePeriod
-		if p.defers() {
-			p.SidecarExitWorst = p.HoldBound
-		}
-	}
-	if in.DrainDuration < p.AppExitWorst {
-		p.DrainDuration = ceilSecond(p.AppExitWorst)
-		where := ""
-		if p.defers() {
-			// In regime (b) the drain starts at meshdrain's decision; only a sidecar that drains
-			// at the deletion anyway (the override not applied) starts it at t0.
-			where = "where the sidecar drains at the deletion anyway, "
-		}
-		p.Warnings = append(p.Warnings, fmt.Sprintf(
-			"drainDuration %s < app exit %s: %sEnvoy's inbound listeners stop accepting at t0 + %s while clients may still send; set proxyConfig drainDuration ≥ %s",
-			fmtD(in.DrainDuration), fmtD(p.AppExitWorst), where, fmtD(in.DrainDuration), fmtD(ceilSecond(p.AppExitWorst))))
-	}
-	p.Warnings = append(p.Warnings, currentGraceWarnings(p)...)
-	p.Warnings = append(p.Warnings, implausibleInputs(in)...)
-	if p.defers() {
-		p.Warnings = append(p.Warnings, p.deferredNotes()...)
-	} else {
-		p.Warnings = append(p.Warnings, RegimeANote)
-	}
-	if in.Sidecar == Classic && !p.defers() {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("with Istio's default terminationDrainDuration %s, Envoy is killed at t0 + %s whatever the app's preStop does: "+
-			"requests still in flight through it then are cut (503 UC at the caller, not retried) and later clients are refused; "+
-			"that is the tail that 'preStop: sleep 15' could not remove", fmtD(IstioTerminationDrainDuration), fmtD(IstioTerminationDrainDuration)))
-		p.Warnings = append(p.Warnings, fmt.Sprintf("a classic sidecar lives its full terminationDrainDuration: the old pod stays Terminating until t0+%s "+
-			"even when the app exits at about t0+%s (exit-on-zero or native sidecars end it sooner)", fmtD(p.TerminationDrainDuration), fmtD(p.usualFinish()+p.AppDrain)))
-	}
+	p.mesh().recommend(&p)
 	return p.finish()
 }
 
@@ -530,45 +450,6 @@ func expectedFinishWhy(p Plan, lag time.Duration) string {
 	return sum + fmt.Sprintf(" + poll %s", fmtD(in.Poll))
 }
 
-// defers: the plan is regime (b), Istio's drain deferred until meshdrain decides.
-func (p Plan) defers() bool { return p.Input.DeferSidecarDrain && p.Input.Mesh == mesh.Istio }
-
-// DefersSidecarDrain is true when the plan writes regime (b): the istio-proxy override that
-// runs `meshdrain hold`, and prestop's --drain-at end.
-func (p Plan) DefersSidecarDrain() bool { return p.defers() }
-
-// sufficientTerminationDrain is the terminationDrainDuration a classic sidecar needs. In
-// regime (a) pilot-agent kills Envoy that long after the deletion, so it must outlive the
-// app's latest exit. In regime (b) its SIGTERM comes when hold returns, once the app has let
-// go, and hold's drain call makes it exit at once: the setting only bounds the fallback where
-// that call failed, and the app's own drain plus a margin covers what can still be running.
-func (p Plan) sufficientTerminationDrain() time.Duration {
-	if p.defers() {
-		return ceilSecond(p.AppDrain + KillMargin)
-	}
-	return p.AppExitWorst + KillMargin
-}
-
-// RegimeANote is what a plan that leaves Istio's drain at the deletion gives up, in one line.
-const RegimeANote = "regime (a), --defer-sidecar-drain=false: the sidecar drains at the deletion, so every response says Connection: close, " +
-	"which erases the per-client evidence in dense shapes: meshdrain falls back to silence and stops later after the last client (seconds at 500 clients)"
-
-// deferredNotes say what regime (b) does and what bounds it.
-func (p Plan) deferredNotes() []string {
-	notes := []string{fmt.Sprintf("regime (b): istio-proxy's preStop, meshdrain hold, keeps Istio from draining until meshdrain prestop has decided, "+
-		"so no client is told to close before then and prestop sees each one let go; the override is an istio-proxy container in the pod spec "+
-		"(image: auto), which Istio's injector merges into the proxy it injects, in both sidecar modes; the pod is gone once the app has let go "+
-		"of the proxy (about t0+%s in the usual rollout), at the latest at hold's bound t0+%s",
-		fmtD(p.usualFinish()+p.AppDrain), fmtD(p.HoldBound))}
-	if p.Input.Sidecar == Classic {
-		notes = append(notes, fmt.Sprintf("terminationDrainDuration %s only bounds the fallback: where the istio-proxy override is not applied "+
-			"(an injector older than Istio 1.9), pilot-agent drains at the deletion and kills Envoy at t0+%s, "+
-			"as Istio's default %s would; prestop's final event then says the drain was not deferred",
-			fmtD(p.TerminationDrainDuration), fmtD(p.TerminationDrainDuration), fmtD(IstioTerminationDrainDuration)))
-	}
-	return notes
-}
-
 // usualFinish is when meshdrain returns in the usual rollout: the typical last client with a
 // lag distribution, the expected finish otherwise.
 func (p Plan) usualFinish() time.Duration {
@@ -614,26 +495,13 @@ func normalize(in Input) (Input, error) {
 	if in.DrainDuration == 0 {
 		in.DrainDuration = DefaultDrainDuration
 	}
-	switch in.Mesh {
-	case "":
+	if in.Mesh == "" {
 		in.Mesh = mesh.Istio
-	case mesh.Istio, mesh.Linkerd, mesh.None, Ambient:
-	default:
+	}
+	if m := meshPlanOf(in.Mesh); m != nil {
+		errs = append(errs, m.normalize(&in)...)
+	} else {
 		errs = append(errs, fmt.Errorf("mesh %q is not one of %s", in.Mesh, strings.Join(mesh.Names(Meshes...), ", ")))
-	}
-	meshless := IsMeshless(in.Mesh)
-	if meshless {
-		errs = append(errs, meshlessInputProblems(in)...)
-		in.DeferSidecarDrain = false
-	}
-	if in.Sidecar == "" && !meshless {
-		in.Sidecar = Classic
-		if in.Mesh == mesh.Linkerd {
-			in.Sidecar = Native
-		}
-	}
-	if in.Mesh == mesh.Linkerd && in.Sidecar == ExitOnZero {
-		errs = append(errs, errors.New("sidecar exit-on-zero is Istio's pilot-agent mode (EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a Linkerd proxy is native or classic"))
 	}
 	for _, d := range []struct {
 		flag string
@@ -653,7 +521,7 @@ func normalize(in Input) (Input, error) {
 	}
 	switch in.Sidecar {
 	case Classic, ExitOnZero, Native:
-	case "": // a meshless pod's: the sidecar plans have theirs from the defaults above
+	case "": // a meshless pod's: the sidecar plans have theirs from their normalize
 	default:
 		errs = append(errs, fmt.Errorf("sidecar %q is not one of classic, exit-on-zero, native", in.Sidecar))
 	}
@@ -679,15 +547,8 @@ func currentGraceWarnings(p Plan) []string {
 		w = append(w, fmt.Sprintf("current grace period %s is too short: meshdrain's deadline would be %s − %s − %s = %s, less than the expected finish + margin %s; raise it to %s",
 			fmtD(cur), fmtD(cur), fmtD(p.AppDrain), fmtD(KillMargin), fmtD(derived), fmtD(p.ExpectedFinish+p.Margin), fmtD(p.GracePeriod)))
 	case cur > p.GracePeriod:
-		extra := ""
-		switch {
-		case p.Input.Sidecar == Classic && p.Input.Mesh == mesh.Linkerd:
-			extra = fmt.Sprintf("; without --lower-grace-period plan keeps it, with proxy-wait-before-exit-seconds %d (not %d), since meshdrain's deadline becomes %s",
-				int((cur-KillMargin)/time.Second), int(p.WaitBeforeExit/time.Second), fmtD(cur-p.AppDrain-KillMargin))
-		case p.Input.Sidecar == Classic:
-			extra = fmt.Sprintf("; without --lower-grace-period plan keeps it, with terminationDrainDuration %s (not %s), since meshdrain's deadline becomes %s",
-				fmtD(cur), fmtD(p.TerminationDrainDuration), fmtD(cur-p.AppDrain-KillMargin))
-		default:
+		extra := p.mesh().keptGraceNote(p, cur)
+		if extra == "" {
 			extra = fmt.Sprintf("; without --lower-grace-period plan keeps it (meshdrain's deadline then %s)", fmtD(cur-p.AppDrain-KillMargin))
 		}
 		w = append(w, fmt.Sprintf("current grace period %s is enough; %s suffices (meshdrain returns as soon as the clients stop, so a longer one only matters when the deadline is hit)%s",

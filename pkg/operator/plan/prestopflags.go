@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
 // A re-plan of a workload whose preStop already runs meshdrain keeps what the user set there.
@@ -138,25 +136,10 @@ type prestopMerge struct {
 // mergePrestop merges the plan's preStop arguments into the workload's meshdrain preStop.
 func (p Plan) mergePrestop(old []string) prestopMerge {
 	owned := func(it prestopToken) bool {
-		switch {
-		case contains(plannedFlags, it.name):
+		if contains(plannedFlags, it.name) {
 			return true
-		case it.name == "mesh":
-			// The mesh is the plan's: Linkerd's and none are written, and an Istio plan removes them.
-			return p.Input.Mesh != mesh.Istio || it.value == string(mesh.Linkerd) || it.value == string(mesh.None)
-		case it.name == "drain-at":
-			// Regime (b) is the plan's: prestop drains at its decision. In regime (a) the
-			// preStop's own --drain-at stays. A meshless pod has no sidecar to drain.
-			return p.defers() || p.Meshless()
-		case it.name == "admin":
-			// A meshless pod has no admin port: prestop refuses --admin with --mesh none.
-			return p.Meshless()
-		case it.name == "port":
-			// A meshless plan's ports are derived again at each plan, with the user's own that
-			// the container still has (Workload.MeshlessWatch); a sidecar's are the user's.
-			return p.Meshless()
 		}
-		return false
+		return p.mesh().ownsFlag(p, it)
 	}
 	return p.mergeArgs("prestop", p.PrestopArgs()[1:], old, owned)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -24,7 +23,7 @@ func (e *Edit) deriveProxy(binary string) ([]string, error) {
 		id = " of " + w.Kind + "/" + w.Name
 	}
 	if !p.defers() {
-		if w != nil && w.ProxyHolds() && p.Input.Mesh == mesh.Istio {
+		if w != nil && w.ProxyHolds() {
 			return nil, fmt.Errorf("container %s%s runs meshdrain hold as its preStop, which defers Istio's drain until prestop decides (regime b): "+
 				"with --defer-sidecar-drain=false remove that preStop (or the %s container) and prestop's --drain-at=end first, or plan without it",
 				ProxyContainerName, id, ProxyContainerName)

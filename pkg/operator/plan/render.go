@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
-	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
 // Annotation names and values the plan sets on the pod template.
@@ -35,61 +34,14 @@ const (
 type Annotation struct{ Key, Value string }
 
 // Annotations are the pod-template annotations the plan needs.
-func (p Plan) Annotations() []Annotation {
-	if p.Meshless() {
-		return nil
-	}
-	if p.Input.Mesh == mesh.Linkerd {
-		return p.linkerdAnnotations()
-	}
-	out := []Annotation{{StatsInclusionAnnotation, StatsInclusionPrefixes}}
-	if cfg := p.ProxyConfig(); cfg != "" {
-		out = append(out, Annotation{ProxyConfigAnnotation, cfg})
-	}
-	if p.Input.Sidecar == Native {
-		out = append(out, Annotation{NativeSidecarAnnotation, "true"})
-	}
-	return out
-}
-
-// ProxyConfig is the JSON for the proxy.istio.io/config annotation, or "" if the sidecar
-// needs no per-pod setting (always, for Linkerd).
-func (p Plan) ProxyConfig() string {
-	if p.Input.Mesh != mesh.Istio {
-		return ""
-	}
-	var fields []string
-	if p.DrainDuration > 0 {
-		fields = append(fields, fmt.Sprintf(`"drainDuration": "%s"`, fmtD(p.DrainDuration)))
-	}
-	switch {
-	case p.TerminationDrainDuration > 0:
-		fields = append(fields, fmt.Sprintf(`"terminationDrainDuration": "%s"`, fmtD(p.TerminationDrainDuration)))
-	case p.ExitOnZeroActiveConnections:
-		fields = append(fields, fmt.Sprintf(`"proxyMetadata": {"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true", "MINIMUM_DRAIN_DURATION": "%s"}`, fmtD(p.MinimumDrainDuration)))
-	}
-	if len(fields) == 0 {
-		return ""
-	}
-	return "{" + strings.Join(fields, ", ") + "}"
-}
+func (p Plan) Annotations() []Annotation { return p.mesh().annotations(p) }
 
 // PrestopArgs are the arguments of `meshdrain prestop` that realise the plan. --deadline is
 // left out on purpose: prestop derives it as grace − app-drain − 1s, which is the plan's
 // Deadline, and it then follows the grace period if someone changes it. For Linkerd the
 // hook is told the mesh and the proxy's admin port: prestop's own defaults are Envoy's.
 func (p Plan) PrestopArgs() []string {
-	args := []string{"prestop"}
-	if p.Meshless() {
-		args = append(args, p.meshlessArgs()...)
-	}
-	if p.Input.Mesh == mesh.Linkerd {
-		args = append(args, "--mesh="+string(mesh.Linkerd), "--admin="+LinkerdAdminURL)
-	}
-	if p.defers() {
-		// Regime (b): nothing drains before the decision, so prestop drains at it.
-		args = append(args, "--drain-at="+DrainAtEnd)
-	}
+	args := append([]string{"prestop"}, p.mesh().prestopArgs(p)...)
 	args = append(args,
 		"--grace-period="+fmtD(p.GracePeriod),
 		"--app-drain="+fmtD(p.AppDrain),
@@ -146,7 +98,6 @@ func (p Plan) HoldArgs() []string {
 // the warnings.
 func WriteText(w io.Writer, p Plan) error {
 	ew := &errWriter{w: w}
-	in := p.Input
 	ew.printf("Termination timeline (t0 = the pod is deleted; sidecar: %s)\n\n", p.sidecarName())
 	writeSteps(ew, p.Steps)
 
@@ -164,14 +115,7 @@ func WriteText(w io.Writer, p Plan) error {
 		ew.printf("                                 (a container %s in the pod spec, image: %s, mounting /meshdrain read-only: Istio's\n", ProxyContainerName, ProxyImageAuto)
 		ew.printf("                                 injector merges it into the proxy it injects, in initContainers for native sidecars)\n")
 	}
-	switch {
-	case p.Meshless():
-		writeMeshlessSettings(ew, p)
-	case in.Mesh == mesh.Linkerd:
-		writeLinkerdSettings(ew, p)
-	default:
-		writeIstioSettings(ew, p)
-	}
+	p.mesh().writeSettings(ew, p)
 
 	ew.printf("\nArithmetic\n\n")
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
@@ -193,74 +137,8 @@ func WriteText(w io.Writer, p Plan) error {
 	return ew.err
 }
 
-// writeIstioSettings prints the pod annotations and the sidecar setting of an Istio plan.
-func writeIstioSettings(ew *errWriter, p Plan) {
-	in := p.Input
-	ew.printf("  pod annotations:\n")
-	for _, a := range p.Annotations() {
-		ew.printf("    %s: '%s'\n", a.Key, a.Value)
-	}
-	switch {
-	case in.Sidecar == Classic && p.defers():
-		ew.printf("  sidecar:                       terminationDrainDuration %s: only the fallback's bound (hold's drain call ends the proxy at its SIGTERM)\n",
-			fmtD(p.TerminationDrainDuration))
-	case in.Sidecar == Native && p.defers():
-		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited and hold has returned\n")
-		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
-	case in.Sidecar == Classic:
-		ew.printf("  sidecar:                       terminationDrainDuration %s: Envoy outlives the app (Istio's default %s does not)\n",
-			fmtD(p.TerminationDrainDuration), fmtD(IstioTerminationDrainDuration))
-	case in.Sidecar == ExitOnZero:
-		ew.printf("  sidecar:                       EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true, MINIMUM_DRAIN_DURATION=%s (terminationDrainDuration is then ignored)\n",
-			fmtD(p.MinimumDrainDuration))
-		ew.printf("                                 caveat: idle keep-alive and outbound connections hold Envoy until the grace period; no deadline of its own\n")
-	case in.Sidecar == Native:
-		ew.printf("  sidecar:                       none needed: the kubelet stops istio-proxy after the app has exited\n")
-		ew.printf("                                 (Kubernetes >= 1.29, Istio >= 1.21; Istio >= 1.27 injects them by default on kubelets >= 1.33)\n")
-	}
-	if p.DrainDuration == 0 {
-		ew.printf("  drainDuration:                 keep %s (≥ app exit %s: Envoy accepts until the app is gone); parentShutdownDuration is unused for termination\n",
-			fmtD(in.DrainDuration), fmtD(p.AppExitWorst))
-	}
-}
-
-// writeLinkerdSettings prints the pod annotations and the proxy setting of a Linkerd plan.
-func writeLinkerdSettings(ew *errWriter, p Plan) {
-	if anns := p.Annotations(); len(anns) > 0 {
-		ew.printf("  pod annotations:\n")
-		for _, a := range anns {
-			ew.printf("    %s: '%s'\n", a.Key, a.Value)
-		}
-	} else {
-		ew.printf("  pod annotations:               none needed: the proxy's request and connection metrics are on by default\n")
-	}
-	if p.Input.Sidecar == Native {
-		ew.printf("  sidecar:                       none needed: the kubelet stops linkerd-proxy after the app has exited\n")
-		ew.printf("                                 (native is Linkerd's default since 2.20, Kubernetes >= 1.29; %s: \"true\" asks for it per pod)\n",
-			LinkerdNativeSidecarAnnotation)
-		ew.printf("                                 do not set %s: the injector refuses it with a native sidecar (linkerd2#12164)\n",
-			LinkerdWaitBeforeExitAnnotation)
-		return
-	}
-	ew.printf("  sidecar:                       proxy-wait-before-exit-seconds %d: the proxy's preStop sleep outlives the app (Linkerd's default 0 does not)\n",
-		int(p.WaitBeforeExit/time.Second))
-	ew.printf("                                 %s: \"false\" keeps the proxy classic on Linkerd >= 2.20, whose injector refuses the sleep with a native sidecar\n",
-		LinkerdNativeSidecarAnnotation)
-}
-
-// sidecarName names the proxy in the timeline's title: the sidecar kind alone for Istio.
-func (p Plan) sidecarName() string {
-	switch p.Input.Mesh {
-	case mesh.None:
-		return "none, the kernel is the signal"
-	case Ambient:
-		return "none, Istio ambient (ztunnel in the pod's network namespace)"
-	}
-	if p.Input.Mesh == mesh.Linkerd {
-		return string(p.Input.Sidecar) + " linkerd-proxy"
-	}
-	return string(p.Input.Sidecar)
-}
+// sidecarName names the proxy in the timeline's title.
+func (p Plan) sidecarName() string { return p.mesh().name(p) }
 
 // usualRollout says when meshdrain returns when nothing is late: the deadline is only a bound.
 func usualRollout(p Plan) string {

@@ -1,0 +1,65 @@
+package plan
+
+import (
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+)
+
+// meshPlan is what differs between the meshes plan writes for. Each mesh answers for its
+// own (istio.go, linkerd.go, meshless.go), and the rest of plan asks Plan.mesh instead of
+// testing which mesh it is: a new mesh is one more implementation and one more case in
+// meshPlanOf.
+type meshPlan interface {
+	// sidecar says whether the pod has a proxy beside the app (false: the kernel is the
+	// signal).
+	sidecar() bool
+	// normalize fills the mesh's own defaults into in and says what it cannot plan.
+	normalize(in *Input) []error
+	// recommend adds the mesh's settings, arithmetic and notes to p, whose mesh-independent
+	// numbers are set.
+	recommend(p *Plan)
+	// timeline is the termination timeline, from t0 to the kill.
+	timeline(p Plan) []Step
+	// name names the proxy in the timeline's title.
+	name(p Plan) string
+	// prestopArgs are the preStop flags only this mesh writes, before the common ones.
+	prestopArgs(p Plan) []string
+	// ownsFlag says whether a preStop flag plan knows, beyond the planned numbers, is the
+	// plan's (a re-plan writes its value) or the user's.
+	ownsFlag(p Plan, it prestopToken) bool
+	// annotations are the pod-template annotations the plan sets.
+	annotations(p Plan) []Annotation
+	// writeSettings prints the mesh's lines of the text's recommended settings.
+	writeSettings(ew *errWriter, p Plan)
+	// keptGraceNote finishes the note on a grace period cur longer than what suffices:
+	// what plan keeps with it ("" for the mesh-independent words).
+	keptGraceNote(p Plan, cur time.Duration) string
+	// derive adds the mesh's part of the edit (the istio-proxy override, a meshless pod's
+	// env and probe) and says what it changes.
+	derive(e *Edit, binary string) ([]string, error)
+	// fillsAutoImage says whether the mesh's injector fills an istio-proxy image: auto.
+	fillsAutoImage() bool
+	// writeJSON adds the mesh's fields to the JSON plan; binary is meshdrain's path in the pod.
+	writeJSON(p Plan, binary string, e *Edit, out *jsonPlan)
+	// rolloutCheck is the command that verifies a pod rolled out with the edit e.
+	rolloutCheck(p Plan, e *Edit) []string
+}
+
+// meshPlanOf is the plan of mesh m; nil for a mesh plan does not know (normalize says so).
+func meshPlanOf(m mesh.Mesh) meshPlan {
+	switch m {
+	case mesh.Istio:
+		return istioPlan{}
+	case mesh.Linkerd:
+		return linkerdPlan{}
+	case mesh.None:
+		return meshlessPlan{}
+	case Ambient:
+		return meshlessPlan{ambient: true}
+	}
+	return nil
+}
+
+// mesh is p's mesh plan.
+func (p Plan) mesh() meshPlan { return meshPlanOf(p.Input.Mesh) }
