@@ -101,35 +101,7 @@ type jsonWorkload struct {
 // WriteJSON prints the plan as one JSON object; with an edit, also the workload it changes.
 func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	in := p.Input
-	inputs := map[string]any{
-		"p99": fmtD(in.P99), "eds_lag": fmtD(in.EDSLag), "quiet": fmtD(in.Quiet), "poll": fmtD(in.Poll),
-		"app_drain": fmtD(p.AppDrain),
-	}
-	if len(in.Ports) > 0 {
-		inputs["ports"] = in.Ports
-	}
-	if in.AppMetrics != "" {
-		inputs["app_metrics"] = localhttp.Redact(in.AppMetrics)
-		if in.AppRequests != "" {
-			inputs["app_requests"] = in.AppRequests
-		}
-	}
-	if in.MinWait != drain.DefaultMinWait {
-		inputs["min_wait"] = fmtD(in.MinWait)
-	}
-	if in.RPSPerClient > 0 {
-		inputs["rps_per_client"] = in.RPSPerClient
-	}
-	if in.ClientPeriod > 0 {
-		inputs["client_period"] = fmtD(in.ClientPeriod)
-	}
-	if in.EDSLagMedian > 0 {
-		inputs["eds_lag"] = fmt.Sprintf("p50=%s,p99=%s", fmtD(in.EDSLagMedian), fmtD(in.EDSLag))
-		inputs["clients"] = in.Clients
-	}
-	if in.CurrentGracePeriod > 0 {
-		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
-	}
+	inputs := jsonInputs(p)
 	out := jsonPlan{
 		Sidecar:                     in.Sidecar,
 		Inputs:                      inputs,
@@ -182,6 +154,41 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 	}
 	_, err = w.Write(append(data, '\n'))
 	return err
+}
+
+// jsonInputs are the plan's inputs as -o json names them; a mesh adds its own (writeJSON).
+func jsonInputs(p Plan) map[string]any {
+	in := p.Input
+	inputs := map[string]any{
+		"p99": fmtD(in.P99), "eds_lag": fmtD(in.EDSLag), "quiet": fmtD(in.Quiet), "poll": fmtD(in.Poll),
+		"app_drain": fmtD(p.AppDrain),
+	}
+	if len(in.Ports) > 0 {
+		inputs["ports"] = in.Ports
+	}
+	if in.AppMetrics != "" {
+		inputs["app_metrics"] = localhttp.Redact(in.AppMetrics)
+		if in.AppRequests != "" {
+			inputs["app_requests"] = in.AppRequests
+		}
+	}
+	if in.MinWait != drain.DefaultMinWait {
+		inputs["min_wait"] = fmtD(in.MinWait)
+	}
+	if in.RPSPerClient > 0 {
+		inputs["rps_per_client"] = in.RPSPerClient
+	}
+	if in.ClientPeriod > 0 {
+		inputs["client_period"] = fmtD(in.ClientPeriod)
+	}
+	if in.EDSLagMedian > 0 {
+		inputs["eds_lag"] = fmt.Sprintf("p50=%s,p99=%s", fmtD(in.EDSLagMedian), fmtD(in.EDSLag))
+		inputs["clients"] = in.Clients
+	}
+	if in.CurrentGracePeriod > 0 {
+		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
+	}
+	return inputs
 }
 
 func optD(d time.Duration) string {

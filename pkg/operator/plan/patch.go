@@ -76,6 +76,57 @@ func (e *Edit) Apply() error {
 // WritePatch prints the strategic-merge patch that makes the same changes as Apply, for
 // `kubectl patch --type strategic`.
 func (e *Edit) WritePatch(w io.Writer) error {
+	if err := e.writePatchHeader(w); err != nil {
+		return err
+	}
+	podSpec := yamlnode.MapOf("terminationGracePeriodSeconds", yamlnode.Int(e.gracePeriod),
+		"volumes", yamlnode.Sequence(e.volume), "initContainers", yamlnode.Sequence(e.initContainer))
+	preStop := yamlnode.Mapping()
+	for _, h := range e.removeHandlers {
+		yamlnode.SetKey(preStop, h, yamlnode.Null())
+	}
+	yamlnode.SetKey(preStop, "exec", yamlnode.Lookup(e.preStop, "exec"))
+	app := yamlnode.MapOf(
+		"name", yamlnode.Str(e.opts.Container),
+		"volumeMounts", yamlnode.Sequence(e.volumeMount),
+		"lifecycle", yamlnode.MapOf("preStop", preStop))
+	if e.hostIPEnv != nil {
+		yamlnode.SetKey(app, "env", yamlnode.Sequence(e.hostIPEnv))
+	}
+	if e.readiness != nil {
+		yamlnode.SetKey(app, "readinessProbe", e.readiness)
+	}
+	containers := yamlnode.Sequence(app)
+	if e.proxy != nil {
+		containers.Content = append(containers.Content, e.proxyPatch())
+	}
+	podSpec.Content = append(podSpec.Content, yamlnode.Str("containers"), containers)
+	template := yamlnode.Mapping()
+	if len(e.annotations) > 0 {
+		ann := yamlnode.Mapping()
+		for _, a := range e.annotations {
+			yamlnode.SetKey(ann, a.Key, yamlnode.Str(a.Value))
+		}
+		yamlnode.SetKey(template, "metadata", yamlnode.MapOf("annotations", ann))
+	}
+	yamlnode.SetKey(template, "spec", podSpec)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	enc.CompactSeqIndent()
+	if err := enc.Encode(yamlnode.MapOf("spec", yamlnode.MapOf("template", template))); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// writePatchHeader prints the patch's comments: the plan's numbers, how to apply it, what it
+// keeps and replaces.
+func (e *Edit) writePatchHeader(w io.Writer) error {
 	p := e.plan
 	ew := &errWriter{w: w}
 	kind, name := "deployment", "NAME"
@@ -106,66 +157,24 @@ func (e *Edit) WritePatch(w io.Writer) error {
 		ew.printf("# If %s has none, give it one (tcpSocket port %d, periodSeconds %d, or better an httpGet that checks what it needs).\n",
 			e.opts.Container, probe.Port, probe.PeriodSeconds)
 	}
-	if ew.err != nil {
-		return ew.err
-	}
+	return ew.err
+}
 
-	podSpec := yamlnode.MapOf("terminationGracePeriodSeconds", yamlnode.Int(e.gracePeriod),
-		"volumes", yamlnode.Sequence(e.volume), "initContainers", yamlnode.Sequence(e.initContainer))
-	preStop := yamlnode.Mapping()
-	for _, h := range e.removeHandlers {
-		yamlnode.SetKey(preStop, h, yamlnode.Null())
+// proxyPatch is the istio-proxy container of the patch: only what plan sets, so that a patch
+// onto an istio-proxy of the workload's keeps its other fields, its image included.
+func (e *Edit) proxyPatch() *yaml.Node {
+	proxy := yamlnode.MapOf("name", yamlnode.Str(ProxyContainerName))
+	if e.proxyImage {
+		yamlnode.SetKey(proxy, "image", yamlnode.Str(ProxyImageAuto))
 	}
-	yamlnode.SetKey(preStop, "exec", yamlnode.Lookup(e.preStop, "exec"))
-	app := yamlnode.MapOf(
-		"name", yamlnode.Str(e.opts.Container),
-		"volumeMounts", yamlnode.Sequence(e.volumeMount),
-		"lifecycle", yamlnode.MapOf("preStop", preStop))
-	if e.hostIPEnv != nil {
-		yamlnode.SetKey(app, "env", yamlnode.Sequence(e.hostIPEnv))
+	proxyPreStop := yamlnode.Mapping()
+	for _, h := range e.proxyRemoveHandlers {
+		yamlnode.SetKey(proxyPreStop, h, yamlnode.Null())
 	}
-	if e.readiness != nil {
-		yamlnode.SetKey(app, "readinessProbe", e.readiness)
-	}
-	containers := yamlnode.Sequence(app)
-	if e.proxy != nil {
-		// Only what plan sets: a patch onto an istio-proxy of the workload's keeps its other
-		// fields, its image included.
-		proxy := yamlnode.MapOf("name", yamlnode.Str(ProxyContainerName))
-		if e.proxyImage {
-			yamlnode.SetKey(proxy, "image", yamlnode.Str(ProxyImageAuto))
-		}
-		proxyPreStop := yamlnode.Mapping()
-		for _, h := range e.proxyRemoveHandlers {
-			yamlnode.SetKey(proxyPreStop, h, yamlnode.Null())
-		}
-		yamlnode.SetKey(proxyPreStop, "exec", yamlnode.Path(e.proxy, "lifecycle", "preStop", "exec"))
-		yamlnode.SetKey(proxy, "volumeMounts", yamlnode.Sequence(e.proxyMount))
-		yamlnode.SetKey(proxy, "lifecycle", yamlnode.MapOf("preStop", proxyPreStop))
-		containers.Content = append(containers.Content, proxy)
-	}
-	podSpec.Content = append(podSpec.Content, yamlnode.Str("containers"), containers)
-	template := yamlnode.Mapping()
-	if len(e.annotations) > 0 {
-		ann := yamlnode.Mapping()
-		for _, a := range e.annotations {
-			yamlnode.SetKey(ann, a.Key, yamlnode.Str(a.Value))
-		}
-		yamlnode.SetKey(template, "metadata", yamlnode.MapOf("annotations", ann))
-	}
-	yamlnode.SetKey(template, "spec", podSpec)
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	enc.CompactSeqIndent()
-	if err := enc.Encode(yamlnode.MapOf("spec", yamlnode.MapOf("template", template))); err != nil {
-		return err
-	}
-	if err := enc.Close(); err != nil {
-		return err
-	}
-	_, err := w.Write(buf.Bytes())
-	return err
+	yamlnode.SetKey(proxyPreStop, "exec", yamlnode.Path(e.proxy, "lifecycle", "preStop", "exec"))
+	yamlnode.SetKey(proxy, "volumeMounts", yamlnode.Sequence(e.proxyMount))
+	yamlnode.SetKey(proxy, "lifecycle", yamlnode.MapOf("preStop", proxyPreStop))
+	return proxy
 }
 
 // WriteYAML prints a strategic-merge patch that applies the plan to a workload plan has not

@@ -56,8 +56,13 @@ func (e *Edit) deriveProxy(binary string) ([]string, error) {
 		return []string{fmt.Sprintf("container %s (image: %s; Istio's injector merges it into the proxy it injects): mounts %s read-only; preStop runs %s %s",
 			ProxyContainerName, ProxyImageAuto, dir, binary, strings.Join(e.hold.args, " "))}, nil
 	}
+	return e.mergeOverride(preStop, binary, id)
+}
 
-	// The workload's own override: hold's preStop and the mount merged into it.
+// mergeOverride merges hold's preStop and the meshdrain mount into the workload's own
+// istio-proxy override, every other field of it kept, and says what it sets.
+func (e *Edit) mergeOverride(preStop *yaml.Node, binary, id string) ([]string, error) {
+	w, dir := e.workload, e.opts.Dir
 	proxy := yamlnode.Copy(w.proxy)
 	var set []string
 	if yamlnode.Scalar(yamlnode.Lookup(proxy, "image")) == "" {
@@ -78,37 +83,12 @@ func (e *Edit) deriveProxy(binary string) ([]string, error) {
 		yamlnode.Upsert(mounts, "mountPath", e.proxyMount)
 		set = append(set, fmt.Sprintf("mounts %s read-only", dir))
 	}
-	old := yamlnode.Path(w.proxy, "lifecycle", "preStop")
-	switch {
-	case w.ProxyPreStop == "":
-		set = append(set, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")))
-	case w.ProxyHolds():
-		oldBinary := yamlnode.Strings(yamlnode.Path(w.proxy, "lifecycle", "preStop", "exec", "command"))[0]
-		changes := e.hold.changes
-		if oldBinary != binary {
-			changes = append([]string{fmt.Sprintf("runs %s (was %s)", binary, oldBinary)}, changes...)
-		}
-		if len(changes) == 0 {
-			preStop = yamlnode.Copy(old)
-			break
-		}
-		line := "preStop " + strings.Join(changes, ", ")
-		if len(e.hold.kept) > 0 {
-			line += "; keeps the preStop's own flags as they are: " + strings.Join(e.hold.kept, " ")
-		}
+	preStop, line, err := e.mergeOverridePreStop(preStop, binary, id)
+	if err != nil {
+		return nil, err
+	}
+	if line != "" {
 		set = append(set, line)
-	case !e.opts.ReplacePreStop:
-		return nil, fmt.Errorf("container %s%s already has a preStop hook (%s), and meshdrain hold takes its place (regime b, "+
-			"docs/decision-rule.md): pass --replace-prestop to replace it, or --defer-sidecar-drain=false to leave %s as it is",
-			ProxyContainerName, id, w.ProxyPreStop, ProxyContainerName)
-	default:
-		e.ProxyReplaced = w.ProxyPreStop
-		for i := 0; i+1 < len(old.Content); i += 2 {
-			if h := old.Content[i].Value; h != "exec" {
-				e.proxyRemoveHandlers = append(e.proxyRemoveHandlers, h)
-			}
-		}
-		set = append(set, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")))
 	}
 	lifecycle, err := yamlnode.EnsureMap(proxy, "lifecycle")
 	if err != nil {
@@ -120,6 +100,43 @@ func (e *Edit) deriveProxy(binary string) ([]string, error) {
 		return nil, nil
 	}
 	return []string{fmt.Sprintf("container %s (the workload's own override, its other fields kept): %s", ProxyContainerName, strings.Join(set, ", "))}, nil
+}
+
+// mergeOverridePreStop is the preStop the workload's own override gets: hold's, or its own
+// hold preStop as it is when the plan changes none of its flags; line says what changes.
+// A preStop of another kind is replaced only with --replace-prestop.
+func (e *Edit) mergeOverridePreStop(preStop *yaml.Node, binary, id string) (_ *yaml.Node, line string, _ error) {
+	w := e.workload
+	old := yamlnode.Path(w.proxy, "lifecycle", "preStop")
+	switch {
+	case w.ProxyPreStop == "":
+		return preStop, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")), nil
+	case w.ProxyHolds():
+		oldBinary := yamlnode.Strings(yamlnode.Path(w.proxy, "lifecycle", "preStop", "exec", "command"))[0]
+		changes := e.hold.changes
+		if oldBinary != binary {
+			changes = append([]string{fmt.Sprintf("runs %s (was %s)", binary, oldBinary)}, changes...)
+		}
+		if len(changes) == 0 {
+			return yamlnode.Copy(old), "", nil
+		}
+		line := "preStop " + strings.Join(changes, ", ")
+		if len(e.hold.kept) > 0 {
+			line += "; keeps the preStop's own flags as they are: " + strings.Join(e.hold.kept, " ")
+		}
+		return preStop, line, nil
+	case !e.opts.ReplacePreStop:
+		return nil, "", fmt.Errorf("container %s%s already has a preStop hook (%s), and meshdrain hold takes its place (regime b, "+
+			"docs/decision-rule.md): pass --replace-prestop to replace it, or --defer-sidecar-drain=false to leave %s as it is",
+			ProxyContainerName, id, w.ProxyPreStop, ProxyContainerName)
+	}
+	e.ProxyReplaced = w.ProxyPreStop
+	for i := 0; i+1 < len(old.Content); i += 2 {
+		if h := old.Content[i].Value; h != "exec" {
+			e.proxyRemoveHandlers = append(e.proxyRemoveHandlers, h)
+		}
+	}
+	return preStop, fmt.Sprintf("preStop runs %s %s", binary, strings.Join(e.hold.args, " ")), nil
 }
 
 // ProxyPrestopCommand is istio-proxy's preStop command the edit writes (meshdrain hold and its

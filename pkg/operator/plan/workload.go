@@ -114,8 +114,6 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 		Name:        yamlnode.Scalar(yamlnode.Path(obj, "metadata", "name")),
 		Namespace:   yamlnode.Scalar(yamlnode.Path(obj, "metadata", "namespace")),
 		GracePeriod: DefaultGracePeriod,
-		Annotations: map[string]string{},
-		Labels:      map[string]string{},
 		obj:         obj,
 	}
 	id := w.Kind + "/" + w.Name
@@ -131,21 +129,37 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 		}
 		w.GracePeriod, w.GracePeriodSet = time.Duration(secs)*time.Second, true
 	}
-	if ann := yamlnode.Path(w.template, "metadata", "annotations"); ann != nil && ann.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(ann.Content); i += 2 {
-			w.Annotations[ann.Content[i].Value] = yamlnode.Scalar(ann.Content[i+1])
-		}
-	}
-	if lbl := yamlnode.Path(w.template, "metadata", "labels"); lbl != nil && lbl.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(lbl.Content); i += 2 {
-			w.Labels[lbl.Content[i].Value] = yamlnode.Scalar(lbl.Content[i+1])
-		}
-	}
+	w.Annotations = stringMap(yamlnode.Path(w.template, "metadata", "annotations"))
+	w.Labels = stringMap(yamlnode.Path(w.template, "metadata", "labels"))
 	w.HostNetwork = yamlnode.Scalar(yamlnode.Lookup(w.podSpec, "hostNetwork")) == "true"
 	containers := yamlnode.Resolve(yamlnode.Lookup(w.podSpec, "containers"))
 	if containers == nil || containers.Kind != yaml.SequenceNode || len(containers.Content) == 0 {
 		return nil, fmt.Errorf("%s has no containers", id)
 	}
+	if err := w.chooseContainer(containers, container); err != nil {
+		return nil, err
+	}
+	_, w.container = yamlnode.ItemByKey(containers, "name", w.Container)
+	w.ContainerPorts = containerPorts(w.container)
+	for _, p := range w.ContainerPorts {
+		w.Ports = append(w.Ports, p.Number)
+	}
+	w.probes = readProbes(w.container)
+	for _, c := range containers.Content {
+		if name := yamlnode.Scalar(yamlnode.Lookup(c, "name")); name != w.Container && !contains(sidecarContainers, name) {
+			for _, p := range containerPorts(c) {
+				w.otherPorts = append(w.otherPorts, fmt.Sprintf("%s:%d", name, p.Number))
+			}
+		}
+	}
+	w.readPreStops(containers)
+	return w, nil
+}
+
+// chooseContainer finds the app container: the one named (--container), the only one that
+// is not a mesh's proxy, or the only one with ports.
+func (w *Workload) chooseContainer(containers *yaml.Node, container string) error {
+	id := w.Kind + "/" + w.Name
 	var apps []string
 	for _, c := range containers.Content {
 		name := yamlnode.Scalar(yamlnode.Lookup(c, "name"))
@@ -165,7 +179,7 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 	switch {
 	case container != "":
 		if !contains(w.Containers, container) {
-			return nil, fmt.Errorf("%s has no container %q; its containers are: %s", id, container, strings.Join(w.Containers, ", "))
+			return fmt.Errorf("%s has no container %q; its containers are: %s", id, container, strings.Join(w.Containers, ", "))
 		}
 		w.Container = container
 	case len(apps) == 1:
@@ -174,21 +188,13 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 		w.Container = serving[0]
 		w.ContainerWhy = fmt.Sprintf("the app container is %s, the only one with ports (of %s); --container names another", w.Container, strings.Join(apps, ", "))
 	default:
-		return nil, fmt.Errorf("%s has %d containers (%s): name the app's with --container", id, len(w.Containers), strings.Join(w.Containers, ", "))
+		return fmt.Errorf("%s has %d containers (%s): name the app's with --container", id, len(w.Containers), strings.Join(w.Containers, ", "))
 	}
-	_, w.container = yamlnode.ItemByKey(containers, "name", w.Container)
-	w.ContainerPorts = containerPorts(w.container)
-	for _, p := range w.ContainerPorts {
-		w.Ports = append(w.Ports, p.Number)
-	}
-	w.probes = readProbes(w.container)
-	for _, c := range containers.Content {
-		if name := yamlnode.Scalar(yamlnode.Lookup(c, "name")); name != w.Container && !contains(sidecarContainers, name) {
-			for _, p := range containerPorts(c) {
-				w.otherPorts = append(w.otherPorts, fmt.Sprintf("%s:%d", name, p.Number))
-			}
-		}
-	}
+	return nil
+}
+
+// readPreStops reads the app container's probe and preStop, and the istio-proxy override's.
+func (w *Workload) readPreStops(containers *yaml.Node) {
 	w.HasReadinessProbe = yamlnode.Lookup(w.container, "readinessProbe") != nil
 	w.PreStop, w.PreStopIsMeshdrain = describePreStop(yamlnode.Path(w.container, "lifecycle", "preStop"), "prestop")
 	if w.PreStopIsMeshdrain {
@@ -206,7 +212,17 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 	if _, c := yamlnode.ItemByKey(yamlnode.Lookup(w.podSpec, "initContainers"), "name", ProxyContainerName); c != nil {
 		w.ProxyInInitContainers = true
 	}
-	return w, nil
+}
+
+// stringMap reads a mapping of strings (labels, annotations); empty when m is none.
+func stringMap(m *yaml.Node) map[string]string {
+	out := map[string]string{}
+	if m != nil && m.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			out[m.Content[i].Value] = yamlnode.Scalar(m.Content[i+1])
+		}
+	}
+	return out
 }
 
 // ProxyHolds is true when the workload's istio-proxy runs meshdrain hold as its preStop.
