@@ -10,13 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/operator/plan"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // planOptions are `meshdrain plan`'s inputs: the workload facts of plan.Input, plus the
@@ -299,7 +298,6 @@ func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 // What changes the manifest, or questions an input, is also said on stderr in every format.
 func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 	opts.in.Sidecar = plan.Sidecar(opts.sidecar)
-	opts.in.Mesh = mesh.Mesh(opts.mesh)
 	opts.patch.ImageSet = changed("image")
 	var manifests *plan.Manifests
 	var workload *plan.Workload
@@ -321,29 +319,13 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		return usageError("plan: -f %s: %v", opts.file, err)
 	}
 	opts.in.Mesh = m
-	if plan.IsMeshless(opts.in.Mesh) {
-		for _, name := range []string{"sidecar", "drain-duration", "defer-sidecar-drain"} {
-			if changed(name) {
-				return usageError("--%s is a sidecar's: a pod of --mesh %s has none (the kernel is the signal)", name, opts.in.Mesh)
-			}
+	for _, name := range plan.MeshFlags {
+		if why := plan.RefusedFlag(m, name); changed(name) && why != "" {
+			return usageError("%s", why)
 		}
-		opts.in.Sidecar, opts.in.DeferSidecarDrain = "", false
-	} else if changed("app-metrics") || changed("app-requests") {
-		return usageError("--app-metrics and --app-requests go with --mesh none or ambient: a sidecar's stats already count every request")
-	} else if changed("port") {
-		return usageError("--port goes with --mesh none or ambient (the app's own ports); a sidecar's inbound ports are prestop's own --port, kept from the workload's preStop")
 	}
-	if opts.in.Mesh == mesh.Linkerd {
-		if changed("drain-duration") {
-			return usageError("--drain-duration is Istio's proxyConfig drainDuration: a Linkerd proxy has no drain time (it stops accepting at SIGTERM)")
-		}
-		if changed("defer-sidecar-drain") {
-			return usageError("--defer-sidecar-drain is Istio's: a Linkerd proxy has no drain call to defer (it stops accepting at SIGTERM)")
-		}
-		opts.in.DeferSidecarDrain = false
-		if !changed("sidecar") {
-			opts.in.Sidecar = "" // Linkerd's default, native, unless the workload says otherwise
-		}
+	if !changed("sidecar") {
+		opts.in.Sidecar = "" // the mesh's default, unless the workload says otherwise
 	}
 	if workload != nil {
 		if err := fromWorkload(&opts, workload, changed); err != nil {
@@ -376,39 +358,54 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 			return err
 		}
 	}
-	var notes []string // what was kept, replaced or dropped, for stderr
-	switch {
-	case opts.output == outputJSON:
-		err = plan.WriteJSON(s.out, p, opts.patch.Dir, edit)
-	case opts.output == outputYAML && workload != nil && !opts.asPatch:
-		if err = edit.Apply(); err == nil {
-			err = manifests.Write(s.out)
-		}
-		notes = manifests.Notes()
-	case opts.output == outputYAML:
-		err = edit.WritePatch(s.out)
-	default:
-		err = plan.WriteText(s.out, p)
-		if err == nil && edit != nil {
-			err = plan.WriteChanges(s.out, p, edit)
-		}
-	}
+	notes, err := writePlan(s.out, opts, p, edit, manifests)
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("plan: %w", err)}
 	}
-	if workload != nil && !changed("mesh") {
-		fmt.Fprintf(s.err, "meshdrain: plan: %s/%s: mesh %s, from its %s\n", workload.Kind, workload.Name, p.Input.Mesh, meshWhy)
+	reportPlan(s.err, opts, p, edit, workload, meshWhy, changed("mesh"), notes)
+	return nil
+}
+
+// writePlan prints the plan in the format asked for; notes are what writing the manifests
+// said of the comments it kept or moved.
+func writePlan(out io.Writer, opts planOptions, p plan.Plan, edit *plan.Edit, manifests *plan.Manifests) (notes []string, err error) {
+	switch {
+	case opts.output == outputJSON:
+		return nil, plan.WriteJSON(out, p, opts.patch.Dir, edit)
+	case opts.output == outputYAML && manifests != nil && !opts.asPatch:
+		if err := edit.Apply(); err != nil {
+			return nil, err
+		}
+		err := manifests.Write(out)
+		return manifests.Notes(), err
+	case opts.output == outputYAML:
+		return nil, edit.WritePatch(out)
 	}
-	if workload != nil && workload.ContainerWhy != "" {
-		opts.choices = append([]string{workload.ContainerWhy}, opts.choices...)
+	if err := plan.WriteText(out, p); err != nil || edit == nil {
+		return nil, err
 	}
-	for _, line := range opts.choices {
-		fmt.Fprintf(s.err, "meshdrain: plan: %s/%s: %s\n", workload.Kind, workload.Name, line)
+	return nil, plan.WriteChanges(out, p, edit)
+}
+
+// reportPlan says on stderr, in every format, how plan read the workload (the mesh where
+// --mesh did not name it, the choices it made) and what it changes (stderrReport).
+func reportPlan(errOut io.Writer, opts planOptions, p plan.Plan, edit *plan.Edit, workload *plan.Workload, meshWhy string, meshGiven bool, notes []string) {
+	if workload != nil {
+		id := workload.Kind + "/" + workload.Name
+		if !meshGiven {
+			fmt.Fprintf(errOut, "meshdrain: plan: %s: mesh %s, from its %s\n", id, p.Input.Mesh, meshWhy)
+		}
+		choices := opts.choices
+		if workload.ContainerWhy != "" {
+			choices = append([]string{workload.ContainerWhy}, choices...)
+		}
+		for _, line := range choices {
+			fmt.Fprintf(errOut, "meshdrain: plan: %s: %s\n", id, line)
+		}
 	}
 	for _, line := range stderrReport(p, edit, workload, notes) {
-		fmt.Fprintf(s.err, "meshdrain: plan: %s\n", line)
+		fmt.Fprintf(errOut, "meshdrain: plan: %s\n", line)
 	}
-	return nil
 }
 
 // stderrReport is what plan says on stderr, whatever the output format: with -f each change
@@ -531,102 +528,17 @@ func hasFlag(args []string, name string) bool {
 }
 
 // fromWorkload takes what the manifest says about the pod into the plan's input, where the
-// flags did not say it: the grace period, the sidecar, its drain settings, and what a
-// meshdrain preStop already says of the app and its clients (so a re-plan does not set them
-// back to defaults).
+// flags did not say it: what a meshdrain preStop already says of the app and its clients
+// (fromPrestop), then the rest, which the mesh's plan reads (plan.FromWorkload).
 func fromWorkload(opts *planOptions, workload *plan.Workload, changed func(string) bool) error {
-	in := &opts.in
-	if !changed("grace-period") {
-		in.CurrentGracePeriod = workload.GracePeriod
-	}
 	if err := fromPrestop(opts, workload, changed); err != nil {
 		return err
 	}
-	if workload.PreStopOnlySleeps && !workload.PreStopIsMeshdrain && workload.PreStopSleep > 0 {
-		// The app keeps its time after SIGTERM, and a broken configuration holds the pod as
-		// long as the sleep did.
-		in.ReplacedSleep = workload.PreStopSleep
-		in.ReplacedAppTime = max(0, workload.GracePeriod-workload.PreStopSleep)
-		if !changed("app-drain") && in.ReplacedAppTime >= in.P99 && in.ReplacedAppTime > 0 {
-			in.AppDrain = in.ReplacedAppTime
-		}
-		if !changed("fallback-wait") {
-			in.FallbackWait = workload.PreStopSleep
-		}
+	choices, err := plan.FromWorkload(&opts.in, workload, changed, opts.lowerGracePeriod)
+	if err != nil {
+		return usageError("%v", err)
 	}
-	if plan.IsMeshless(in.Mesh) {
-		if err := checkPrestopPorts(workload); err != nil {
-			return err
-		}
-		var given []int
-		if changed("port") {
-			given = in.Ports
-		}
-		watch := workload.MeshlessWatch(given)
-		in.Ports, in.IgnoreLoopback = watch.Ports, watch.IgnoreLoopback
-		opts.choices = append(opts.choices, watch.Notes...)
-		// The app's metrics are facts about the app: a re-plan keeps them.
-		for _, f := range []struct {
-			flag  string
-			value *string
-		}{{"app-metrics", &in.AppMetrics}, {"app-requests", &in.AppRequests}} {
-			if v, ok := workload.PrestopFlag(f.flag); ok && !changed(f.flag) {
-				*f.value = v
-			}
-		}
-		in.AllowRemote = workload.PrestopHas("allow-remote")
-		return nil
-	}
-	if in.Mesh == mesh.Linkerd {
-		if sc, _ := workload.LinkerdSidecar(); sc != "" && !changed("sidecar") {
-			in.Sidecar = sc
-		}
-		wait, err := workload.WaitBeforeExit()
-		if err != nil {
-			return usageError("%v", err)
-		}
-		in.CurrentWaitBeforeExit = wait
-		if !opts.lowerGracePeriod {
-			in.KeepLonger.WaitBeforeExit = wait
-		}
-		return nil
-	}
-	if sc, _ := workload.Sidecar(); sc != "" && !changed("sidecar") {
-		in.Sidecar = sc
-	}
-	if !changed("drain-duration") {
-		d, err := workload.DrainDuration()
-		if err != nil {
-			return usageError("%v", err)
-		}
-		if d > 0 {
-			in.DrainDuration = d
-		}
-	}
-	if !opts.lowerGracePeriod {
-		tdd, err := workload.TerminationDrainDuration()
-		if err != nil {
-			return usageError("%v", err)
-		}
-		mdd, err := workload.MinimumDrainDuration()
-		if err != nil {
-			return usageError("%v", err)
-		}
-		in.KeepLonger.TerminationDrainDuration, in.KeepLonger.MinimumDrainDuration = tdd, mdd
-	}
-	return nil
-}
-
-// checkPrestopPorts refuses a meshless preStop whose --port is not a port number: a re-plan
-// would otherwise drop it without a word.
-func checkPrestopPorts(workload *plan.Workload) error {
-	for _, v := range workload.PrestopFlagValues("port") {
-		for _, s := range strings.Split(v, ",") {
-			if _, err := strconv.Atoi(strings.TrimSpace(s)); err != nil {
-				return usageError("%s/%s: its preStop's --port %q is not a port number: fix it, or pass --port", workload.Kind, workload.Name, v)
-			}
-		}
-	}
+	opts.choices = append(opts.choices, choices...)
 	return nil
 }
 

@@ -17,11 +17,36 @@ type istioPlan struct{}
 func (istioPlan) sidecar() bool        { return true }
 func (istioPlan) fillsAutoImage() bool { return true }
 
+func (istioPlan) refuses(flag string, _ mesh.Mesh) string { return sidecarRefuses(flag) }
+
 func (istioPlan) normalize(in *Input) []error {
 	if in.Sidecar == "" {
 		in.Sidecar = Classic
 	}
 	return nil
+}
+
+func (istioPlan) fromWorkload(in *Input, w *Workload, given func(string) bool, lowerGrace bool) ([]string, error) {
+	if sc, _ := w.Sidecar(); sc != "" && !given("sidecar") {
+		in.Sidecar = sc
+	}
+	if !given("drain-duration") {
+		d, err := w.DrainDuration()
+		if err != nil {
+			return nil, err
+		}
+		if d > 0 {
+			in.DrainDuration = d
+		}
+	}
+	if !lowerGrace {
+		own, err := durations(w.TerminationDrainDuration, w.MinimumDrainDuration)
+		if err != nil {
+			return nil, err
+		}
+		in.KeepLonger.TerminationDrainDuration, in.KeepLonger.MinimumDrainDuration = own[0], own[1]
+	}
+	return nil, nil
 }
 
 func (istioPlan) name(p Plan) string { return string(p.Input.Sidecar) }

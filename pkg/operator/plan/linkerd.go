@@ -161,6 +161,16 @@ type linkerdPlan struct{}
 func (linkerdPlan) sidecar() bool        { return true }
 func (linkerdPlan) fillsAutoImage() bool { return false }
 
+func (linkerdPlan) refuses(flag string, _ mesh.Mesh) string {
+	switch flag {
+	case "drain-duration":
+		return "--drain-duration is Istio's proxyConfig drainDuration: a Linkerd proxy has no drain time (it stops accepting at SIGTERM)"
+	case "defer-sidecar-drain":
+		return "--defer-sidecar-drain is Istio's: a Linkerd proxy has no drain call to defer (it stops accepting at SIGTERM)"
+	}
+	return sidecarRefuses(flag)
+}
+
 func (linkerdPlan) normalize(in *Input) []error {
 	in.DeferSidecarDrain = false // no drain call to defer
 	if in.Sidecar == "" {
@@ -170,6 +180,21 @@ func (linkerdPlan) normalize(in *Input) []error {
 		return []error{errors.New("sidecar exit-on-zero is Istio's pilot-agent mode (EXIT_ON_ZERO_ACTIVE_CONNECTIONS); a Linkerd proxy is native or classic")}
 	}
 	return nil
+}
+
+func (linkerdPlan) fromWorkload(in *Input, w *Workload, given func(string) bool, lowerGrace bool) ([]string, error) {
+	if sc, _ := w.LinkerdSidecar(); sc != "" && !given("sidecar") {
+		in.Sidecar = sc
+	}
+	wait, err := w.WaitBeforeExit()
+	if err != nil {
+		return nil, err
+	}
+	in.CurrentWaitBeforeExit = wait
+	if !lowerGrace {
+		in.KeepLonger.WaitBeforeExit = wait
+	}
+	return nil, nil
 }
 
 func (linkerdPlan) recommend(p *Plan) {

@@ -67,9 +67,46 @@ type meshlessPlan struct{ ambient bool }
 func (meshlessPlan) sidecar() bool        { return false }
 func (meshlessPlan) fillsAutoImage() bool { return false }
 
+func (meshlessPlan) refuses(flag string, m mesh.Mesh) string {
+	switch flag {
+	case "sidecar", "drain-duration", "defer-sidecar-drain":
+		return fmt.Sprintf("--%s is a sidecar's: a pod of --mesh %s has none (the kernel is the signal)", flag, m)
+	}
+	return ""
+}
+
 func (meshlessPlan) normalize(in *Input) []error {
 	in.DeferSidecarDrain = false
 	return meshlessInputProblems(*in)
+}
+
+// fromWorkload reads the ports clients use and the probes on the loopback, and keeps the
+// app's metrics, facts about the app, from the preStop.
+func (meshlessPlan) fromWorkload(in *Input, w *Workload, given func(string) bool, _ bool) ([]string, error) {
+	// A --port that is not a number would otherwise be dropped without a word.
+	for _, v := range w.PrestopFlagValues("port") {
+		for _, s := range strings.Split(v, ",") {
+			if _, err := strconv.Atoi(strings.TrimSpace(s)); err != nil {
+				return nil, fmt.Errorf("%s/%s: its preStop's --port %q is not a port number: fix it, or pass --port", w.Kind, w.Name, v)
+			}
+		}
+	}
+	var ports []int
+	if given("port") {
+		ports = in.Ports
+	}
+	watch := w.MeshlessWatch(ports)
+	in.Ports, in.IgnoreLoopback = watch.Ports, watch.IgnoreLoopback
+	for _, f := range []struct {
+		flag  string
+		value *string
+	}{{"app-metrics", &in.AppMetrics}, {"app-requests", &in.AppRequests}} {
+		if v, ok := w.PrestopFlag(f.flag); ok && !given(f.flag) {
+			*f.value = v
+		}
+	}
+	in.AllowRemote = w.PrestopHas("allow-remote")
+	return watch.Notes, nil
 }
 
 func (meshlessPlan) recommend(p *Plan) { p.recommendMeshless() }

@@ -14,8 +14,13 @@ type meshPlan interface {
 	// sidecar says whether the pod has a proxy beside the app (false: the kernel is the
 	// signal).
 	sidecar() bool
+	// refuses says why a plan flag has no meaning for the mesh; "" when it has.
+	refuses(flag string, m mesh.Mesh) string
 	// normalize fills the mesh's own defaults into in and says what it cannot plan.
 	normalize(in *Input) []error
+	// fromWorkload takes what the workload says of the mesh into in, where the flags did not
+	// say it (given), keeping its own bounds unless lowerGrace; choices are for the operator.
+	fromWorkload(in *Input, w *Workload, given func(string) bool, lowerGrace bool) (choices []string, err error)
 	// recommend adds the mesh's settings, arithmetic and notes to p, whose mesh-independent
 	// numbers are set.
 	recommend(p *Plan)
@@ -63,3 +68,26 @@ func meshPlanOf(m mesh.Mesh) meshPlan {
 
 // mesh is p's mesh plan.
 func (p Plan) mesh() meshPlan { return meshPlanOf(p.Input.Mesh) }
+
+// MeshFlags are plan's flags that only some meshes take.
+var MeshFlags = []string{"sidecar", "drain-duration", "defer-sidecar-drain", "app-metrics", "app-requests", "port"}
+
+// RefusedFlag says why plan's --flag has no meaning for mesh m ("" when it has), in a
+// sentence for the operator.
+func RefusedFlag(m mesh.Mesh, flag string) string {
+	if mp := meshPlanOf(m); mp != nil {
+		return mp.refuses(flag, m)
+	}
+	return ""
+}
+
+// sidecarRefuses are the flags a mesh with a sidecar refuses: the kernel's.
+func sidecarRefuses(flag string) string {
+	switch flag {
+	case "app-metrics", "app-requests":
+		return "--app-metrics and --app-requests go with --mesh none or ambient: a sidecar's stats already count every request"
+	case "port":
+		return "--port goes with --mesh none or ambient (the app's own ports); a sidecar's inbound ports are prestop's own --port, kept from the workload's preStop"
+	}
+	return ""
+}
