@@ -5,10 +5,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/status"
+	"github.com/spf13/cobra"
 )
 
 type checkOptions struct {

@@ -3,12 +3,11 @@ package cli
 import (
 	"strings"
 
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/operator/status"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // enumFlags are the flags that take one of a few values, by command and flag name: the

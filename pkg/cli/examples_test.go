@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
 	"github.com/meshdrain/meshdrain/pkg/cli/clitest"
+	"github.com/spf13/cobra"
 )
 
 // TestHelpExamples runs every example of meshdrain's --help that can run on this machine, as

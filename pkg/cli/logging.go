@@ -9,10 +9,9 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-
-	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 )
 
 // newLogger builds the zap logger of a command. JSON uses zap's production keys (level, ts,

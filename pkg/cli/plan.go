@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -209,7 +210,7 @@ func (opts *planOptions) complete(changed func(string) bool) error {
 	if !lag.Constant() {
 		opts.in.EDSLagMedian = lag.Median
 	}
-	if !contains(outputFormats, opts.output) {
+	if !slices.Contains(outputFormats, opts.output) {
 		return usageError("-o %q: want %s", opts.output, strings.Join(outputFormats, ", "))
 	}
 	if opts.asPatch && (opts.file == "" || opts.output != outputYAML) {
@@ -620,13 +621,4 @@ func sidecarCompletions() []string {
 		names = append(names, string(sc))
 	}
 	return names
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

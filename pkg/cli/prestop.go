@@ -11,11 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
@@ -26,6 +21,10 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 type prestopOptions struct {

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
@@ -20,6 +18,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
+	"github.com/spf13/pflag"
 )
 
 // prestopSetup is prestop's configuration as loaded and checked at start.

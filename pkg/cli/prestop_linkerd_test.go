@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
-
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -19,6 +16,8 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func problemsText(setup *prestopSetup) string {

@@ -6,9 +6,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
@@ -17,6 +14,8 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 	"github.com/meshdrain/meshdrain/pkg/operator/status"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // sidecarFlags are the flags that say which sidecar and which inbound endpoints to read,

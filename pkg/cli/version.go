@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/spf13/cobra"
-
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/operator/plan"
+	"github.com/spf13/cobra"
 )
 
 // Version is set at build time with -ldflags "-X github.com/meshdrain/meshdrain/pkg/cli.Version=...".

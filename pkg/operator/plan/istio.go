@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
@@ -364,8 +365,9 @@ func deferredTimeline(p Plan) []Step {
 				"tells hold it is done and returns; bounded by --deadline %s, where it does the same and says so",
 				fmtD(p.Quiet), meshdrainWaitSum(p), fmtD(max(p.DrainDuration, in.DrainDuration)), fmtD(p.Deadline))
 			steps = append(steps[:i+1], append([]Step{{At: p.ExpectedFinish, Worst: p.Deadline, Who: "hold",
-				What: "hears prestop's decision and POSTs pilot-agent /drain: the proxy's next SIGTERM ends it at once; " +
-					"then reads the socket table every 200ms until the app has let go of its ports and of the outbound port 15001"}}, steps[i+1:]...)...)
+				What: fmt.Sprintf("hears prestop's decision and POSTs pilot-agent /drain: the proxy's next SIGTERM ends it at once; "+
+					"then reads the socket table every %s until the app has let go of its ports and of the outbound port %d",
+					fmtD(drain.DefaultPoll), hold.DefaultOutboundPort)}}, steps[i+1:]...)...)
 			break
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -142,16 +143,7 @@ func (m *Manifests) objects() []*yaml.Node {
 	return objs
 }
 
-func isWorkloadKind(kind string) bool { return contains(WorkloadKinds, kind) }
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
+func isWorkloadKind(kind string) bool { return slices.Contains(WorkloadKinds, kind) }
 
 func sortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))

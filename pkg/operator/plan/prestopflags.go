@@ -75,7 +75,7 @@ func splitPrestopArgs(args []string) (items []prestopToken, tail []string, hasTa
 
 // isPlanFlag: plan writes this flag (in some plan), and it takes a value.
 func isPlanFlag(name string) bool {
-	return contains(plannedFlags, name) || contains(defaultedFlags, name) || contains(additiveFlags, name) || name == "mesh" || name == "drain-at"
+	return slices.Contains(plannedFlags, name) || slices.Contains(defaultedFlags, name) || slices.Contains(additiveFlags, name) || name == "mesh" || name == "drain-at"
 }
 
 // plannedHoldFlags are the flags of istio-proxy's `meshdrain hold` whose values are the plan's:
@@ -136,7 +136,7 @@ type prestopMerge struct {
 // mergePrestop merges the plan's preStop arguments into the workload's meshdrain preStop.
 func (p Plan) mergePrestop(old []string) prestopMerge {
 	owned := func(it prestopToken) bool {
-		if contains(plannedFlags, it.name) {
+		if slices.Contains(plannedFlags, it.name) {
 			return true
 		}
 		return p.mesh().ownsFlag(p, it)
@@ -146,7 +146,7 @@ func (p Plan) mergePrestop(old []string) prestopMerge {
 
 // mergeHold merges the plan's hold arguments into the workload's istio-proxy hold preStop.
 func (p Plan) mergeHold(old []string) prestopMerge {
-	owned := func(it prestopToken) bool { return contains(plannedHoldFlags, it.name) }
+	owned := func(it prestopToken) bool { return slices.Contains(plannedHoldFlags, it.name) }
 	return p.mergeArgs("hold", p.HoldArgs()[1:], old, owned)
 }
 
@@ -161,7 +161,7 @@ func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken)
 	items, tail, hasTail := splitPrestopArgs(old)
 	newItems, _, _ := splitPrestopArgs(own)
 	key := func(it prestopToken) string {
-		if contains(repeatedFlags, it.name) {
+		if slices.Contains(repeatedFlags, it.name) {
 			return it.name + "=" + it.value
 		}
 		return it.name
@@ -170,10 +170,10 @@ func (p Plan) mergeArgs(verb string, own, old []string, owned func(prestopToken)
 	hasValue := map[string]bool{} // additive flags: name=value already in old
 	for _, it := range items {
 		if it.name != "" && !owned(it) {
-			if contains(defaultedFlags, it.name) {
+			if slices.Contains(defaultedFlags, it.name) {
 				hasOwn[it.name] = true
 			}
-			if contains(additiveFlags, it.name) {
+			if slices.Contains(additiveFlags, it.name) {
 				hasValue[it.name+"="+it.value] = true
 			}
 		}

@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/meshdrain/meshdrain/pkg/operator/yamlnode"
@@ -195,7 +196,7 @@ func mergePrefixes(old, needed string) (string, string) {
 	}
 	var added []string
 	for _, p := range strings.Split(needed, ",") {
-		if !contains(have, p) {
+		if !slices.Contains(have, p) {
 			have, added = append(have, p), append(added, p)
 		}
 	}

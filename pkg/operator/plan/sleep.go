@@ -3,6 +3,7 @@ package plan
 import (
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,7 +55,7 @@ func execSleep(cmd []string) (time.Duration, bool) {
 	switch {
 	case len(cmd) == 2 && filepath.Base(cmd[0]) == "sleep":
 		return sleepDuration(cmd[1])
-	case len(cmd) == 3 && contains(shells, filepath.Base(cmd[0])) && cmd[1] == "-c":
+	case len(cmd) == 3 && slices.Contains(shells, filepath.Base(cmd[0])) && cmd[1] == "-c":
 		script := strings.TrimSpace(strings.TrimRight(cmd[2], " \t\r\n;"))
 		words := strings.Fields(script)
 		if len(words) != 2 || filepath.Base(words[0]) != "sleep" || strings.ContainsAny(script, "\n;") {

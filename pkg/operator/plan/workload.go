@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -146,7 +147,7 @@ func readWorkload(obj *yaml.Node, container string) (*Workload, error) {
 	}
 	w.probes = readProbes(w.container)
 	for _, c := range containers.Content {
-		if name := yamlnode.Scalar(yamlnode.Lookup(c, "name")); name != w.Container && !contains(sidecarContainers, name) {
+		if name := yamlnode.Scalar(yamlnode.Lookup(c, "name")); name != w.Container && !slices.Contains(sidecarContainers, name) {
 			for _, p := range containerPorts(c) {
 				w.otherPorts = append(w.otherPorts, fmt.Sprintf("%s:%d", name, p.Number))
 			}
@@ -164,7 +165,7 @@ func (w *Workload) chooseContainer(containers *yaml.Node, container string) erro
 	for _, c := range containers.Content {
 		name := yamlnode.Scalar(yamlnode.Lookup(c, "name"))
 		w.Containers = append(w.Containers, name)
-		if !contains(sidecarContainers, name) {
+		if !slices.Contains(sidecarContainers, name) {
 			apps = append(apps, name)
 		}
 	}
@@ -178,7 +179,7 @@ func (w *Workload) chooseContainer(containers *yaml.Node, container string) erro
 	}
 	switch {
 	case container != "":
-		if !contains(w.Containers, container) {
+		if !slices.Contains(w.Containers, container) {
 			return fmt.Errorf("%s has no container %q; its containers are: %s", id, container, strings.Join(w.Containers, ", "))
 		}
 		w.Container = container
