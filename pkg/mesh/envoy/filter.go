@@ -38,14 +38,7 @@ const (
 )
 
 func filterAlternatives(sel mesh.Selector) []string {
-	port := `[0-9]+`
-	if len(sel.Ports) > 0 {
-		ports := make([]string, len(sel.Ports))
-		for i, p := range sel.Ports {
-			ports[i] = strconv.Itoa(p)
-		}
-		port = digitTrie(ports)
-	}
+	port := portPattern(sel)
 	var alternatives []string
 	if len(sel.Clusters) == 0 && len(sel.HTTPPrefixes) == 0 {
 		alternatives = append(alternatives,
@@ -100,14 +93,7 @@ func FailuresFilter(sel mesh.Selector) string {
 	)
 	var alternatives []string
 	if len(sel.Clusters) == 0 && len(sel.HTTPPrefixes) == 0 {
-		port := `[0-9]+`
-		if len(sel.Ports) > 0 {
-			ports := make([]string, len(sel.Ports))
-			for i, p := range sel.Ports {
-				ports[i] = strconv.Itoa(p)
-			}
-			port = digitTrie(ports)
-		}
+		port := portPattern(sel)
 		alternatives = append(alternatives,
 			`http\.inbound_`+bindAddress+`_`+port+`;?`+httpFailures,
 			`cluster\.inbound\|`+port+`\|\|;?`+clusterFailures,
@@ -126,6 +112,18 @@ func FailuresFilter(sel mesh.Selector) string {
 		alternatives = append(alternatives, `http\.`+regexp.QuoteMeta(name)+`;?`+httpFailures)
 	}
 	return "^(?:" + strings.Join(alternatives, "|") + ")$"
+}
+
+// portPattern matches the selected ports in a stat name, or any port when none is selected.
+func portPattern(sel mesh.Selector) string {
+	if len(sel.Ports) == 0 {
+		return `[0-9]+`
+	}
+	ports := make([]string, len(sel.Ports))
+	for i, p := range sel.Ports {
+		ports[i] = strconv.Itoa(p)
+	}
+	return digitTrie(ports)
 }
 
 // digitTrie writes a set of numbers as a regex in which each digit decides the way on
