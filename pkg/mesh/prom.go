@@ -1,6 +1,10 @@
 package mesh
 
 import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
 	"math"
 
 	dto "github.com/prometheus/client_model/go"
@@ -29,4 +33,67 @@ func Value(m *dto.Metric) float64 {
 		return m.GetUntyped().GetValue()
 	}
 	return math.NaN()
+}
+
+// LineFilter keeps, line by line as it reads, the few lines of a /metrics answer a backend
+// parses: a sidecar's or an app's metrics grow with what the app calls and links, and parsing
+// all of it would make a preStop hook's memory grow with them.
+type LineFilter struct {
+	// MaxLine bounds one line as read.
+	MaxLine int
+	// MaxKept bounds what is kept, and so the parser's memory; KeptTooLarge is the error when
+	// a kept line would pass it.
+	MaxKept      int
+	KeptTooLarge error
+	// Keep is what to keep of a line (without its newline), nil to drop it.
+	Keep func(line []byte) []byte
+	// TooLong decides a line longer than MaxLine from its first MaxLine bytes: nil skips the
+	// line, an error ends the read with it.
+	TooLong func(head []byte) error
+}
+
+// Filter reads r to its end and returns the kept lines, each ending in a newline. It fails
+// as TooLong or KeptTooLarge say, and with r's own error (a body over its cap, a context that
+// ended).
+func (f LineFilter) Filter(r io.Reader) (*bytes.Buffer, error) {
+	br := bufio.NewReaderSize(r, f.MaxLine)
+	var kept bytes.Buffer
+	for {
+		line, err := br.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			if stop := f.TooLong(line); stop != nil {
+				return nil, stop
+			}
+			err = skipLine(br)
+		case len(line) == 0:
+			// The end of r, right after a newline.
+		default:
+			keep := f.Keep(bytes.TrimSuffix(line, []byte("\n")))
+			if keep == nil {
+				break
+			}
+			if kept.Len()+len(keep)+1 > f.MaxKept {
+				return nil, f.KeptTooLarge
+			}
+			kept.Write(keep)
+			kept.WriteByte('\n')
+		}
+		if err == io.EOF {
+			return &kept, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// skipLine reads to the end of a line too long for the buffer.
+func skipLine(br *bufio.Reader) error {
+	for {
+		_, err := br.ReadSlice('\n')
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return err
+		}
+	}
 }

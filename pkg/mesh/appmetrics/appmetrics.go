@@ -9,7 +9,6 @@
 package appmetrics
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -253,58 +252,39 @@ func (s Selector) read(r io.Reader) (Reading, error) {
 
 // filter keeps the counter's sample lines only, without their TYPE line (so the parser takes
 // a histogram's _count as a series of its own), and returns the TYPE of every family the
-// name could belong to.
+// name could belong to. Another family's long line (a HELP text, a label full of values) is
+// skipped; the counter's own cannot be read whole.
 func (s Selector) filter(r io.Reader) (io.Reader, map[string]string, error) {
-	br := bufio.NewReaderSize(r, maxLine)
-	var kept bytes.Buffer
 	types := map[string]string{}
-	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// Another family's long line (a HELP text, a label full of values) is skipped; the
-			// counter's own cannot be read whole.
-			if string(sampleName(bytes.TrimSpace(line))) == s.Name {
-				return nil, nil, fmt.Errorf("a line of %s is longer than %d KiB", s.Name, maxLine>>10)
+	lines := mesh.LineFilter{
+		MaxLine:      maxLine,
+		MaxKept:      maxKept,
+		KeptTooLarge: fmt.Errorf("the series of %s exceed %d bytes", s.Name, maxKept),
+		Keep: func(line []byte) []byte {
+			trimmed := bytes.TrimSpace(line)
+			switch {
+			case len(trimmed) == 0:
+			case trimmed[0] == '#':
+				if f := bytes.Fields(trimmed[1:]); len(f) >= 3 && string(f[0]) == "TYPE" && s.family(string(f[1])) {
+					types[string(f[1])] = string(f[2])
+				}
+			case string(sampleName(trimmed)) == s.Name:
+				return sampleOnly(trimmed)
 			}
-			if err = skipLine(br); err != nil && err != io.EOF {
-				return nil, nil, err
+			return nil
+		},
+		TooLong: func(head []byte) error {
+			if string(sampleName(bytes.TrimSpace(head))) == s.Name {
+				return fmt.Errorf("a line of %s is longer than %d KiB", s.Name, maxLine>>10)
 			}
-			if err == io.EOF {
-				return &kept, types, nil
-			}
-			continue
-		}
-		trimmed := bytes.TrimSpace(line)
-		switch {
-		case len(trimmed) == 0:
-		case trimmed[0] == '#':
-			if f := bytes.Fields(trimmed[1:]); len(f) >= 3 && string(f[0]) == "TYPE" && s.family(string(f[1])) {
-				types[string(f[1])] = string(f[2])
-			}
-		case string(sampleName(trimmed)) == s.Name:
-			if kept.Len()+len(trimmed)+1 > maxKept {
-				return nil, nil, fmt.Errorf("the series of %s exceed %d bytes", s.Name, maxKept)
-			}
-			kept.Write(sampleOnly(trimmed))
-			kept.WriteByte('\n')
-		}
-		if err == io.EOF {
-			return &kept, types, nil
-		}
-		if err != nil {
-			return nil, nil, err
-		}
+			return nil
+		},
 	}
-}
-
-// skipLine reads to the end of a line too long for the buffer.
-func skipLine(br *bufio.Reader) error {
-	for {
-		_, err := br.ReadSlice('\n')
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return err
-		}
+	kept, err := lines.Filter(r)
+	if err != nil {
+		return nil, nil, err
 	}
+	return kept, types, nil
 }
 
 // sampleOnly is a sample line's name, labels and value, without what may follow the value:

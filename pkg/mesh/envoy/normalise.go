@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,10 +16,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
-
-// virtualInboundPort is the port of Istio's virtualInbound listener, through which every
-// inbound connection of a sidecar passes.
-const virtualInboundPort = "15006"
 
 // ParseFamilies parses Envoy's /stats/prometheus output. Envoy writes the 0.0.4 text format
 // with untyped-free TYPE lines and no HELP, which expfmt reads as is. The read buffer and the
@@ -57,228 +52,6 @@ func Parse(r io.Reader, sel mesh.Selector) (mesh.Snapshot, error) {
 	}
 	return Normalise(families, sel), nil
 }
-
-// StatsFilter returns the RE2 regex to send as /stats?filter=: it matches the Envoy (text)
-// stat names of exactly the stats Normalise reads, in every naming variant, so that one poll
-// of a sidecar in a large mesh stays a few kilobytes (docs/facts.md §2: never poll unfiltered).
-//
-// Envoy matches it against every stat name on its main thread, the thread that also answers
-// /ready, so it is written to be cheap for any regex engine: one leading ^ over one
-// alternation, every alternative ending in $, and no point where two ways on are possible
-// (each character decides: no ".*" before a literal, port lists as a trie). A backtracking
-// engine never retries, and Go's regexp runs it as a one-pass matcher; a name is rejected
-// after its first characters. Per-worker listener copies (listener.X.worker_N.*) are excluded
-// by the anchoring. Two consequences: the HTTP prefix's bind address is matched as IPv4 or
-// bracketed IPv6 (a bare IPv6 pod IP leaves that port to its cluster stats), and the
-// pre-1.10 cluster names inbound|PORT|NAME|HOST are not read (their HTTP stats are). Asking
-// for completions adds two alternatives that need ".*", which costs the one-pass property:
-// they are only asked for when nothing request-level exists.
-func StatsFilter(sel mesh.Selector) string {
-	return "^(?:" + strings.Join(filterAlternatives(sel), "|") + ")$"
-}
-
-// The stats each family contributes (Normalise reads no other).
-const (
-	httpStats    = `\.downstream_(?:rq_(?:total|active)|cx_(?:active|drain_close))`
-	clusterStats = `\.upstream_(?:rq_(?:total|active)|cx_active)`
-	// An IPv4 address or a bracketed IPv6 one, whose colons Envoy may have made underscores.
-	bindAddress = `(?:[0-9.]*|\[[0-9a-fA-F_:]*\])`
-)
-
-func filterAlternatives(sel mesh.Selector) []string {
-	port := `[0-9]+`
-	if len(sel.Ports) > 0 {
-		ports := make([]string, len(sel.Ports))
-		for i, p := range sel.Ports {
-			ports[i] = strconv.Itoa(p)
-		}
-		port = digitTrie(ports)
-	}
-	var alternatives []string
-	if len(sel.Clusters) == 0 && len(sel.HTTPPrefixes) == 0 {
-		alternatives = append(alternatives,
-			// inbound_<bind>_<port>, with Istio >= 1.23's ";" after it; and the admin's own
-			// requests: an answer that does not count them is a frozen one.
-			`http\.(?:inbound_`+bindAddress+`_`+port+`;?`+httpStats+`|admin\.downstream_rq_total)`,
-			`cluster\.inbound\|`+port+`\|\|;?`+clusterStats,
-			// A TCP proxy port: Istio's stat prefix is the inbound cluster's name.
-			`tcp\.inbound\|`+port+`\|\|;?\.downstream_cx_total`,
-			`listener\.`+bindAddress+`_`+virtualInboundPort+`\.downstream_cx_(?:total|active)`,
-		)
-		if sel.Completions {
-			alternatives = append(alternatives,
-				// Istio >= 1.17 (native stats): istiocustom.istio_requests_total.reporter.destination....
-				`istiocustom\.istio_requests_total\.reporter\.(?:=\.)?destination[.;].*`,
-				// Istio <= 1.16 (telemetry v2 stats plugin): the tags first, the metric last,
-				// without or (Wasm with a custom stat namespace) with a wasmcustom. prefix;
-				// Istio 1.7 wrote the metric as _istio_requests_total.
-				`(?:wasmcustom\.)?reporter=\.=destination;\.;.*;\.;_?istio_requests_total`,
-			)
-		}
-	} else {
-		alternatives = append(alternatives, `http\.admin\.downstream_rq_total`)
-	}
-	for _, name := range sel.Clusters {
-		alternatives = append(alternatives, `cluster\.`+regexp.QuoteMeta(name)+`;?`+clusterStats)
-	}
-	for _, name := range sel.HTTPPrefixes {
-		alternatives = append(alternatives, `http\.`+regexp.QuoteMeta(name)+`;?`+httpStats)
-	}
-	// server.uptime gives the long-run arrival rate (drain's rule).
-	return append(alternatives, `server\.(?:state|uptime)`)
-}
-
-// FailuresFilter returns the /stats filter of the sidecar's failure stats, which status and
-// check ask for in a request of their own: the drain's poll (StatsFilter) stays as small as it
-// is. It selects, for the endpoints sel names, the HTTP connection manager's 5xx counter
-// (downstream_rq_5xx: every 5xx a client got, the app's and the sidecar's own), and the
-// inbound cluster's 5xx counter and the counters Envoy charges for each response flag of a
-// failed attempt to reach the app: upstream_cx_connect_fail (UF),
-// upstream_cx_destroy_remote_with_active_rq (UC over HTTP/1.1), upstream_rq_timeout (UT) and
-// upstream_rq_rx_reset (UR over HTTP/2) (envoyproxy/envoy conn_pool_base.cc onConnectionEvent,
-// router.cc onUpstreamReset, onResponseTimeout, streamResetReasonToResponseFlag). Istio's
-// default inclusion list hides all of them; what it keeps is istio_requests_total, so the
-// filter also selects its destination series with a 5xx response_code, which carry the
-// response flag. Those need ".*": this filter is not one-pass, and need not be (one request
-// per status sample, never on the drain's 200ms poll).
-func FailuresFilter(sel mesh.Selector) string {
-	const (
-		httpFailures    = `\.downstream_rq_5xx`
-		clusterFailures = `\.upstream_(?:rq_(?:5xx|timeout|rx_reset)|cx_(?:connect_fail|destroy_remote_with_active_rq))`
-	)
-	var alternatives []string
-	if len(sel.Clusters) == 0 && len(sel.HTTPPrefixes) == 0 {
-		port := `[0-9]+`
-		if len(sel.Ports) > 0 {
-			ports := make([]string, len(sel.Ports))
-			for i, p := range sel.Ports {
-				ports[i] = strconv.Itoa(p)
-			}
-			port = digitTrie(ports)
-		}
-		alternatives = append(alternatives,
-			`http\.inbound_`+bindAddress+`_`+port+`;?`+httpFailures,
-			`cluster\.inbound\|`+port+`\|\|;?`+clusterFailures,
-			// The series with a 5xx response_code, in both text namings of istio_requests_total
-			// (StatsFilter's completions): the value follows its tag as ".response_code.503."
-			// natively (";.;response_code.=.503;.;" in some builds), "response_code=.=503;.;" in
-			// the stats plugin's.
-			`istiocustom\.istio_requests_total\.reporter\.(?:=\.)?destination[.;].*[.;]response_code\.(?:=\.)?5[0-9][0-9][.;].*`,
-			`(?:wasmcustom\.)?reporter=\.=destination;\.;.*;\.;response_code=\.=5[0-9][0-9];\.;.*;\.;_?istio_requests_total`,
-		)
-	}
-	for _, name := range sel.Clusters {
-		alternatives = append(alternatives, `cluster\.`+regexp.QuoteMeta(name)+`;?`+clusterFailures)
-	}
-	for _, name := range sel.HTTPPrefixes {
-		alternatives = append(alternatives, `http\.`+regexp.QuoteMeta(name)+`;?`+httpFailures)
-	}
-	return "^(?:" + strings.Join(alternatives, "|") + ")$"
-}
-
-// digitTrie writes a set of numbers as a regex in which each digit decides the way on
-// (8080 and 80 become 80(?:80)?), so that a port list keeps the filter one-pass.
-func digitTrie(numbers []string) string {
-	sort.Strings(numbers)
-	numbers = slices.Compact(numbers)
-	var write func(set []string) string
-	write = func(set []string) string {
-		var branches []string
-		optional := false
-		for i := 0; i < len(set); {
-			if set[i] == "" {
-				optional = true
-				i++
-				continue
-			}
-			first := set[i][0]
-			var rest []string
-			for ; i < len(set) && set[i] != "" && set[i][0] == first; i++ {
-				rest = append(rest, set[i][1:])
-			}
-			branches = append(branches, string(first)+write(rest))
-		}
-		switch {
-		case len(branches) == 0:
-			return ""
-		case len(branches) == 1 && !optional:
-			return branches[0]
-		case optional:
-			return "(?:" + strings.Join(branches, "|") + ")?"
-		default:
-			return "(?:" + strings.Join(branches, "|") + ")"
-		}
-	}
-	return write(numbers)
-}
-
-var (
-	// Istio < 1.23 leaves that prefix in the metric name: envoy_http_inbound_0_0_0_0_8080_downstream_rq_total{}.
-	// Its 5xx counter keeps the prefix too, with the class extracted (response_code_class="5xx"):
-	// envoy_http_inbound_0_0_0_0_8080_downstream_rq{response_code_class="5xx"}.
-	legacyHTTPName = regexp.MustCompile(`^envoy_http_inbound_(.+)_([0-9]+)_(downstream_rq_total|downstream_rq_active|downstream_cx_active|downstream_cx_drain_close|downstream_rq|downstream_rq_5xx)$`)
-	// 0.0.0.0_15006, 10.1.2.3_15006, and IPv6 [::]_15006 ([__]_15006 once Envoy has
-	// replaced the colons of stat names).
-	virtualInboundAddress = regexp.MustCompile(`^[0-9a-fA-F._:\[\]]+_` + virtualInboundPort + `$`)
-)
-
-// istioHTTPPort is the port of Istio's inbound HTTP prefix, which carries the bind address:
-// inbound_0.0.0.0_8080, inbound_10.38.36.249_8080 (istio/istio#50894).
-func istioHTTPPort(prefix string) (int, bool) {
-	rest, ok := strings.CutPrefix(prefix, "inbound_")
-	if !ok {
-		return 0, false
-	}
-	i := strings.LastIndexByte(rest, '_')
-	if i <= 0 {
-		return 0, false
-	}
-	return atoiPort(rest[i+1:])
-}
-
-// istioClusterPort is the port of an inbound cluster (or TCP stat prefix) name:
-// inbound|8080||, and the older inbound|8080|http|svc.ns.svc.cluster.local.
-func istioClusterPort(cluster string) (int, bool) {
-	rest, ok := strings.CutPrefix(cluster, "inbound|")
-	if !ok {
-		return 0, false
-	}
-	port, _, found := strings.Cut(rest, "|")
-	if !found {
-		return 0, false
-	}
-	return atoiPort(port)
-}
-
-// atoiPort reads a port number made of digits only.
-func atoiPort(s string) (int, bool) {
-	if s == "" || len(s) > 5 {
-		return 0, false
-	}
-	port := 0
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		port = port*10 + int(c-'0')
-	}
-	return port, port > 0 && port <= 65535
-}
-
-// Label names for the tag of each stat family: Envoy's default tags carry an "envoy_" prefix,
-// Istio's own tag definitions do not.
-var (
-	httpPrefixLabels = []string{"envoy_http_conn_manager_prefix", "http_conn_manager_prefix"}
-	clusterLabels    = []string{"envoy_cluster_name", "cluster_name"}
-	listenerLabels   = []string{"envoy_listener_address", "listener_address"}
-	tcpPrefixLabels  = []string{"envoy_tcp_prefix", "tcp_prefix"}
-	// The response class tag: Envoy's default regex _rq_(\d)xx$ keeps the digit ("5") and
-	// leaves "_xx" in the name (envoy_http_downstream_rq_xx); Istio's _rq(_(\dxx))$ keeps
-	// "5xx" and cuts "_5xx" from it (envoy_http_downstream_rq) (envoyproxy/envoy
-	// source/common/config/well_known_names.cc; istio/istio
-	// tools/packaging/common/envoy_bootstrap.json).
-	responseClassLabels = []string{"envoy_response_code_class", "response_code_class"}
-)
 
 // Normalise builds the inbound model from parsed families. It never invents a zero: a stat
 // the payload does not hold stays nil.
@@ -524,7 +297,7 @@ func (n *normaliser) listenerSeries(fam *dto.MetricFamily, field func(*mesh.List
 func (n *normaliser) httpEndpoint(prefix string) *mesh.Endpoint {
 	prefix = strings.TrimSuffix(prefix, ";")
 	if n.genericSelection() {
-		if contains(n.sel.HTTPPrefixes, prefix) {
+		if slices.Contains(n.sel.HTTPPrefixes, prefix) {
 			return n.endpointForName(prefix)
 		}
 		return nil
@@ -539,7 +312,7 @@ func (n *normaliser) httpEndpoint(prefix string) *mesh.Endpoint {
 func (n *normaliser) clusterEndpoint(cluster string) *mesh.Endpoint {
 	cluster = strings.TrimSuffix(cluster, ";")
 	if n.genericSelection() {
-		if contains(n.sel.Clusters, cluster) {
+		if slices.Contains(n.sel.Clusters, cluster) {
 			return n.endpointForName(cluster)
 		}
 		return nil
@@ -652,15 +425,6 @@ func (n *normaliser) add(field **float64, v float64) {
 		*field = &n.values[len(n.values)-1]
 	}
 	**field += v
-}
-
-func contains(list []string, s string) bool {
-	for _, item := range list {
-		if item == s {
-			return true
-		}
-	}
-	return false
 }
 
 // trimTrailingSpace drops spaces at line ends, in place: Envoy has written "name value "

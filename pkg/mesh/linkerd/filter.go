@@ -1,11 +1,12 @@
 package linkerd
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
 // A proxy's /metrics cannot be filtered by the proxy (FIDELITY.md §1), and most of it is what
@@ -42,29 +43,24 @@ var ErrLineTooLong = errors.New("a /metrics line is longer than 64 KiB")
 // inbound series. It fails on a line longer than 64 KiB or more than 1 MiB kept, and with
 // r's own error (a body over its cap, a context that ended).
 func FilterMetrics(r io.Reader) (io.Reader, error) {
-	br := bufio.NewReaderSize(r, maxLine)
-	var kept bytes.Buffer
-	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, ErrLineTooLong
-		}
-		if len(line) > 0 && keepLine(line) {
-			if kept.Len()+len(line) > maxKept {
-				return nil, fmt.Errorf("the inbound part of /metrics exceeds %d bytes", maxKept)
-			}
-			kept.Write(line)
-			if line[len(line)-1] != '\n' {
-				kept.WriteByte('\n')
-			}
-		}
-		if err == io.EOF {
-			return &kept, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	kept, err := metricsFilter.Filter(r)
+	if err != nil {
+		return nil, err
 	}
+	return kept, nil
+}
+
+var metricsFilter = mesh.LineFilter{
+	MaxLine:      maxLine,
+	MaxKept:      maxKept,
+	KeptTooLarge: fmt.Errorf("the inbound part of /metrics exceeds %d bytes", maxKept),
+	Keep: func(line []byte) []byte {
+		if keepLine(line) {
+			return line
+		}
+		return nil
+	},
+	TooLong: func([]byte) error { return ErrLineTooLong },
 }
 
 // keepLine decides one line: a comment by the family it names (# HELP name, # TYPE name), a

@@ -180,21 +180,8 @@ const (
 // withDefaults returns cfg with every zero field set to its default, or an error naming the
 // first invalid field.
 func (cfg Config) withDefaults() (Config, error) {
-	if cfg.Profile == "" {
-		cfg.Profile = ProfileIstio
-	}
-	switch cfg.Profile {
-	case ProfileEnvoy, ProfileIstio, ProfileIstioLegacy, ProfileIstio116:
-	default:
-		return cfg, fmt.Errorf("unknown profile %q (want envoy, istio, istio-legacy or istio-1.16)", cfg.Profile)
-	}
-	if cfg.Inclusion == "" {
-		cfg.Inclusion = InclusionAll
-	}
-	switch cfg.Inclusion {
-	case InclusionAll, InclusionIstioDefault:
-	default:
-		return cfg, fmt.Errorf("unknown inclusion %q (want all or istio-default)", cfg.Inclusion)
+	if err := cfg.defaultProfile(); err != nil {
+		return cfg, err
 	}
 	if cfg.AdminAddr == "" {
 		cfg.AdminAddr = defaultLoopback
@@ -202,43 +189,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.BindAddress == "" {
 		cfg.BindAddress = "0.0.0.0"
 	}
-	if cfg.DrainTime == 0 {
-		cfg.DrainTime = defaultDrainTime
+	if err := cfg.defaultDrain(); err != nil {
+		return cfg, err
 	}
-	if cfg.DrainTime < 0 {
-		return cfg, errors.New("drain time must not be negative")
-	}
-	if cfg.DrainStrategy == "" {
-		cfg.DrainStrategy = DrainImmediate
-	}
-	if cfg.DrainStrategy != DrainImmediate && cfg.DrainStrategy != DrainGradual {
-		return cfg, fmt.Errorf("unknown drain strategy %q (want immediate or gradual)", cfg.DrainStrategy)
-	}
-	if cfg.HCMDrainTimeout == 0 {
-		cfg.HCMDrainTimeout = defaultHCMDrainTimeout
-	}
-	if cfg.HCMDrainTimeout < 0 {
-		return cfg, errors.New("HCM drain timeout must not be negative")
-	}
-	if cfg.Agent == "" {
-		cfg.Agent = AgentClassic
-	}
-	switch cfg.Agent {
-	case AgentNone, AgentClassic, AgentExitOnZero, AgentNative:
-	default:
-		return cfg, fmt.Errorf("unknown agent mode %q (want none, classic, exit-on-zero or native)", cfg.Agent)
-	}
-	if cfg.TerminationDrainDuration == 0 {
-		cfg.TerminationDrainDuration = defaultTerminationDrainDuration
-	}
-	if cfg.MinimumDrainDuration == 0 {
-		cfg.MinimumDrainDuration = defaultMinimumDrainDuration
-	}
-	if cfg.ExitOnZeroPoll <= 0 {
-		cfg.ExitOnZeroPoll = defaultExitOnZeroPoll
-	}
-	if cfg.AgentRequestTimeout <= 0 {
-		cfg.AgentRequestTimeout = defaultAgentRequestTimeout
+	if err := cfg.defaultAgent(); err != nil {
+		return cfg, err
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = defaultWorkers
@@ -255,18 +210,93 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.StatsFlushInterval <= 0 {
 		cfg.StatsFlushInterval = defaultStatsFlushInterval
 	}
+	err := cfg.defaultInbound()
+	return cfg, err
+}
+
+// defaultProfile sets and checks which Envoy is emulated: its profile and stats inclusion.
+func (cfg *Config) defaultProfile() error {
+	if cfg.Profile == "" {
+		cfg.Profile = ProfileIstio
+	}
+	switch cfg.Profile {
+	case ProfileEnvoy, ProfileIstio, ProfileIstioLegacy, ProfileIstio116:
+	default:
+		return fmt.Errorf("unknown profile %q (want envoy, istio, istio-legacy or istio-1.16)", cfg.Profile)
+	}
+	if cfg.Inclusion == "" {
+		cfg.Inclusion = InclusionAll
+	}
+	switch cfg.Inclusion {
+	case InclusionAll, InclusionIstioDefault:
+	default:
+		return fmt.Errorf("unknown inclusion %q (want all or istio-default)", cfg.Inclusion)
+	}
+	return nil
+}
+
+// defaultDrain sets and checks how Envoy drains its listeners.
+func (cfg *Config) defaultDrain() error {
+	if cfg.DrainTime == 0 {
+		cfg.DrainTime = defaultDrainTime
+	}
+	if cfg.DrainTime < 0 {
+		return errors.New("drain time must not be negative")
+	}
+	if cfg.DrainStrategy == "" {
+		cfg.DrainStrategy = DrainImmediate
+	}
+	if cfg.DrainStrategy != DrainImmediate && cfg.DrainStrategy != DrainGradual {
+		return fmt.Errorf("unknown drain strategy %q (want immediate or gradual)", cfg.DrainStrategy)
+	}
+	if cfg.HCMDrainTimeout == 0 {
+		cfg.HCMDrainTimeout = defaultHCMDrainTimeout
+	}
+	if cfg.HCMDrainTimeout < 0 {
+		return errors.New("HCM drain timeout must not be negative")
+	}
+	return nil
+}
+
+// defaultAgent sets and checks the pilot-agent in front of Envoy and its timers.
+func (cfg *Config) defaultAgent() error {
+	if cfg.Agent == "" {
+		cfg.Agent = AgentClassic
+	}
+	switch cfg.Agent {
+	case AgentNone, AgentClassic, AgentExitOnZero, AgentNative:
+	default:
+		return fmt.Errorf("unknown agent mode %q (want none, classic, exit-on-zero or native)", cfg.Agent)
+	}
+	if cfg.TerminationDrainDuration == 0 {
+		cfg.TerminationDrainDuration = defaultTerminationDrainDuration
+	}
+	if cfg.MinimumDrainDuration == 0 {
+		cfg.MinimumDrainDuration = defaultMinimumDrainDuration
+	}
+	if cfg.ExitOnZeroPoll <= 0 {
+		cfg.ExitOnZeroPoll = defaultExitOnZeroPoll
+	}
+	if cfg.AgentRequestTimeout <= 0 {
+		cfg.AgentRequestTimeout = defaultAgentRequestTimeout
+	}
+	return nil
+}
+
+// defaultInbound checks the inbound ports and sets their listen address and protocol.
+func (cfg *Config) defaultInbound() error {
 	seen := map[int]bool{}
 	for i := range cfg.Inbound {
 		in := &cfg.Inbound[i]
 		if in.Port <= 0 || in.Port > 65535 {
-			return cfg, fmt.Errorf("inbound port %d out of range", in.Port)
+			return fmt.Errorf("inbound port %d out of range", in.Port)
 		}
 		if seen[in.Port] {
-			return cfg, fmt.Errorf("inbound port %d given twice", in.Port)
+			return fmt.Errorf("inbound port %d given twice", in.Port)
 		}
 		seen[in.Port] = true
 		if in.AppAddr == "" {
-			return cfg, fmt.Errorf("inbound port %d has no app address", in.Port)
+			return fmt.Errorf("inbound port %d has no app address", in.Port)
 		}
 		if in.ListenAddr == "" {
 			in.ListenAddr = defaultLoopback
@@ -276,10 +306,10 @@ func (cfg Config) withDefaults() (Config, error) {
 			in.Protocol = ProtocolHTTP
 		case ProtocolHTTP, ProtocolTCP, ProtocolGRPC:
 		default:
-			return cfg, fmt.Errorf("inbound port %d: unknown protocol %q (want http, grpc or tcp)", in.Port, in.Protocol)
+			return fmt.Errorf("inbound port %d: unknown protocol %q (want http, grpc or tcp)", in.Port, in.Protocol)
 		}
 	}
-	return cfg, nil
+	return nil
 }
 
 // istio reports whether the profile is one of Istio's.

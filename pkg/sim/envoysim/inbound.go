@@ -242,6 +242,20 @@ func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.s.logRequest(entry, l)
 	}()
 
+	out := l.toApp(r)
+	l.upRqPendingTotal.inc()
+	up := &upstreamRq{l: l, start: time.Now()}
+	resp, err := l.upstream.Do(out.WithContext(httpwire.WithGotConn(r.Context(), up.gotConn)))
+	if err != nil {
+		l.upstreamFailed(w, r, err, &entry, up)
+		return
+	}
+	defer resp.Body.Close()
+	l.relay(w, r, resp, &entry, up)
+}
+
+// toApp is the request as the router forwards it to the app.
+func (l *inboundListener) toApp(r *http.Request) *http.Request {
 	out := r.Clone(r.Context())
 	out.URL.Scheme, out.URL.Host, out.RequestURI = "http", l.port.AppAddr, ""
 	for _, h := range hopHeaders {
@@ -254,50 +268,61 @@ func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
+	return out
+}
 
-	var attached atomic.Bool
-	l.upRqPendingTotal.inc()
-	gotConn := func(bool) {
-		if attached.CompareAndSwap(false, true) {
-			l.upRqTotal.inc()
-			l.upRqActive.inc()
-		}
-	}
-	upstreamStart := time.Now()
-	resp, err := l.upstream.Do(out.WithContext(httpwire.WithGotConn(r.Context(), gotConn)))
-	finishUpstream := func(code int) {
-		if attached.CompareAndSwap(true, false) {
-			l.upRqActive.dec()
-		}
-		if code > 0 {
-			l.chargeUpstream(code)
-			l.upRqTime.record(float64(time.Since(upstreamStart).Milliseconds()))
-		}
-	}
-	if err != nil {
-		switch {
-		case r.Context().Err() != nil:
-			// The client went away first: no response at all.
-			entry.Flags, entry.Code = "DC", 0
-			l.rqRxReset.inc()
-			l.upRqCancelled.inc()
-			finishUpstream(0)
-			return
-		case errors.Is(err, errConnectFailure):
-			entry.Flags = "UF"
-			l.upRqPendingFailure.inc()
-			finishUpstream(http.StatusServiceUnavailable)
-			entry.Code, entry.Body = l.localReply(w, http.StatusServiceUnavailable, bodyConnectFailure)
-		default:
-			entry.Flags = "UC"
-			l.chargeConnectionTermination()
-			finishUpstream(http.StatusServiceUnavailable)
-			entry.Code, entry.Body = l.localReply(w, http.StatusServiceUnavailable, bodyConnectTermination)
-		}
-		return
-	}
-	defer resp.Body.Close()
+// upstreamRq is one request to the app as the upstream stats count it: pending until it has
+// a connection, then active until it is finished.
+type upstreamRq struct {
+	l        *inboundListener
+	start    time.Time
+	attached atomic.Bool
+}
 
+func (u *upstreamRq) gotConn(bool) {
+	if u.attached.CompareAndSwap(false, true) {
+		u.l.upRqTotal.inc()
+		u.l.upRqActive.inc()
+	}
+}
+
+// finish ends the request, charging code (0: none, the client went away) to the cluster.
+func (u *upstreamRq) finish(code int) {
+	if u.attached.CompareAndSwap(true, false) {
+		u.l.upRqActive.dec()
+	}
+	if code > 0 {
+		u.l.chargeUpstream(code)
+		u.l.upRqTime.record(float64(time.Since(u.start).Milliseconds()))
+	}
+}
+
+// upstreamFailed answers a request the app did not answer: nothing when the client went away
+// first, else Envoy's 503 for a refused connection (UF) or a reset one (UC).
+func (l *inboundListener) upstreamFailed(w http.ResponseWriter, r *http.Request, err error, entry *AccessLogEntry, up *upstreamRq) {
+	switch {
+	case r.Context().Err() != nil:
+		// The client went away first: no response at all.
+		entry.Flags, entry.Code = "DC", 0
+		l.rqRxReset.inc()
+		l.upRqCancelled.inc()
+		up.finish(0)
+	case errors.Is(err, errConnectFailure):
+		entry.Flags = "UF"
+		l.upRqPendingFailure.inc()
+		up.finish(http.StatusServiceUnavailable)
+		entry.Code, entry.Body = l.localReply(w, http.StatusServiceUnavailable, bodyConnectFailure)
+	default:
+		entry.Flags = "UC"
+		l.chargeConnectionTermination()
+		up.finish(http.StatusServiceUnavailable)
+		entry.Code, entry.Body = l.localReply(w, http.StatusServiceUnavailable, bodyConnectTermination)
+	}
+}
+
+// relay sends the app's response on to the client. An app that resets mid-body makes Envoy
+// reset the client's stream too: relay then aborts the handler.
+func (l *inboundListener) relay(w http.ResponseWriter, r *http.Request, resp *http.Response, entry *AccessLogEntry, up *upstreamRq) {
 	for k, vs := range resp.Header {
 		for _, v := range vs {
 			w.Header().Add(k, v)
@@ -306,13 +331,13 @@ func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, h := range hopHeaders {
 		w.Header().Del(h)
 	}
-	w.Header().Set("X-Envoy-Upstream-Service-Time", strconv.FormatInt(time.Since(upstreamStart).Milliseconds(), 10))
+	w.Header().Set("X-Envoy-Upstream-Service-Time", strconv.FormatInt(time.Since(up.start).Milliseconds(), 10))
 	l.setServerHeader(w)
 	l.maybeDrainClose(w)
 	w.WriteHeader(resp.StatusCode)
 	entry.Code = resp.StatusCode
 	if _, err := copyFlushing(w, resp.Body); err != nil {
-		finishUpstream(resp.StatusCode)
+		up.finish(resp.StatusCode)
 		if r.Context().Err() != nil {
 			entry.Flags = "DC"
 			l.rqRxReset.inc()
@@ -325,7 +350,7 @@ func (l *inboundListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The deferred access log still runs.
 		panic(http.ErrAbortHandler)
 	}
-	finishUpstream(resp.StatusCode)
+	up.finish(resp.StatusCode)
 	l.chargeDownstream(resp.StatusCode)
 }
 

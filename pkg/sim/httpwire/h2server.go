@@ -220,49 +220,9 @@ func (c *h2Conn) handleFrame(f http2.Frame) bool {
 	defer c.mu.Unlock()
 	switch f := f.(type) {
 	case *http2.MetaHeadersFrame:
-		id := f.StreamID
-		if id%2 == 0 || id <= c.lastStream {
-			return false // a protocol error: not a new client stream
-		}
-		if c.drain == h2Closing {
-			// After the second GOAWAY no stream above its last stream id is processed.
-			_ = c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
-			return true
-		}
-		c.lastStream = id
-		st := &h2Stream{id: id, sendWindow: c.initWindow}
-		st.req = newH2Request(f, c.conn)
-		if st.req == nil {
-			_ = c.fr.WriteRSTStream(id, http2.ErrCodeProtocol)
-			return true
-		}
-		c.streams[id] = st
-		_ = c.conn.SetReadDeadline(time.Time{})
-		if f.StreamEnded() {
-			c.dispatch(st)
-		}
+		return c.openStreamLocked(f)
 	case *http2.DataFrame:
-		if f.Length > 0 {
-			// Give the window back at once: bodies here are small and read whole.
-			_ = c.fr.WriteWindowUpdate(0, f.Length)
-		}
-		st := c.streams[f.StreamID]
-		if st == nil || st.cancel != nil {
-			return true
-		}
-		if f.Length > 0 {
-			_ = c.fr.WriteWindowUpdate(f.StreamID, f.Length)
-		}
-		if n := len(f.Data()); n > 0 {
-			if st.body.Len()+n > maxBody {
-				c.resetStreamLocked(st, http2.ErrCodeRefusedStream)
-				return true
-			}
-			st.body.Write(f.Data())
-		}
-		if f.StreamEnded() {
-			c.dispatch(st)
-		}
+		c.receiveDataLocked(f)
 	case *http2.RSTStreamFrame:
 		if st := c.streams[f.StreamID]; st != nil {
 			st.reset = true
@@ -272,18 +232,7 @@ func (c *h2Conn) handleFrame(f http2.Frame) bool {
 			c.forgetLocked(st)
 		}
 	case *http2.SettingsFrame:
-		if f.IsAck() {
-			return true
-		}
-		if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
-			delta := int64(v) - c.initWindow
-			c.initWindow = int64(v)
-			for _, st := range c.streams {
-				st.sendWindow += delta
-			}
-			c.cond.Broadcast()
-		}
-		_ = c.fr.WriteSettingsAck()
+		c.applySettingsLocked(f)
 	case *http2.WindowUpdateFrame:
 		if f.StreamID == 0 {
 			c.sendWindow += int64(f.Increment)
@@ -299,6 +248,76 @@ func (c *h2Conn) handleFrame(f http2.Frame) bool {
 		// The client is going away; it closes the connection when it is done.
 	}
 	return true
+}
+
+// openStreamLocked opens the client stream a HEADERS frame starts, and dispatches it when
+// the frame ends it; false ends the connection.
+func (c *h2Conn) openStreamLocked(f *http2.MetaHeadersFrame) bool {
+	id := f.StreamID
+	if id%2 == 0 || id <= c.lastStream {
+		return false // a protocol error: not a new client stream
+	}
+	if c.drain == h2Closing {
+		// After the second GOAWAY no stream above its last stream id is processed.
+		_ = c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+		return true
+	}
+	c.lastStream = id
+	st := &h2Stream{id: id, sendWindow: c.initWindow}
+	st.req = newH2Request(f, c.conn)
+	if st.req == nil {
+		_ = c.fr.WriteRSTStream(id, http2.ErrCodeProtocol)
+		return true
+	}
+	c.streams[id] = st
+	_ = c.conn.SetReadDeadline(time.Time{})
+	if f.StreamEnded() {
+		c.dispatch(st)
+	}
+	return true
+}
+
+// receiveDataLocked adds a DATA frame to its stream's body, and dispatches the stream when
+// the frame ends it.
+func (c *h2Conn) receiveDataLocked(f *http2.DataFrame) {
+	if f.Length > 0 {
+		// Give the window back at once: bodies here are small and read whole.
+		_ = c.fr.WriteWindowUpdate(0, f.Length)
+	}
+	st := c.streams[f.StreamID]
+	if st == nil || st.cancel != nil {
+		return
+	}
+	if f.Length > 0 {
+		_ = c.fr.WriteWindowUpdate(f.StreamID, f.Length)
+	}
+	if n := len(f.Data()); n > 0 {
+		if st.body.Len()+n > maxBody {
+			c.resetStreamLocked(st, http2.ErrCodeRefusedStream)
+			return
+		}
+		st.body.Write(f.Data())
+	}
+	if f.StreamEnded() {
+		c.dispatch(st)
+	}
+}
+
+// applySettingsLocked applies the client's SETTINGS (only its initial window matters to
+// what this server sends) and acknowledges them.
+func (c *h2Conn) applySettingsLocked(f *http2.SettingsFrame) {
+	if f.IsAck() {
+		return
+	}
+	if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+		delta := int64(v) - c.initWindow
+		c.initWindow = int64(v)
+		for _, st := range c.streams {
+			st.sendWindow += delta
+		}
+		c.cond.Broadcast()
+	}
+	_ = c.fr.WriteSettingsAck()
 }
 
 // newH2Request builds the request of a HEADERS frame; nil if its pseudo-headers are wrong.

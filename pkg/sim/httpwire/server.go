@@ -130,18 +130,7 @@ func (s *Server) isClosing() bool {
 
 func (s *Server) serveConn(c *serverConn) {
 	defer s.wg.Done()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		c.mu.Lock()
-		hijacked := c.hijacked
-		c.mu.Unlock()
-		if !hijacked {
-			c.Close()
-			s.setState(c, http.StateClosed)
-		}
-	}()
+	defer s.forget(c)
 	idle := s.IdleTimeout
 	if idle <= 0 {
 		idle = 60 * time.Second
@@ -165,81 +154,130 @@ func (s *Server) serveConn(c *serverConn) {
 		if _, err := br.Peek(1); err != nil {
 			return
 		}
-		c.mu.Lock()
-		c.active = true
-		c.mu.Unlock()
+		c.setActive(true)
 		s.setState(c, http.StateActive)
 		_ = c.SetReadDeadline(time.Now().Add(readTimeout))
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-			}
+		req, ok := readRequest(c, br)
+		if !ok {
 			return
 		}
-		// The body is read whole first, so that while the handler runs the connection can be
-		// watched for the client going away (its context is then cancelled, as in net/http).
-		body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
-		if err != nil {
+		switch s.serveRequest(c, br, req) {
+		case closeConn:
 			return
-		}
-		if len(body) > maxBody {
-			// The rest of the body is still on the connection: answer and close it.
-			_, _ = io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-			// Half-close and read a little of what is left, so the answer is not lost to the
-			// reset that closing on unread data would send (net/http does the same).
-			if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-				_ = cw.CloseWrite()
-				_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-				_, _ = io.Copy(io.Discard, io.LimitReader(br, 256<<10))
-			}
-			return
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		_ = c.SetReadDeadline(time.Time{})
-		req.RemoteAddr = c.RemoteAddr().String()
-		ctx, cancel := context.WithCancel(context.Background())
-		ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.LocalAddr())
-		req = req.WithContext(ctx)
-		w := &responseWriter{conn: c, br: br, header: http.Header{}, req: req}
-		watch := watchPeer(c, br, cancel)
-		w.watch = watch
-		aborted := s.callHandler(w, req)
-		peerGone := !w.hijacked && watch.stop()
-		cancel()
-		if w.hijacked {
-			c.mu.Lock()
-			c.hijacked = true
-			c.mu.Unlock()
-			s.setState(c, http.StateHijacked)
-			return
-		}
-		if aborted || peerGone {
-			return
-		}
-		keepAlive := !req.Close && !s.isClosing() && !s.noKeepAlive.Load()
-		err = w.finish(keepAlive)
-		for _, fn := range w.after {
-			fn()
-		}
-		if err != nil {
-			return
-		}
-		if !w.keepAlive {
-			// Only the handler's own Connection: close waits for the client; a client that
-			// asked to close, or a server shutting down, closes at once.
-			if !keepAlive || !w.handlerClose || s.DrainCloseTimeout <= 0 {
-				return
-			}
+		case drainConn:
 			if closeBy.IsZero() {
 				closeBy = time.Now().Add(s.DrainCloseTimeout)
 			}
 		}
-		c.mu.Lock()
-		c.active = false
-		c.mu.Unlock()
+		c.setActive(false)
 		s.setState(c, http.StateIdle)
 	}
+}
+
+// forget drops a connection that is no longer served, and closes it unless a handler took it.
+func (s *Server) forget(c *serverConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.mu.Lock()
+	hijacked := c.hijacked
+	c.mu.Unlock()
+	if !hijacked {
+		c.Close()
+		s.setState(c, http.StateClosed)
+	}
+}
+
+func (c *serverConn) setActive(active bool) {
+	c.mu.Lock()
+	c.active = active
+	c.mu.Unlock()
+}
+
+// readRequest reads a request, its body whole: so that while the handler runs the
+// connection can be watched for the client going away (its context is then cancelled, as in
+// net/http). A request that cannot be read, or whose body is too large, is answered here and
+// ends the connection (false).
+func readRequest(c *serverConn, br *bufio.Reader) (*http.Request, bool) {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+		}
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
+	if err != nil {
+		return nil, false
+	}
+	if len(body) > maxBody {
+		// The rest of the body is still on the connection: answer and close it.
+		_, _ = io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+		// Half-close and read a little of what is left, so the answer is not lost to the
+		// reset that closing on unread data would send (net/http does the same).
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = io.Copy(io.Discard, io.LimitReader(br, 256<<10))
+		}
+		return nil, false
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	_ = c.SetReadDeadline(time.Time{})
+	req.RemoteAddr = c.RemoteAddr().String()
+	return req, true
+}
+
+// afterResponse is what becomes of a connection once a request is answered.
+type afterResponse int
+
+const (
+	// closeConn: the connection is over (closed, or taken by the handler).
+	closeConn afterResponse = iota
+	// keepConn: it waits for the next request.
+	keepConn
+	// drainConn: the handler asked to close it; it waits for the client to close it, serving
+	// what still arrives, until DrainCloseTimeout.
+	drainConn
+)
+
+// serveRequest runs the handler on req and sends its response.
+func (s *Server) serveRequest(c *serverConn, br *bufio.Reader, req *http.Request) afterResponse {
+	ctx, cancel := context.WithCancel(context.Background())
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.LocalAddr())
+	req = req.WithContext(ctx)
+	w := &responseWriter{conn: c, br: br, header: http.Header{}, req: req}
+	watch := watchPeer(c, br, cancel)
+	w.watch = watch
+	aborted := s.callHandler(w, req)
+	peerGone := !w.hijacked && watch.stop()
+	cancel()
+	if w.hijacked {
+		c.mu.Lock()
+		c.hijacked = true
+		c.mu.Unlock()
+		s.setState(c, http.StateHijacked)
+		return closeConn
+	}
+	if aborted || peerGone {
+		return closeConn
+	}
+	keepAlive := !req.Close && !s.isClosing() && !s.noKeepAlive.Load()
+	err := w.finish(keepAlive)
+	for _, fn := range w.after {
+		fn()
+	}
+	switch {
+	case err != nil:
+		return closeConn
+	case w.keepAlive:
+		return keepConn
+	// Only the handler's own Connection: close waits for the client; a client that asked to
+	// close, or a server shutting down, closes at once.
+	case !keepAlive || !w.handlerClose || s.DrainCloseTimeout <= 0:
+		return closeConn
+	}
+	return drainConn
 }
 
 // peerWatch reads ahead on an active connection so that a client that closes it is noticed

@@ -100,22 +100,55 @@ type TableOptions struct {
 // WriteTable writes the headline, the scenario, the comparison table and its legend, and
 // with opts.Timelines each run's timeline.
 func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
-	sc := r.Scenario
-	if headline := r.Headline(); len(headline) > 0 {
-		fmt.Fprintln(w, "meshdrain against the best sleep, per sidecar setting (clean: no client failure and no 5xx in the sidecar's log):")
-		label := 0
-		for _, h := range headline {
-			label = max(label, len(h.Sidecar))
-		}
-		for _, h := range headline {
-			lines := wrapWords(h.Verdict, headlineWidth-label-4)
-			fmt.Fprintf(w, "  %-*s  %s\n", label, h.Sidecar, lines[0])
-			for _, line := range lines[1:] {
-				fmt.Fprintf(w, "  %-*s  %s\n", label, "", line)
-			}
-		}
-		fmt.Fprintln(w)
+	r.writeHeadline(w)
+	r.writeScenario(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "STRATEGY\tSIDECAR\tREQUESTS\tSIDECAR 5XX\tCLIENT FAILURES\tAPP STOP\tPOD GONE\tSIGKILL\t")
+	for _, res := range r.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.2fs\t%.2fs\t%s\t\n",
+			res.Strategy, res.Sidecar, res.Requests, res.Sidecar5xx, failureCell(res),
+			res.AppStopS, res.PodGoneS, killedCell(res))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	r.writeColumns(w)
+	for _, res := range r.Results {
+		for _, warning := range res.Warnings {
+			fmt.Fprintf(w, "WARNING %s, sidecar %s: %s\n", res.Strategy, res.Sidecar, warning)
+		}
+	}
+	if opts.Timelines {
+		r.writeTimelines(w)
+	}
+	return nil
+}
+
+// writeHeadline writes the verdict per sidecar setting, wrapped to the table's width.
+func (r Report) writeHeadline(w io.Writer) {
+	headline := r.Headline()
+	if len(headline) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "meshdrain against the best sleep, per sidecar setting (clean: no client failure and no 5xx in the sidecar's log):")
+	label := 0
+	for _, h := range headline {
+		label = max(label, len(h.Sidecar))
+	}
+	for _, h := range headline {
+		lines := wrapWords(h.Verdict, headlineWidth-label-4)
+		fmt.Fprintf(w, "  %-*s  %s\n", label, h.Sidecar, lines[0])
+		for _, line := range lines[1:] {
+			fmt.Fprintf(w, "  %-*s  %s\n", label, "", line)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// writeScenario says what was replayed, and the sidecar settings compared.
+func (r Report) writeScenario(w io.Writer) {
+	sc := r.Scenario
 	timeout := "no route timeout (Istio default)"
 	retries := fmt.Sprintf("Istio retries %d", sc.Retries)
 	if sc.Mesh == mesh.Linkerd {
@@ -148,19 +181,11 @@ func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
 		fmt.Fprintf(w, "  %-14s %s\n", s.Name, s.Note)
 	}
 	fmt.Fprintln(w)
+}
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "STRATEGY\tSIDECAR\tREQUESTS\tSIDECAR 5XX\tCLIENT FAILURES\tAPP STOP\tPOD GONE\tSIGKILL\t")
-	for _, res := range r.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.2fs\t%.2fs\t%s\t\n",
-			res.Strategy, res.Sidecar, res.Requests, res.Sidecar5xx, failureCell(res),
-			res.AppStopS, res.PodGoneS, killedCell(res))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	switch sc.Mesh {
+// writeColumns says what the table's columns count, in the words of the mesh replayed.
+func (r Report) writeColumns(w io.Writer) {
+	switch r.Scenario.Mesh {
 	case MeshNone:
 		fmt.Fprintln(w, "SIDECAR 5XX  none: the pod has no sidecar.")
 		fmt.Fprintln(w, "CLIENT FAILURES  what the callers saw: connection refused = a node's kube-proxy still sent a new connection to an")
@@ -179,15 +204,10 @@ func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
 	}
 	fmt.Fprintln(w, "APP STOP     when the app got SIGTERM (its preStop returned).  POD GONE  when the last container exited.")
 	fmt.Fprintln(w, "SIGKILL      what was killed, by whom, when.")
-	for _, res := range r.Results {
-		for _, warning := range res.Warnings {
-			fmt.Fprintf(w, "WARNING %s, sidecar %s: %s\n", res.Strategy, res.Sidecar, warning)
-		}
-	}
+}
 
-	if !opts.Timelines {
-		return nil
-	}
+// writeTimelines writes each run's timeline, event by event.
+func (r Report) writeTimelines(w io.Writer) {
 	who := 11 // "istio-proxy"
 	for _, res := range r.Results {
 		for _, e := range res.Timeline {
@@ -203,7 +223,6 @@ func (r Report) WriteTable(w io.Writer, opts TableOptions) error {
 			fmt.Fprintf(w, "           preStop failed: %s\n", res.PreStopError)
 		}
 	}
-	return nil
 }
 
 // headlineWidth is where the headline wraps: the width of the default table.
@@ -245,77 +264,15 @@ func (r Report) Headline() []HeadlineItem {
 // verdict sums up the runs of one sidecar setting in a sentence.
 func (r Report) verdict(rows []Result) string {
 	if first, last, ok := sidecarDiedFirst(rows); ok {
-		proxy, plan := "Envoy", "meshdrain plan"
-		if r.Scenario.Mesh == mesh.Linkerd {
-			proxy, plan = "linkerd-proxy", "meshdrain plan --mesh linkerd"
-		}
-		died := fmt.Sprintf("at %.2fs", first)
-		if last-first > lateTolerance {
-			died = fmt.Sprintf("between %.2fs and %.2fs", first, last)
-		}
-		var costs []string
-		for _, res := range rows {
-			costs = append(costs, res.Strategy+" "+cost(res))
-		}
-		verdict := "whatever the app did, no strategy was clean (" + strings.Join(costs, ", ") + ")"
-		if len(rows) == 1 {
-			verdict = costs[0]
-		}
-		return fmt.Sprintf("%s died %s while clients sent until %.2fs: %s; fix the sidecar first: %s.",
-			proxy, died, rows[0].LastClientLagS, verdict, plan)
+		return r.sidecarDiedVerdict(rows, first, last)
 	}
-
-	var meshdrain, oracle, bestSleep *Result
-	var sleeps []Result
-	for i, res := range rows {
-		strat, err := ParseStrategy(res.Strategy)
-		if err != nil {
-			continue
-		}
-		switch strat.Kind {
-		case StrategyMeshdrain:
-			meshdrain = &rows[i]
-		case StrategyOracle:
-			oracle = &rows[i]
-		case StrategySleep:
-			sleeps = append(sleeps, res)
-			if clean(res) && (bestSleep == nil || res.AppStopS < bestSleep.AppStopS) {
-				bestSleep = &rows[i]
-			}
-		}
-	}
+	byKind := strategyRowsOf(rows)
 	var parts []string
-	if meshdrain != nil {
-		parts = append(parts, fmt.Sprintf("meshdrain %s, app stopped at %.2fs", cost(*meshdrain), meshdrain.AppStopS))
+	if md := byKind.meshdrain; md != nil {
+		parts = append(parts, fmt.Sprintf("meshdrain %s, app stopped at %.2fs", cost(*md), md.AppStopS))
 	}
-	switch {
-	case bestSleep != nil:
-		part := fmt.Sprintf("best clean sleep: %s at %.2fs", bestSleep.Strategy, bestSleep.AppStopS)
-		if meshdrain != nil && clean(*meshdrain) {
-			if d := bestSleep.AppStopS - meshdrain.AppStopS; d >= 0 {
-				part += fmt.Sprintf(", meshdrain %.2fs sooner", d)
-			} else {
-				part += fmt.Sprintf(", meshdrain %.2fs later", -d)
-			}
-		}
-		parts = append(parts, part)
-		var sooner []string
-		for _, res := range sleeps {
-			if !clean(res) && res.AppStopS < bestSleep.AppStopS {
-				sooner = append(sooner, res.Strategy+" "+cost(res))
-			}
-		}
-		if len(sooner) > 0 {
-			parts = append(parts, "shorter sleeps were not clean: "+strings.Join(sooner, ", "))
-		}
-	case len(sleeps) > 0:
-		var costs []string
-		for _, res := range sleeps {
-			costs = append(costs, res.Strategy+" "+cost(res))
-		}
-		parts = append(parts, "no sleep was clean: "+strings.Join(costs, ", "))
-	}
-	if oracle != nil {
+	parts = append(parts, byKind.sleepParts()...)
+	if oracle := byKind.oracle; oracle != nil {
 		parts = append(parts, fmt.Sprintf("oracle (the earliest stop that loses nothing) %s at %.2fs", cost(*oracle), oracle.AppStopS))
 	}
 	if len(parts) == 0 { // neither meshdrain nor a sleep: each strategy for itself
@@ -324,6 +281,94 @@ func (r Report) verdict(rows []Result) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// sidecarDiedVerdict is the verdict when the sidecar died, between first and last, while
+// clients still sent in every run: no strategy of the app's can help.
+func (r Report) sidecarDiedVerdict(rows []Result, first, last float64) string {
+	proxy, plan := "Envoy", "meshdrain plan"
+	if r.Scenario.Mesh == mesh.Linkerd {
+		proxy, plan = "linkerd-proxy", "meshdrain plan --mesh linkerd"
+	}
+	died := fmt.Sprintf("at %.2fs", first)
+	if last-first > lateTolerance {
+		died = fmt.Sprintf("between %.2fs and %.2fs", first, last)
+	}
+	var costs []string
+	for _, res := range rows {
+		costs = append(costs, res.Strategy+" "+cost(res))
+	}
+	verdict := "whatever the app did, no strategy was clean (" + strings.Join(costs, ", ") + ")"
+	if len(rows) == 1 {
+		verdict = costs[0]
+	}
+	return fmt.Sprintf("%s died %s while clients sent until %.2fs: %s; fix the sidecar first: %s.",
+		proxy, died, rows[0].LastClientLagS, verdict, plan)
+}
+
+// strategyRows are one sidecar setting's runs that the verdict compares, by strategy.
+type strategyRows struct {
+	meshdrain, oracle *Result
+	sleeps            []Result
+	// bestSleep is the clean sleep that stopped the app first.
+	bestSleep *Result
+}
+
+func strategyRowsOf(rows []Result) strategyRows {
+	var s strategyRows
+	for i, res := range rows {
+		strat, err := ParseStrategy(res.Strategy)
+		if err != nil {
+			continue
+		}
+		switch strat.Kind {
+		case StrategyMeshdrain:
+			s.meshdrain = &rows[i]
+		case StrategyOracle:
+			s.oracle = &rows[i]
+		case StrategySleep:
+			s.sleeps = append(s.sleeps, res)
+			if clean(res) && (s.bestSleep == nil || res.AppStopS < s.bestSleep.AppStopS) {
+				s.bestSleep = &rows[i]
+			}
+		}
+	}
+	return s
+}
+
+// sleepParts compare meshdrain with the best clean sleep, and name the shorter sleeps that
+// were not clean; or, with no clean sleep, what each cost.
+func (s strategyRows) sleepParts() []string {
+	best, md := s.bestSleep, s.meshdrain
+	if best == nil {
+		if len(s.sleeps) == 0 {
+			return nil
+		}
+		var costs []string
+		for _, res := range s.sleeps {
+			costs = append(costs, res.Strategy+" "+cost(res))
+		}
+		return []string{"no sleep was clean: " + strings.Join(costs, ", ")}
+	}
+	part := fmt.Sprintf("best clean sleep: %s at %.2fs", best.Strategy, best.AppStopS)
+	if md != nil && clean(*md) {
+		if d := best.AppStopS - md.AppStopS; d >= 0 {
+			part += fmt.Sprintf(", meshdrain %.2fs sooner", d)
+		} else {
+			part += fmt.Sprintf(", meshdrain %.2fs later", -d)
+		}
+	}
+	parts := []string{part}
+	var sooner []string
+	for _, res := range s.sleeps {
+		if !clean(res) && res.AppStopS < best.AppStopS {
+			sooner = append(sooner, res.Strategy+" "+cost(res))
+		}
+	}
+	if len(sooner) > 0 {
+		parts = append(parts, "shorter sleeps were not clean: "+strings.Join(sooner, ", "))
+	}
+	return parts
 }
 
 // sidecarDiedFirst says whether in every run the sidecar died before the last client stopped

@@ -98,6 +98,44 @@ type Options struct {
 // previous run's clients have stopped sending, so no two runs' traffic competes for the CPU
 // while the time that is only waiting (pilot-agent's timer, the grace period) is shared.
 func Run(ctx context.Context, opts Options) ([]Result, error) {
+	start, err := opts.check()
+	if err != nil {
+		return nil, err
+	}
+	var runs []runSpec
+	for _, spec := range opts.Sidecars {
+		for _, strat := range opts.Strategies {
+			runs = append(runs, runSpec{strat, spec})
+		}
+	}
+	if len(runs) == 0 {
+		return nil, errors.New("nothing to run: no strategy or no sidecar")
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	outcomes := startRuns(ctx, cancel, opts.Scenario, runs, start)
+	var out []Result
+	var errs []error
+	for i := range runs {
+		o := <-outcomes[i]
+		if o.err != nil {
+			errs = append(errs, o.err)
+			continue
+		}
+		if opts.Progress != nil {
+			opts.Progress(o.res)
+		}
+		out = append(out, o.res)
+	}
+	if len(errs) > 0 {
+		return out, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// check refuses runs that cannot be made, and returns how each run starts its sidecar.
+func (opts Options) check() (startSidecarFunc, error) {
 	sc := opts.Scenario
 	if err := sc.Validate(); err != nil {
 		return nil, err
@@ -122,39 +160,38 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			return nil, errors.New("the oracle strategy needs a mesh: without a sidecar, which requests reach the pod depends on the strategy")
 		}
 	}
-	type job struct {
-		strat Strategy
-		spec  SidecarSpec
-	}
-	var jobs []job
-	for _, spec := range opts.Sidecars {
-		for _, strat := range opts.Strategies {
-			jobs = append(jobs, job{strat, spec})
-		}
-	}
-	if len(jobs) == 0 {
-		return nil, errors.New("nothing to run: no strategy or no sidecar")
-	}
-	plans := planClients(sc)
+	return start, nil
+}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type outcome struct {
-		res Result
-		err error
-	}
-	results := make([]chan outcome, len(jobs))
+// runSpec is what one run replays: a strategy under a sidecar configuration.
+type runSpec struct {
+	strat Strategy
+	spec  SidecarSpec
+}
+
+// runOutcome is what one run returns.
+type runOutcome struct {
+	res Result
+	err error
+}
+
+// startRuns starts each run once the previous one's traffic is over and, when the last has
+// started, returns where each run's outcome arrives, in the runs' order. A run that fails
+// cancels the others.
+func startRuns(ctx context.Context, cancel context.CancelFunc, sc Scenario, runs []runSpec, start startSidecarFunc) []chan runOutcome {
+	plans := planClients(sc)
+	outcomes := make([]chan runOutcome, len(runs))
 	next := make(chan struct{}, 1)
 	next <- struct{}{}
-	for i, j := range jobs {
-		results[i] = make(chan outcome, 1)
+	for i, run := range runs {
+		outcomes[i] = make(chan runOutcome, 1)
 		select {
 		case <-next:
 		case <-ctx.Done():
-			results[i] <- outcome{err: ctx.Err()}
+			outcomes[i] <- runOutcome{err: ctx.Err()}
 			continue
 		}
-		go func(i int, j job) {
+		go func(i int, run runSpec) {
 			var once sync.Once
 			trafficOver := func() { once.Do(func() { next <- struct{}{} }) }
 			runOver := trafficOver
@@ -163,32 +200,16 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 				// run's listener and traffic would be accepts it cannot name. One at a time.
 				trafficOver = func() {}
 			}
-			res, err := runPod(ctx, sc, plans, j.strat, j.spec, start, trafficOver)
+			res, err := runPod(ctx, sc, plans, run.strat, run.spec, start, trafficOver)
 			runOver()
 			if err != nil {
-				err = fmt.Errorf("%s with sidecar %s: %w", j.strat, j.spec.Name, err)
+				err = fmt.Errorf("%s with sidecar %s: %w", run.strat, run.spec.Name, err)
 				cancel()
 			}
-			results[i] <- outcome{res, err}
-		}(i, j)
+			outcomes[i] <- runOutcome{res, err}
+		}(i, run)
 	}
-	var out []Result
-	var errs []error
-	for i := range jobs {
-		o := <-results[i]
-		if o.err != nil {
-			errs = append(errs, o.err)
-			continue
-		}
-		if opts.Progress != nil {
-			opts.Progress(o.res)
-		}
-		out = append(out, o.res)
-	}
-	if len(errs) > 0 {
-		return out, errors.Join(errs...)
-	}
-	return out, nil
+	return outcomes
 }
 
 // podClock converts real instants into pod seconds from t0.

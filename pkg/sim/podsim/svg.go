@@ -218,107 +218,6 @@ func kindNames(byKind map[string]int) string {
 	return ""
 }
 
-// svgCanvas accumulates the elements of one picture.
-type svgCanvas struct {
-	b strings.Builder
-	// marks are the failure marks, which no label may run through: a label there would hide
-	// the moment the mark shows, and the mark the label's words.
-	marks []box
-}
-
-// box is a rectangle of the picture, in SVG pixels.
-type box struct{ x0, y0, x1, y1 float64 }
-
-func (b box) overlaps(o box) bool { return b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1 }
-
-// textBox is the room a 12px label with its baseline at y takes between x0 and x1.
-func textBox(x0, x1, y float64) box { return box{x0, y - 12, x1, y + 3} }
-
-// labelGap is the room kept between a label and what it labels or avoids.
-const labelGap = 4
-
-func (c *svgCanvas) raw(format string, args ...any) { fmt.Fprintf(&c.b, format, args...) }
-
-func (c *svgCanvas) rect(x, y, w, h float64, fill, extra string) {
-	c.raw("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"%s/>\n", x, y, max(w, 0), h, fill, extra)
-}
-
-func (c *svgCanvas) line(x1, y1, x2, y2 float64, stroke, extra string) {
-	c.raw("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"%s/>\n", x1, y1, x2, y2, stroke, extra)
-}
-
-// text writes an escaped label; anchor is start, middle or end.
-func (c *svgCanvas) text(x, y float64, anchor, extra, s string) {
-	c.raw("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s>", x, y, anchor, extra)
-	_ = xml.EscapeText(&c.b, []byte(s))
-	c.b.WriteString("</text>\n")
-}
-
-// label writes s after x, where a bar that starts at barFrom ends; past the failure marks
-// that would run through it there; and where it would then leave the picture, before x (in
-// white inside the bar if it fits there), again clear of the marks.
-func (c *svgCanvas) label(x, y float64, s string, barFrom float64) {
-	c.placeLabel(x, y, s, barFrom, halo)
-}
-
-// note writes s at the start of a lane, clear of the failure marks, in grey.
-func (c *svgCanvas) note(y float64, s string) {
-	c.placeLabel(svgLeft, y, s, svgLeft, halo+` fill="#888888"`)
-}
-
-func (c *svgCanvas) placeLabel(x, y float64, s string, barFrom float64, style string) {
-	width := float64(len(s)) * charWidth
-	// clear moves a label of this width whose left edge is at left past every mark it would
-	// cross, in the direction dir (+1 right, -1 left); it returns the label's left edge.
-	clear := func(left float64, dir float64) float64 {
-		for moved := true; moved; {
-			moved = false
-			for _, m := range c.marks {
-				if !m.overlaps(textBox(left-labelGap/2, left+width+labelGap/2, y)) {
-					continue
-				}
-				if dir > 0 {
-					left = m.x1 + labelGap
-				} else {
-					left = m.x0 - labelGap - width
-				}
-				moved = true
-			}
-		}
-		return left
-	}
-	if left := clear(x+labelGap, 1); left+width <= svgWidth-4 {
-		c.text(left, y, "start", style, s)
-		return
-	}
-	if left := clear(x-labelGap-width, -1); left >= svgLeft+2 {
-		if left >= barFrom+labelGap && left+width <= x {
-			style = ` fill="#ffffff"`
-		}
-		c.text(left+width, y, "end", style, s)
-		return
-	}
-	// No room beside x: the clear place nearest to it, next to a mark or at an edge of the
-	// plot, over the bar's end if it must.
-	best, found := 0.0, false
-	candidates := []float64{svgLeft + 2, svgWidth - 4 - width}
-	for _, m := range c.marks {
-		candidates = append(candidates, m.x1+labelGap, m.x0-labelGap-width)
-	}
-	for _, left := range candidates {
-		if left >= svgLeft+2 && left+width <= svgWidth-4 && clear(left, 1) == left && (!found || math.Abs(left-x) < math.Abs(best-x)) {
-			best, found = left, true
-		}
-	}
-	if !found { // a mark crosses it wherever it goes: at the right edge
-		best = svgWidth - 4 - width
-	}
-	c.text(best, y, "start", style, s)
-}
-
-// halo keeps a label readable where a marker line crosses it.
-const halo = ` stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-order="stroke"`
-
 // Lanes of the picture, by name; a pod without a sidecar has no sidecar's lanes.
 const (
 	laneClients    = "clients"
@@ -329,35 +228,100 @@ const (
 
 // writeSVG draws one run on axis a.
 func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
-	proxy := "istio-proxy"
+	t := r.newTimeline(res, a)
+	keys := legend(res, t.failedHook, t.noSidecar)
+	axisY := t.plotBottom + 6
+	legendY := axisY + 52
+	height := legendY + 20 + float64(keys[len(keys)-1].row)*legendRowHeight
+
+	r.drawHeading(&t.svgCanvas, res, height)
+	t.drawBackdrop()
+	// The marks are placed first, so that every label can keep clear of them.
+	t.placeMarks()
+	t.drawClients()
+	t.drawApp()
+	t.drawSidecar()
+	t.drawFailures()
+	t.drawSidecar5xx()
+	t.drawMoments()
+	t.drawAxis(axisY)
+	t.drawLegend(keys, legendY)
+	t.raw("</svg>\n")
+	_, err := io.WriteString(w, t.b.String())
+	return err
+}
+
+// timeline is one run's picture as it is drawn: its lanes, where they are, and where the
+// moments drawn across them fall.
+type timeline struct {
+	svgCanvas
+	res Result
+	a   svgAxis
+	// proxy is the sidecar's lane, named after its container.
+	proxy     string
+	noSidecar bool
+	lanes     []string
+	// plotTop and plotBottom bound the lanes; stopRow is the baseline of the labels of the
+	// deletion and of the app's stop, above them.
+	plotTop, plotBottom, stopRow float64
+	// failedHook is how the preStop failed, "" when it returned cleanly.
+	failedHook string
+	// The deletion, the last client's endpoint update, the app's stop and the lag bound.
+	x0, xLast, xStop, xBound float64
+
+	failures failureSpan
+}
+
+// failureSpan is where the client failures are drawn: the result records the span from the
+// first to the last, not each failure's time.
+type failureSpan struct {
+	shown         bool
+	colour        string // the one kind's, or mixed
+	xFirst, xLast float64
+}
+
+func (r Report) newTimeline(res Result, a svgAxis) *timeline {
+	t := &timeline{res: res, a: a, proxy: "istio-proxy", noSidecar: r.noSidecar(), failedHook: preStopFailure(res)}
 	if r.Scenario.Mesh == mesh.Linkerd {
-		proxy = "linkerd-proxy"
+		t.proxy = "linkerd-proxy"
 	}
-	noSidecar := r.noSidecar()
-	lanes := []string{laneClients, laneApp, proxy, laneFailures, laneSidecar5xx}
-	if noSidecar {
-		lanes = []string{laneClients, laneApp, laneFailures}
+	t.lanes = []string{laneClients, laneApp, t.proxy, laneFailures, laneSidecar5xx}
+	if t.noSidecar {
+		t.lanes = []string{laneClients, laneApp, laneFailures}
 	}
 	// The lanes start lower where the lag bound's label needs its row; the labels of the
 	// deletion and of the app's stop go in the row above.
-	plotTop := float64(svgTop)
+	t.plotTop = svgTop
 	if res.LagBoundS > 0 {
-		plotTop += lagBoundRow
+		t.plotTop += lagBoundRow
 	}
-	stopRow := float64(svgTop) - 6
-	lane := func(name string) (top, textY float64) {
-		i := slices.Index(lanes, name)
-		top = plotTop + float64(i)*laneHeight + (laneHeight-barHeight)/2
-		return top, top + barHeight - 5
+	t.stopRow = svgTop - 6
+	t.plotBottom = t.plotTop + float64(len(t.lanes)*laneHeight)
+	t.x0, t.xLast, t.xStop, t.xBound = a.x(0), a.x(res.LastClientLagS), a.x(res.AppStopS), a.x(res.LagBoundS)
+	if res.ClientFailures > 0 && res.FirstFailureS != nil && res.LastFailureS != nil {
+		t.failures = failureSpan{shown: true, colour: colourMixed, xFirst: a.x(*res.FirstFailureS), xLast: a.x(*res.LastFailureS)}
+		if len(res.FailuresByKind) == 1 {
+			for kind := range res.FailuresByKind {
+				t.failures.colour = failureColour(kind)
+			}
+		}
 	}
-	plotBottom := plotTop + float64(len(lanes)*laneHeight)
-	axisY := plotBottom + 6
-	legendY := axisY + 52
-	failedHook := preStopFailure(res)
-	keys := legend(res, failedHook, noSidecar)
-	height := legendY + 20 + float64(keys[len(keys)-1].row)*legendRowHeight
+	return t
+}
 
-	var c svgCanvas
+// lane is where a lane's bar starts and its label's baseline.
+func (t *timeline) lane(name string) (top, textY float64) {
+	i := slices.Index(t.lanes, name)
+	top = t.plotTop + float64(i)*laneHeight + (laneHeight-barHeight)/2
+	return top, top + barHeight - 5
+}
+
+// start is where every bar starts: before the deletion, at the axis's first moment.
+func (t *timeline) start() float64 { return t.a.x(t.a.from) }
+
+// drawHeading opens the picture: its title (what a browser's tab and a screen reader show),
+// and above the lanes the row's name, its summary and its drain regime.
+func (r Report) drawHeading(c *svgCanvas, res Result, height float64) {
 	c.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%.0f\" viewBox=\"0 0 %d %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
 		svgWidth, height, svgWidth, height)
 	c.raw("<title>")
@@ -369,157 +333,171 @@ func (r Report) writeSVG(w io.Writer, res Result, a svgAxis) error {
 	if res.DrainRegime != "" {
 		c.text(8, 58, "start", ` fill="#444444" class="drain-regime"`, res.DrainRegime)
 	}
+}
 
+// drawBackdrop draws what the run is read against: the window in which clients still send,
+// the lag bound, and the lanes.
+func (t *timeline) drawBackdrop() {
 	// The window in which clients still send to the pod: an app or sidecar that stops inside
 	// it meets requests.
-	x0, xLast := a.x(0), a.x(res.LastClientLagS)
-	c.rect(x0, plotTop, xLast-x0, plotBottom-plotTop, colourWindow, ` class="clients-window"`)
+	t.rect(t.x0, t.plotTop, t.xLast-t.x0, t.plotBottom-t.plotTop, colourWindow, ` class="clients-window"`)
 
 	// The lag bound meshdrain ran with: past it the hook needs only a quiet window, so a wait
 	// that ends after it is the window's, or a client's still opening connections. The line
 	// is drawn under the labels, whose halo keeps them readable where it crosses them: it is
 	// not a moment of this run, and it falls where the clients' label starts.
-	xBound := a.x(res.LagBoundS)
-	if res.LagBoundS > 0 {
-		c.line(xBound, plotTop-4, xBound, plotBottom, colourLagBound, ` stroke-width="1.5" stroke-dasharray="2,3" class="lag-bound"`)
+	if t.res.LagBoundS > 0 {
+		t.line(t.xBound, t.plotTop-4, t.xBound, t.plotBottom, colourLagBound, ` stroke-width="1.5" stroke-dasharray="2,3" class="lag-bound"`)
 	}
 
-	for i, name := range lanes {
-		_, ty := lane(name)
-		c.text(svgLeft-8, ty, "end", "", name)
-		c.line(svgLeft, plotTop+float64(i+1)*laneHeight, svgWidth-svgRight, plotTop+float64(i+1)*laneHeight, "#e4e4e4", "")
+	for i, name := range t.lanes {
+		_, ty := t.lane(name)
+		t.text(svgLeft-8, ty, "end", "", name)
+		t.line(svgLeft, t.plotTop+float64(i+1)*laneHeight, svgWidth-svgRight, t.plotTop+float64(i+1)*laneHeight, "#e4e4e4", "")
 	}
+}
 
-	// The marks are placed first, so that every label can keep clear of them: the deletion
-	// and the app's stop, lines across every lane; the client failures, the times between the
-	// first and the last, coloured by kind (the result records the span, not each failure's
-	// time), a line across every lane at each end and a bar on their lane; a failed preStop.
-	xStop := a.x(res.AppStopS)
-	c.marks = append(c.marks, box{x0 - 0.75, stopRow + 2, x0 + 0.75, plotBottom}, box{xStop - 0.75, stopRow + 2, xStop + 0.75, plotBottom})
-	appTop, _ := lane(laneApp)
-	if failedHook != "" {
-		c.marks = append(c.marks, box{xStop - diamondRadius, appTop + barHeight/2 - diamondRadius, xStop + diamondRadius, appTop + barHeight/2 + diamondRadius})
+// placeMarks places the marks no label may cross: the deletion and the app's stop, lines
+// across every lane; the client failures, a line across every lane at each end of their span
+// and a bar on their lane; a failed preStop.
+func (t *timeline) placeMarks() {
+	x0, xStop := t.x0, t.xStop
+	t.marks = append(t.marks, box{x0 - 0.75, t.stopRow + 2, x0 + 0.75, t.plotBottom}, box{xStop - 0.75, t.stopRow + 2, xStop + 0.75, t.plotBottom})
+	if t.failedHook != "" {
+		appTop, _ := t.lane(laneApp)
+		t.marks = append(t.marks, box{xStop - diamondRadius, appTop + barHeight/2 - diamondRadius, xStop + diamondRadius, appTop + barHeight/2 + diamondRadius})
 	}
-	failed := res.ClientFailures > 0 && res.FirstFailureS != nil && res.LastFailureS != nil
-	failColour := colourMixed
-	var xFirst, xLastFail float64
-	failTop, failTextY := lane(laneFailures)
-	if failed {
-		if len(res.FailuresByKind) == 1 {
-			for kind := range res.FailuresByKind {
-				failColour = failureColour(kind)
-			}
-		}
-		xFirst, xLastFail = a.x(*res.FirstFailureS), a.x(*res.LastFailureS)
-		c.marks = append(c.marks,
-			box{xFirst - 1, plotTop, xFirst + 1, plotBottom},
-			box{xLastFail - 1, plotTop, xLastFail + 1, plotBottom},
-			box{xFirst - 1.5, failTop, xLastFail + 1.5, failTop + barHeight})
+	if f := t.failures; f.shown {
+		failTop, _ := t.lane(laneFailures)
+		t.marks = append(t.marks,
+			box{f.xFirst - 1, t.plotTop, f.xFirst + 1, t.plotBottom},
+			box{f.xLast - 1, t.plotTop, f.xLast + 1, t.plotBottom},
+			box{f.xFirst - 1.5, failTop, f.xLast + 1.5, failTop + barHeight})
 	}
+}
 
-	// Clients: sending since before the deletion until the last one's endpoint update.
-	top, ty := lane(laneClients)
-	c.rect(a.x(a.from), top, xLast-a.x(a.from), barHeight, colourClients, ` class="clients-send"`)
+// drawClients: sending since before the deletion until the last one's endpoint update.
+func (t *timeline) drawClients() {
+	top, ty := t.lane(laneClients)
+	t.rect(t.start(), top, t.xLast-t.start(), barHeight, colourClients, ` class="clients-send"`)
 	sendUntil := "clients still send until the last client's EDS update, %.2fs"
-	if noSidecar {
+	if t.noSidecar {
 		sendUntil = "nodes and ingresses route to the pod until %.2fs"
 	}
-	c.label(xLast, ty, fmt.Sprintf(sendUntil, res.LastClientLagS), a.x(a.from))
+	t.label(t.xLast, ty, fmt.Sprintf(sendUntil, t.res.LastClientLagS), t.start())
+}
 
-	// The app: serving until its preStop returned, then finishing what it had until it exited.
-	top, ty = lane(laneApp)
-	c.rect(a.x(a.from), top, xStop-a.x(a.from), barHeight, colourAppServing, ` class="app-serving"`)
+// drawApp: serving until its preStop returned, then finishing what it had until it exited.
+func (t *timeline) drawApp() {
+	res := t.res
+	top, ty := t.lane(laneApp)
+	t.rect(t.start(), top, t.xStop-t.start(), barHeight, colourAppServing, ` class="app-serving"`)
 	exit := max(res.AppExitS, res.AppStopS)
-	c.rect(xStop, top, a.x(exit)-xStop, barHeight, colourAppStopping, ` class="app-stopping"`)
+	t.rect(t.xStop, top, t.a.x(exit)-t.xStop, barHeight, colourAppStopping, ` class="app-stopping"`)
 	appLabel := fmt.Sprintf("exited at %.2fs", res.AppExitS)
 	if killedBy := killed(res, "app"); killedBy != "" {
 		appLabel = "SIGKILLed " + killedBy
 	}
-	c.label(a.x(exit), ty, appLabel, xStop)
+	t.label(t.a.x(exit), ty, appLabel, t.xStop)
 	// A hook that failed or did not complete: a mark where it ended, on the app's lane.
-	if failedHook != "" {
-		c.diamond(xStop, appTop+barHeight/2, colourPreStopFail, ` class="prestop-failed"`)
+	if t.failedHook != "" {
+		t.diamond(t.xStop, top+barHeight/2, colourPreStopFail, ` class="prestop-failed"`)
 	}
+}
 
-	// The sidecar: alive until it exited or was killed.
-	if !noSidecar {
-		top, ty = lane(proxy)
-		xSide := a.x(res.SidecarExit)
-		c.rect(a.x(a.from), top, xSide-a.x(a.from), barHeight, colourSidecar, ` class="sidecar-alive"`)
-		sideLabel := fmt.Sprintf("exited at %.2fs", res.SidecarExit)
-		if killedBy := killed(res, "envoy", proxy); killedBy != "" {
-			sideLabel = "SIGKILLed " + killedBy
-		}
-		c.label(xSide, ty, sideLabel, a.x(a.from))
+// drawSidecar: alive until it exited or was killed.
+func (t *timeline) drawSidecar() {
+	if t.noSidecar {
+		return
 	}
-
-	if failed {
-		for _, x := range []float64{xFirst, xLastFail} {
-			c.line(x, plotTop, x, plotBottom, failColour, ` stroke-width="2" class="failure"`)
-		}
-		c.rect(xFirst-1.5, failTop, xLastFail-xFirst+3, barHeight, failColour, ` class="failures"`)
-		span := fmt.Sprintf("%.2fs", *res.FirstFailureS)
-		if *res.LastFailureS > *res.FirstFailureS {
-			span = fmt.Sprintf("%.2f-%.2fs", *res.FirstFailureS, *res.LastFailureS)
-		}
-		c.label(xLastFail+1.5, failTextY, fmt.Sprintf("%d failed (%s) at %s", res.ClientFailures, kindNames(res.FailuresByKind), span), xFirst)
-	} else {
-		c.note(failTextY, "none")
+	top, ty := t.lane(t.proxy)
+	xSide := t.a.x(t.res.SidecarExit)
+	t.rect(t.start(), top, xSide-t.start(), barHeight, colourSidecar, ` class="sidecar-alive"`)
+	sideLabel := fmt.Sprintf("exited at %.2fs", t.res.SidecarExit)
+	if killedBy := killed(t.res, "envoy", t.proxy); killedBy != "" {
+		sideLabel = "SIGKILLed " + killedBy
 	}
+	t.label(xSide, ty, sideLabel, t.start())
+}
 
-	// The sidecar's 5xx: the app refused while the sidecar was alive and clients still sent.
-	if !noSidecar {
-		top, ty = lane(laneSidecar5xx)
-		refusedUntil := min(res.LastClientLagS, res.SidecarExit)
-		switch {
-		case res.Sidecar5xx > 0 && refusedUntil > res.AppStopS:
-			c.rect(xStop, top, a.x(refusedUntil)-xStop, barHeight, colourSidecar5xx, ` class="sidecar-5xx"`)
-			c.label(a.x(refusedUntil), ty, fmt.Sprintf("%d 5xx (UF %d refused, UC %d reset): the app stopped while clients sent", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), xStop)
-		case res.Sidecar5xx > 0:
-			c.label(svgLeft, ty, fmt.Sprintf("%d 5xx (UF %d, UC %d)", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), svgLeft)
-		default:
-			c.note(ty, "none")
-		}
+// drawFailures: the client failures' span, coloured by kind, or "none".
+func (t *timeline) drawFailures() {
+	res, f := t.res, t.failures
+	failTop, failTextY := t.lane(laneFailures)
+	if !f.shown {
+		t.note(failTextY, "none")
+		return
 	}
-
-	if res.LagBoundS > 0 {
-		c.label(xBound, plotTop-6, fmt.Sprintf("lag bound %.2fs: past it, a quiet window ends the wait", res.LagBoundS), xBound)
+	for _, x := range []float64{f.xFirst, f.xLast} {
+		t.line(x, t.plotTop, x, t.plotBottom, f.colour, ` stroke-width="2" class="failure"`)
 	}
+	t.rect(f.xFirst-1.5, failTop, f.xLast-f.xFirst+3, barHeight, f.colour, ` class="failures"`)
+	span := fmt.Sprintf("%.2fs", *res.FirstFailureS)
+	if *res.LastFailureS > *res.FirstFailureS {
+		span = fmt.Sprintf("%.2f-%.2fs", *res.FirstFailureS, *res.LastFailureS)
+	}
+	t.label(f.xLast+1.5, failTextY, fmt.Sprintf("%d failed (%s) at %s", res.ClientFailures, kindNames(res.FailuresByKind), span), f.xFirst)
+}
 
-	// The deletion, and the moment the app was told to stop.
-	c.line(x0, stopRow+2, x0, plotBottom, colourDeletion, ` stroke-width="1.5" class="deletion"`)
-	c.text(x0-3, stopRow, "end", ` fill="#666666"`, "pod deleted")
-	c.line(xStop, stopRow+2, xStop, plotBottom, colourStop, ` stroke-width="1.5" stroke-dasharray="5,3" class="app-stop"`)
-	c.label(xStop, stopRow, stopCause(res), xStop)
+// drawSidecar5xx: the app refused while the sidecar was alive and clients still sent.
+func (t *timeline) drawSidecar5xx() {
+	if t.noSidecar {
+		return
+	}
+	res := t.res
+	top, ty := t.lane(laneSidecar5xx)
+	refusedUntil := min(res.LastClientLagS, res.SidecarExit)
+	switch {
+	case res.Sidecar5xx > 0 && refusedUntil > res.AppStopS:
+		t.rect(t.xStop, top, t.a.x(refusedUntil)-t.xStop, barHeight, colourSidecar5xx, ` class="sidecar-5xx"`)
+		t.label(t.a.x(refusedUntil), ty, fmt.Sprintf("%d 5xx (UF %d refused, UC %d reset): the app stopped while clients sent", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), t.xStop)
+	case res.Sidecar5xx > 0:
+		t.label(svgLeft, ty, fmt.Sprintf("%d 5xx (UF %d, UC %d)", res.Sidecar5xx, res.SidecarUF, res.SidecarUC), svgLeft)
+	default:
+		t.note(ty, "none")
+	}
+}
 
-	// The time axis, in pod seconds.
-	c.line(svgLeft, axisY, svgWidth-svgRight, axisY, "#444444", "")
+// drawMoments labels the lag bound, and draws the deletion and the moment the app was told
+// to stop, across every lane.
+func (t *timeline) drawMoments() {
+	if t.res.LagBoundS > 0 {
+		t.label(t.xBound, t.plotTop-6, fmt.Sprintf("lag bound %.2fs: past it, a quiet window ends the wait", t.res.LagBoundS), t.xBound)
+	}
+	t.line(t.x0, t.stopRow+2, t.x0, t.plotBottom, colourDeletion, ` stroke-width="1.5" class="deletion"`)
+	t.text(t.x0-3, t.stopRow, "end", ` fill="#666666"`, "pod deleted")
+	t.line(t.xStop, t.stopRow+2, t.xStop, t.plotBottom, colourStop, ` stroke-width="1.5" stroke-dasharray="5,3" class="app-stop"`)
+	t.label(t.xStop, t.stopRow, stopCause(t.res), t.xStop)
+}
+
+// drawAxis draws the time axis, in pod seconds, at y.
+func (t *timeline) drawAxis(y float64) {
+	a := t.a
+	t.line(svgLeft, y, svgWidth-svgRight, y, "#444444", "")
 	for s := math.Ceil(a.from/a.step) * a.step; s <= a.to+a.step/1000; s += a.step {
 		x := a.x(s)
-		c.line(x, axisY, x, axisY+4, "#444444", "")
-		c.text(x, axisY+16, "middle", "", fmt.Sprintf("%gs", s+0)) // +0: no "-0s"
+		t.line(x, y, x, y+4, "#444444", "")
+		t.text(x, y+16, "middle", "", fmt.Sprintf("%gs", s+0)) // +0: no "-0s"
 	}
-	c.text((svgLeft+svgWidth-svgRight)/2, axisY+32, "middle", ` fill="#444444"`, "pod seconds from the deletion")
+	t.text((svgLeft+svgWidth-svgRight)/2, y+32, "middle", ` fill="#444444"`, "pod seconds from the deletion")
+}
 
-	// The legend.
+// drawLegend draws the keys, their first row's baseline at top.
+func (t *timeline) drawLegend(keys []legendKey, top float64) {
 	for _, e := range keys {
-		y := legendY + float64(e.row)*legendRowHeight
+		y := top + float64(e.row)*legendRowHeight
 		switch e.key {
 		case keySwatch:
-			c.rect(e.x, y-10, 12, 12, e.colour, "")
+			t.rect(e.x, y-10, 12, 12, e.colour, "")
 		case keyDiamond:
-			c.diamond(e.x+6, y-4, e.colour, "")
+			t.diamond(e.x+6, y-4, e.colour, "")
 		case keyDash:
-			c.line(e.x, y-4, e.x+12, y-4, e.colour, ` stroke-width="1.5" stroke-dasharray="5,3"`)
+			t.line(e.x, y-4, e.x+12, y-4, e.colour, ` stroke-width="1.5" stroke-dasharray="5,3"`)
 		case keyDots:
-			c.line(e.x, y-4, e.x+12, y-4, e.colour, ` stroke-width="1.5" stroke-dasharray="2,3"`)
+			t.line(e.x, y-4, e.x+12, y-4, e.colour, ` stroke-width="1.5" stroke-dasharray="2,3"`)
 		}
-		c.text(e.x+16, y, "start", "", e.name)
+		t.text(e.x+16, y, "start", "", e.name)
 	}
-
-	c.raw("</svg>\n")
-	_, err := io.WriteString(w, c.b.String())
-	return err
 }
 
 // legendKey is one entry of the legend: what it shows, its name, and where it goes.
@@ -579,16 +557,6 @@ func legend(res Result, failedHook string, noSidecar bool) []legendKey {
 		x += width + 14
 	}
 	return keys
-}
-
-// diamondRadius is the half-width of a failed preStop's mark.
-const diamondRadius = 6
-
-// diamond draws a failed preStop's mark centred on x, y.
-func (c *svgCanvas) diamond(x, y float64, fill, extra string) {
-	const r = diamondRadius
-	c.raw("<path d=\"M%.1f %.1fL%.1f %.1fL%.1f %.1fL%.1f %.1fZ\" fill=\"%s\" stroke=\"#ffffff\" stroke-width=\"1.5\"%s/>\n",
-		x, y-r, x+r, y, x, y+r, x-r, y, fill, extra)
 }
 
 // preStopFailure is what the kubelet makes of a preStop hook that did not return cleanly, ""

@@ -154,62 +154,96 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		ctx, cancel = context.WithDeadline(ctx, clk.Now().Add(o.Duration))
 		defer cancel()
 	}
-	rep := Report{URL: o.URL, Mode: o.Mode, Method: o.Method, Start: clk.Now()}
-	var mu sync.Mutex
-	kinds := map[string]*KindCount{}
-	// budget hands out request slots when Count bounds the loop.
-	budget := make(chan struct{}, max(o.Count, 1))
-	if o.Count > 0 {
-		for range o.Count {
-			budget <- struct{}{}
-		}
-		close(budget)
-	}
+	l := &loop{o: o, clk: clk, client: client, budget: newBudget(o.Count),
+		rep: Report{URL: o.URL, Mode: o.Mode, Method: o.Method, Start: clk.Now()}, kinds: map[string]*KindCount{}}
 	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				if o.Count > 0 {
-					if _, ok := <-budget; !ok {
-						return
-					}
-				}
-				started := clk.Now()
-				kind, msg := send(ctx, client, o)
-				if ctx.Err() != nil && kind != "" {
-					return // cut by the loop's end, not by the server
-				}
-				mu.Lock()
-				rep.Requests++
-				if kind == "" {
-					rep.OK++
-				} else {
-					k := kinds[kind]
-					if k == nil {
-						k = &KindCount{Kind: kind, First: started, Example: msg}
-						kinds[kind] = k
-					}
-					k.Count++
-					k.Last = started
-				}
-				mu.Unlock()
-				if wait := o.Interval - clk.Now().Sub(started); wait > 0 {
-					t := clk.NewTimer(wait)
-					select {
-					case <-ctx.Done():
-						t.Stop()
-						return
-					case <-t.C():
-					}
-				}
-			}
+			l.work(ctx)
 		}()
 	}
 	wg.Wait()
-	rep.Elapsed = clk.Now().Sub(rep.Start)
-	for _, k := range kinds {
+	return l.report(), nil
+}
+
+// loop is one Run: what its workers share, and what their requests met.
+type loop struct {
+	o      Options
+	clk    clock.Clock
+	client *http.Client
+	// budget hands out request slots when Count bounds the loop.
+	budget chan struct{}
+
+	mu    sync.Mutex
+	rep   Report
+	kinds map[string]*KindCount
+}
+
+// newBudget holds count request slots, and is closed once they are taken; with no count it
+// is never read.
+func newBudget(count int) chan struct{} {
+	budget := make(chan struct{}, max(count, 1))
+	if count > 0 {
+		for range count {
+			budget <- struct{}{}
+		}
+		close(budget)
+	}
+	return budget
+}
+
+// work is one worker: a request every Interval until the loop ends or the budget is spent.
+func (l *loop) work(ctx context.Context) {
+	for ctx.Err() == nil {
+		if l.o.Count > 0 {
+			if _, ok := <-l.budget; !ok {
+				return
+			}
+		}
+		started := l.clk.Now()
+		kind, msg := send(ctx, l.client, l.o)
+		if ctx.Err() != nil && kind != "" {
+			return // cut by the loop's end, not by the server
+		}
+		l.record(started, kind, msg)
+		if wait := l.o.Interval - l.clk.Now().Sub(started); wait > 0 {
+			t := l.clk.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+		}
+	}
+}
+
+// record counts a request that started at started and met kind ("" for an answer).
+func (l *loop) record(started time.Time, kind, msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rep.Requests++
+	if kind == "" {
+		l.rep.OK++
+		return
+	}
+	k := l.kinds[kind]
+	if k == nil {
+		k = &KindCount{Kind: kind, First: started, Example: msg}
+		l.kinds[kind] = k
+	}
+	k.Count++
+	k.Last = started
+}
+
+// report is what the loop saw, once its workers are done: the failures the most frequent
+// first.
+func (l *loop) report() Report {
+	rep := l.rep
+	rep.Elapsed = l.clk.Now().Sub(rep.Start)
+	for _, k := range l.kinds {
 		rep.Kinds = append(rep.Kinds, *k)
 	}
 	sort.Slice(rep.Kinds, func(i, j int) bool {
@@ -218,7 +252,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 		return rep.Kinds[i].Kind < rep.Kinds[j].Kind
 	})
-	return rep, nil
+	return rep
 }
 
 // send makes one request and reads its answer; kind is "" when it succeeded (any status

@@ -54,12 +54,8 @@ func defaultEmulateOptions() emulateOptions {
 	}
 }
 
-func newEmulateCommand(s streams) *cobra.Command {
-	opts := defaultEmulateOptions()
-	cmd := &cobra.Command{
-		Use:   "emulate --inbound PORT=APP_ADDR [flags]",
-		Short: "Run an emulated Istio sidecar (Envoy admin API, inbound proxy, pilot-agent) or Linkerd proxy in the foreground",
-		Long: `emulate runs meshdrain's Envoy sidecar emulator: an admin API with Envoy's methods, status
+// emulateLong is emulate's help.
+const emulateLong = `emulate runs meshdrain's Envoy sidecar emulator: an admin API with Envoy's methods, status
 codes and stat names (plain Envoy, Istio >= 1.23 or Istio < 1.23), a real inbound HTTP/1.1
 proxy in front of your app that counts like Envoy, Envoy's drain semantics, and pilot-agent's
 termination modes. Use it to smoke-test an app and its preStop hook in CI without a mesh.
@@ -75,8 +71,10 @@ them, and an inbound HTTP/1.1 proxy that counts request_total, response_total an
 transport metrics per target port (--probe-path requests on the "probe" route). On SIGTERM
 or SIGINT it stops accepting on every port at once and exits when its connections have
 closed: a native sidecar at once (the app is taken to have exited), a classic one after
---wait-before-exit. The Envoy flags (--profile, --agent, ...) do not apply to it.`,
-		Example: `  # a sidecar in front of an app on :8080, clients connect to 127.0.0.1:15006
+--wait-before-exit. The Envoy flags (--profile, --agent, ...) do not apply to it.`
+
+// emulateExample are emulate's examples.
+const emulateExample = `  # a sidecar in front of an app on :8080, clients connect to 127.0.0.1:15006
   meshdrain-sim emulate --inbound '8080=127.0.0.1:15006>127.0.0.1:8080'
 
   # Istio < 1.23 names, default Istio stats inclusion, EXIT_ON_ZERO_ACTIVE_CONNECTIONS
@@ -87,8 +85,16 @@ closed: a native sidecar at once (the app is taken to have exited), a classic on
   meshdrain-sim emulate --inbound 8080=127.0.0.1:8080 --extra-clusters 5000
 
   # a Linkerd proxy in front of the same app, admin on 127.0.0.1:4191
-  meshdrain-sim emulate --mesh linkerd --inbound '8080=127.0.0.1:14143>127.0.0.1:8080' --probe-path /healthz`,
-		Args: cobra.NoArgs,
+  meshdrain-sim emulate --mesh linkerd --inbound '8080=127.0.0.1:14143>127.0.0.1:8080' --probe-path /healthz`
+
+func newEmulateCommand(s streams) *cobra.Command {
+	opts := defaultEmulateOptions()
+	cmd := &cobra.Command{
+		Use:     "emulate --inbound PORT=APP_ADDR [flags]",
+		Short:   "Run an emulated Istio sidecar (Envoy admin API, inbound proxy, pilot-agent) or Linkerd proxy in the foreground",
+		Long:    emulateLong,
+		Example: emulateExample,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.mesh == mesh.Linkerd {
 				return runEmulateLinkerd(cmd, s, opts)

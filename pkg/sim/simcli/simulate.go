@@ -97,12 +97,8 @@ func defaultSimulateOptions() simulateOptions {
 	}
 }
 
-func newSimulateCommand(s streams) *cobra.Command {
-	o := defaultSimulateOptions()
-	cmd := &cobra.Command{
-		Use:   "simulate",
-		Short: "Replay a pod's termination on this machine and compare preStop strategies",
-		Long: `simulate deletes a simulated pod while its clients are sending, and measures what each preStop
+// simulateLong is simulate's help.
+const simulateLong = `simulate deletes a simulated pod while its clients are sending, and measures what each preStop
 strategy does to their requests. Everything is real and on loopback: an app with a bounded
 worker pool, its Envoy sidecar (an emulator with pilot-agent's termination modes), client
 sidecars that keep sending until their own endpoint-propagation (EDS) lag has passed and
@@ -154,8 +150,10 @@ streams, tcp, grpc (make bench runs them all); flags given explicitly still win.
 strategy stops the app the moment the last request that will ever reach the pod has been
 answered: the best any preStop could do.
 
-Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad flags.`,
-		Example: `  # The user's rollout, every strategy, Istio defaults vs the recommended sidecar:
+Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad flags.`
+
+// simulateExample are simulate's examples.
+const simulateExample = `  # The user's rollout, every strategy, Istio defaults vs the recommended sidecar:
   meshdrain-sim simulate
 
   # CI smoke check: fail when meshdrain with the recommended sidecar loses a request
@@ -173,8 +171,16 @@ Exit codes: 0; 1 when --max-failures is set and a run lost more requests; 2 bad 
   meshdrain-sim simulate --retries 0 -o json
 
   # Every run's events, and its pictures somewhere else:
-  meshdrain-sim simulate --timelines --svg /tmp/rollout`,
-		Args: cobra.NoArgs,
+  meshdrain-sim simulate --timelines --svg /tmp/rollout`
+
+func newSimulateCommand(s streams) *cobra.Command {
+	o := defaultSimulateOptions()
+	cmd := &cobra.Command{
+		Use:     "simulate",
+		Short:   "Replay a pod's termination on this machine and compare preStop strategies",
+		Long:    simulateLong,
+		Example: simulateExample,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.applyTraffic(cmd); err != nil {
 				return err
