@@ -161,12 +161,13 @@ type Kernel struct {
 	holdersOnly   bool
 	readOldBefore bool
 
-	conns     map[connKey]*conn
-	forgotten map[uint64]forgottenConn
-	// synRecv are the cookies of full sockets a read skipped half open (a TCP Fast Open
-	// accept, counted at its SYN), with that read.
-	synRecv map[uint64]int
-	clients map[netip.Addr]*client
+	conns map[sockets.ConnKey]*conn
+	// forgotten are the connections gone from the table whose destruction record has not come
+	// (sockets.VanishedReads); synRecv the full sockets a read skipped half open (a TCP Fast
+	// Open accept, counted at its SYN), by cookie, remembered as long.
+	forgotten sockets.VanishedConns[*conn]
+	synRecv   sockets.VanishedConns[struct{}]
+	clients   map[netip.Addr]*client
 	// pending are accepts PassiveOpens counted that no read or record has named yet, oldest
 	// first, and unattributed their sum.
 	pending      []unnamedAccepts
@@ -192,8 +193,6 @@ type Kernel struct {
 	appExtra float64
 }
 
-type connKey struct{ local, remote netip.AddrPort }
-
 type connKind uint8
 
 const (
@@ -202,6 +201,9 @@ const (
 	otherPort                   // another listening port: not a client's (ztunnel's own, a metrics port)
 )
 
+// conn is a connection on a port the table is read on. Its identity is its cookie alone
+// (id): the backend does not tell apart, by inode, two connections on the same ends that a
+// read from /proc shows (see id).
 type conn struct {
 	cookie    uint64
 	kind      connKind
@@ -209,9 +211,7 @@ type conn struct {
 	client    *client
 	opened    time.Time
 	baseline  bool // open when the watch began
-	bytes     uint64
-	haveBytes bool
-	segs      uint32 // data segments received at the last read (0: unknown)
+	recv      sockets.Received
 	seen      int
 	destroyed bool
 	// timeWait: first seen as TIME_WAIT. A connection no read showed open carries no cookie
@@ -219,15 +219,6 @@ type conn struct {
 	// record, with another cookie, is matched by its addresses.
 	timeWait bool
 }
-
-type forgottenConn struct {
-	c    *conn
-	read int
-}
-
-// forgetReads is how many reads a vanished connection's cookie is remembered, for its
-// destruction record that comes from a work queue just after the socket left the table.
-const forgetReads = 3
 
 type client struct {
 	addr              netip.Addr
@@ -272,7 +263,7 @@ func New(o Options) (*Kernel, error) {
 	if o.Start.IsZero() {
 		o.Start = o.Now()
 	}
-	k := &Kernel{opts: o, watched: map[uint16]bool{}, conns: map[connKey]*conn{}, forgotten: map[uint64]forgottenConn{}, synRecv: map[uint64]int{},
+	k := &Kernel{opts: o, watched: map[uint16]bool{}, conns: map[sockets.ConnKey]*conn{},
 		clients: map[netip.Addr]*client{}, activity: map[uint16]float64{}, active: map[uint16]float64{}, credit: map[uint16]float64{}, lastKind: ActivityNone}
 	for _, p := range o.Ports {
 		k.watched[uint16(p)] = true
@@ -386,7 +377,7 @@ func (k *Kernel) open() error {
 		}
 		c := k.newConn(now, s)
 		c.baseline, c.seen = true, 0
-		k.conns[connKey{s.Local, s.Remote}] = c
+		k.conns[sockets.KeyOf(s)] = c
 		if c.client != nil {
 			c.client.open++
 		}
@@ -450,13 +441,6 @@ func skipped(s sockets.Socket) bool {
 	return s.State == sockets.SynRecv || s.State == sockets.NewSynRecv || s.State == sockets.Listen
 }
 
-// podsOwn says whether s comes from the pod itself: from a loopback address to a
-// non-loopback one (another container of the pod, a local health check). A listener on
-// loopback keeps its loopback clients.
-func podsOwn(s sockets.Socket) bool {
-	return s.Remote.Addr().IsLoopback() && !s.Local.Addr().IsLoopback()
-}
-
 // own says whether a connection from remote is the hook's own (Options.Own).
 func (k *Kernel) own(remote netip.AddrPort) bool {
 	return k.opts.Own != nil && k.opts.Own(remote)
@@ -472,14 +456,14 @@ func (k *Kernel) ignored(addr netip.Addr) bool {
 }
 
 func (k *Kernel) newConn(now time.Time, s sockets.Socket) *conn {
-	c := &conn{cookie: s.Cookie, port: s.Local.Port(), opened: now, bytes: s.BytesReceived, haveBytes: s.HasTCPInfo, segs: s.DataSegsIn, seen: k.reads}
+	c := &conn{cookie: s.Cookie, port: s.Local.Port(), opened: now, recv: sockets.ReceivedBy(s), seen: k.reads}
 	switch {
 	case !k.watched[c.port] || k.own(s.Remote):
 		// The hook's own reads of the app's metrics are no client's, nor is their address:
 		// a proxy of the pod that forwards to the app from the same loopback address stays
 		// a client.
 		c.kind = otherPort
-	case podsOwn(s) || k.ignored(s.Remote.Addr()):
+	case s.FromThePod() || k.ignored(s.Remote.Addr()):
 		c.kind = ignoredConn
 		c.client = k.client(s.Remote.Addr(), now, true)
 	default:
@@ -613,8 +597,8 @@ func (k *Kernel) read(now time.Time) error {
 	clear(k.active)
 	for _, s := range socks {
 		if skipped(s) {
-			if s.State == sockets.SynRecv && s.Cookie != 0 {
-				k.synRecv[s.Cookie] = k.reads
+			if s.State == sockets.SynRecv {
+				k.synRecv.Remember(s.Cookie, struct{}{}, k.reads)
 			}
 			continue
 		}
@@ -622,11 +606,10 @@ func (k *Kernel) read(now time.Time) error {
 			k.tcpInfo = true
 		}
 		n := k.observe(now, s)
-		if _, half := k.synRecv[s.Cookie]; half || s.Cookie == 0 {
+		if _, half := k.synRecv.Take(s.Cookie); half || s.Cookie == 0 {
 			// Half open at an earlier read, or read from /proc (no cookie: a connection a
 			// read missed cannot be told from a new one): possibly an older accept.
 			namedLate += n
-			delete(k.synRecv, s.Cookie)
 		} else {
 			namedNew += n
 		}
@@ -634,25 +617,17 @@ func (k *Kernel) read(now time.Time) error {
 	for _, f := range final {
 		namedLate += k.record(now, f)
 	}
-	for cookie, read := range k.synRecv {
-		if k.reads-read >= forgetReads {
-			delete(k.synRecv, cookie)
-		}
-	}
+	k.synRecv.Expire(k.reads)
 	for key, c := range k.conns {
 		if c.seen == k.reads {
 			continue
 		}
 		delete(k.conns, key)
-		if c.cookie != 0 && !c.destroyed {
-			k.forgotten[c.cookie] = forgottenConn{c: c, read: k.reads}
+		if !c.destroyed {
+			k.forgotten.Remember(c.cookie, c, k.reads)
 		}
 	}
-	for cookie, f := range k.forgotten {
-		if k.reads-f.read >= forgetReads {
-			delete(k.forgotten, cookie)
-		}
-	}
+	k.forgotten.Expire(k.reads)
 	k.account(now, k.countersAt, counters, namedNew, namedLate)
 	k.counters, k.atRead, k.lastRead = counters, counters, now
 	if !k.readCounted.IsZero() && !k.readCounted.Before(k.prevPoll.Add(-tcpInfoResolution)) && !k.readUncounted {
@@ -771,22 +746,23 @@ func (k *Kernel) firstListeningWatched() uint16 {
 
 // observe takes one socket of a read and returns 1 if it names an accept.
 func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
-	key := connKey{s.Local, s.Remote}
+	key := sockets.KeyOf(s)
 	c, ok := k.conns[key]
-	if ok && c.cookie != 0 && s.Cookie != 0 && c.cookie != s.Cookie {
+	if ok && !c.id().Same(s) {
 		// The same addresses, a later connection: the earlier one's record, if still to
 		// come, finds it among the forgotten and names nothing.
 		if !c.destroyed {
-			k.forgotten[c.cookie] = forgottenConn{c: c, read: k.reads}
+			k.forgotten.Remember(c.cookie, c, k.reads)
 		}
 		ok = false
 	}
-	if fc, gone := k.forgotten[s.Cookie]; !ok && gone && s.Cookie != 0 {
-		// A connection a read missed (a dump resumes a hash bucket by position, and can skip
-		// one when another in the bucket is freed meanwhile), shown again: the same one.
-		c, ok = fc.c, true
-		k.conns[key] = c
-		delete(k.forgotten, s.Cookie)
+	if !ok {
+		if gone, found := k.forgotten.Take(s.Cookie); found {
+			// A connection a read missed (a dump resumes a hash bucket by position, and can
+			// skip one when another in the bucket is freed meanwhile), shown again: the same.
+			c, ok = gone, true
+			k.conns[key] = c
+		}
 	}
 	if !ok {
 		// A TIME_WAIT socket no read showed open (the pod's side closed first, between two
@@ -811,11 +787,8 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
 		c.kind, c.client = otherPort, nil
 	}
 	k.countOpen(c, s)
-	if s.HasTCPInfo {
-		if c.haveBytes && s.BytesReceived > c.bytes {
-			k.data(now, c, s.DataAt(now), segments(c.segs, s.DataSegsIn))
-		}
-		c.bytes, c.haveBytes, c.segs = s.BytesReceived, true, s.DataSegsIn
+	if segsBefore := c.recv.Segs; c.recv.Grew(s) {
+		k.data(now, c, s.DataAt(now), segments(segsBefore, s.DataSegsIn))
 	}
 	k.inFlight(c, s)
 	return 0
@@ -840,10 +813,9 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 		return 0
 	}
 	var c *conn
-	if fc, ok := k.forgotten[f.Cookie]; ok {
-		c = fc.c
-		delete(k.forgotten, f.Cookie)
-	} else if known, ok := k.conns[connKey{f.Local, f.Remote}]; ok && (known.cookie == f.Cookie || known.timeWait) {
+	if gone, ok := k.forgotten.Take(f.Cookie); ok {
+		c = gone
+	} else if known, ok := k.conns[sockets.KeyOf(f)]; ok && (known.cookie == f.Cookie || known.timeWait) {
 		// Matched once: a later connection on the same addresses is another.
 		c, known.timeWait = known, false
 	}
@@ -864,8 +836,8 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 	}
 	c.destroyed = true
 	// More than the FIN the record's count may hold: data since the last read.
-	if f.HasTCPInfo && c.haveBytes && f.BytesReceived > c.bytes+1 {
-		k.data(now, c, f.DataAt(now), segments(c.segs, f.DataSegsIn))
+	if c.recv.InRecord(f) {
+		k.data(now, c, f.DataAt(now), segments(c.recv.Segs, f.DataSegsIn))
 	}
 	return 0
 }
@@ -953,3 +925,9 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// id is c's identity for sockets.ConnID.Same, by cookie only: a read from /proc (no cookie)
+// shows the same connection as long as its ends stay, as this backend has always counted it
+// (the per-client evidence's tracker tells /proc connections apart by inode too); an accept
+// no read named is then PassiveOpens' unknown one.
+func (c *conn) id() sockets.ConnID { return sockets.ConnID{Cookie: c.cookie} }

@@ -581,7 +581,7 @@ func TestConnectionMissedByAReadIsNoNewAccept(t *testing.T) {
 	counted := f.poll()
 	f.traffic(0) // the read misses it
 	f.poll()
-	for range forgetReads + 3 {
+	for range sockets.VanishedReads + 3 {
 		f.traffic(0, conn)
 		if got := f.poll(); got != counted {
 			t.Fatalf("the connection shown again: activity %v → %v, want no arrival", counted, got)
@@ -614,7 +614,7 @@ func TestTimeWaitNamedOnce(t *testing.T) {
 	if got := f.poll(); got != 1 {
 		t.Fatalf("a TIME_WAIT connection no read showed: activity %v, want 1", got)
 	}
-	c, ok := f.k.conns[connKey{tw.Local, tw.Remote}]
+	c, ok := f.k.conns[sockets.KeyOf(tw)]
 	if !ok || !c.timeWait {
 		t.Fatalf("not kept as first seen in TIME_WAIT: %+v", c)
 	}
