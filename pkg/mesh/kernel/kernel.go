@@ -80,31 +80,6 @@ type Options struct {
 	WaitPastBoundOpeners bool
 }
 
-// DenseReadPolls is how many polls apart the table is read while the traffic is dense: the
-// latest two reads each found activity that counts since the poll before it and nothing
-// else, and the counters move at every poll. A read walks the node's whole connection hash
-// and formats tcp_info for every watched connection (about 5 ms of CPU at 2,000 connections
-// here, docs: cost per poll), so reading at every such poll would cost that much. In between,
-// each poll at which the counters moved counts one activity ahead of the read that will name
-// it (credit), so the rule sees arrivals at every poll as before: the read then adds only what
-// the credit did not already show, and a poll at which the counters stand still reads at
-// once. Counting ahead can only lengthen the wait: credit the read does not confirm stays in
-// the counter. Where the latest read counted mostly accepts (a connection per request), only
-// an accept counts ahead: after the last request the closing connections' segments still move
-// InSegs, and such a poll reads instead. With 8, a dense poll costs about a ninth of a read.
-// Past the lag bound nothing is counted ahead: there, the data of holders that never learn
-// moves the counters and counts nothing, and counting it ahead would hold the hook for them;
-// such polls read, until a read finds only holders (holdersOnly).
-const DenseReadPolls = 8
-
-// denseAfterReads is how many reads in a row must find dense traffic: one busy poll is not
-// yet a pattern.
-const denseAfterReads = 2
-
-// tcpInfoResolution is how much earlier than it came tcp_info can date data: it counts
-// milliseconds since the last data in jiffies (10 ms at HZ=100).
-const tcpInfoResolution = 10 * time.Millisecond
-
 // Activity kinds: what moved the counter last, for the final event.
 const (
 	ActivityNone          = "none"
@@ -136,30 +111,11 @@ type Kernel struct {
 	baselineAt time.Time // the baseline read (open)
 	reads      int
 	prevPoll   time.Time // the poll before the latest one
-
-	// Dense traffic (DenseReadPolls): denseReads counts the latest reads in a row that found
-	// activity that counts since the poll before them and nothing that does not; unread
-	// counts the polls since the latest read, credit the activity counted ahead of the next
-	// read, on creditPort. readCounted and readUncounted are what the read under way found.
-	denseReads    int
-	unread        int
-	credit        map[uint16]float64
-	creditPort    uint16
-	readCounted   time.Time
-	readUncounted bool
-	// readAccepts and readData count the new connections and the data on open ones that the
-	// read under way counted; onAccepts says that the latest read's were mostly accepts: the
-	// dense traffic opens a connection per request, and only an accept moves its counters
-	// ahead of a read (a closing connection's segments move InSegs too).
-	readAccepts, readData int
-	onAccepts             bool
-	// holdersOnly: the latest read, past the lag bound, found no open connection that counts
-	// (one a client opened past the bound), and the data it found on old connections was all
-	// sent past the bound (their clients are named as never learning): only holders, and
-	// whatever is not a client's, move the counters. readOldBefore: the read under way found
-	// data on an old connection sent before the bound.
-	holdersOnly   bool
-	readOldBefore bool
+	// schedule says when a poll reads the table (schedule.go); credit is the activity counted
+	// ahead of the next read while the traffic is dense, on creditPort.
+	schedule   readSchedule
+	credit     map[uint16]float64
+	creditPort uint16
 
 	conns map[sockets.ConnKey]*conn
 	// forgotten are the connections gone from the table whose destruction record has not come
@@ -179,10 +135,8 @@ type Kernel struct {
 	lastUnknown    time.Time // the latest read whose counters held an unknown client's accept
 	// movedAt is when the latest poll at which the activity counter went up had read the
 	// counters (one that counted an activity ahead of a read, or a read that found activity
-	// the credit had not paid for): the rule sees that move no earlier. countersAt is when the
-	// read under way had read them.
-	movedAt    time.Time
-	countersAt time.Time
+	// the credit had not paid for): the rule sees that move no earlier.
+	movedAt time.Time
 
 	lastKind     string
 	lastActivity time.Time
@@ -504,44 +458,6 @@ func (k *Kernel) old(c *conn) bool {
 	return c.baseline
 }
 
-// poll reads the counters, and the table when they moved since the latest read: at once,
-// unless the traffic is dense and they moved since the previous poll too (DenseReadPolls), or
-// past the lag bound only holders can have moved them (holdersOnly).
-func (k *Kernel) poll() error {
-	now := k.opts.Now()
-	defer func() { k.prevPoll = now }()
-	counters, err := sockets.ReadTCPCounters(k.opts.SNMPPath)
-	if err != nil {
-		return fmt.Errorf("--mesh none: reading the pod's TCP counters: %w", err)
-	}
-	movedSincePoll := counters != k.counters
-	if k.onAccepts {
-		// The requests come on new connections: a poll without an accept may show only the
-		// last ones closing, and is read rather than counted ahead.
-		movedSincePoll = counters.PassiveOpens != k.counters.PassiveOpens
-	}
-	k.counters = counters
-	if counters == k.atRead && k.unattributed == 0 {
-		return nil
-	}
-	if k.holdersOnly && counters.PassiveOpens == k.atRead.PassiveOpens && k.unattributed == 0 {
-		// Past the bound only a connection opened past it counts, and there was none open:
-		// segments without an accept are the holders' data or closes, which count nothing
-		// (those that sent were named at the read that found it), and a read would cost a
-		// walk of the whole connection table at every poll while they send. An old connection
-		// idle until now that sends again is not named, and changes nothing else.
-		return nil
-	}
-	if k.denseReads >= denseAfterReads && movedSincePoll && k.unread < DenseReadPolls-1 && !k.pastBound(now) {
-		k.unread++
-		k.credit[k.creditPort]++
-		k.activity[k.creditPort]++
-		k.movedAt = k.opts.Now()
-		return nil
-	}
-	return k.read(now)
-}
-
 // countedOpen says whether a connection still open at the latest read counts: a client's
 // that is not old (opened past the lag bound, or with none, since the watch began), nor a
 // caller's that addresses the pod directly.
@@ -554,94 +470,17 @@ func (k *Kernel) countedOpen() bool {
 	return false
 }
 
-// addActivity counts n on port, the latest of it at at: first against the credit counted
-// ahead of this read, so that an activity is in the counter once. The read under way has
-// then found activity that counts, and the next credit goes to port.
-func (k *Kernel) addActivity(port uint16, n float64, at time.Time) {
+// addActivity counts n on port, the latest of it at at, found by the read r: first against
+// the credit counted ahead of r, so that an activity is in the counter once. r has then found
+// activity that counts, and the next credit goes to port.
+func (k *Kernel) addActivity(r *readResult, port uint16, n float64, at time.Time) {
 	paid := min(n, k.credit[port])
 	k.credit[port] -= paid
 	k.activity[port] += n - paid
 	if n > paid {
-		k.movedAt = k.countersAt
+		k.movedAt = r.countersAt
 	}
-	k.readCounted, k.creditPort = later(k.readCounted, at), port
-}
-
-// read takes the destruction records, reads the table, then the counters: an accept after
-// the read is in the counters and named at the next read, never the other way round.
-func (k *Kernel) read(now time.Time) error {
-	k.readCounted, k.readUncounted = time.Time{}, false
-	k.readAccepts, k.readData, k.readOldBefore = 0, 0, false
-	var final []sockets.Socket
-	if k.gone != nil {
-		final, _ = k.gone.Take()
-	}
-	socks, err := k.opts.Reader.Read(k.readPorts)
-	if err != nil {
-		return fmt.Errorf("--mesh none: reading the socket table: %w", err)
-	}
-	counters, err := sockets.ReadTCPCounters(k.opts.SNMPPath)
-	if err != nil {
-		return fmt.Errorf("--mesh none: reading the pod's TCP counters: %w", err)
-	}
-	k.countersAt = k.opts.Now() // no accept these counters hold came later
-	k.reads++
-	// A connection the table shows for the first time was accepted after the previous read's
-	// table (it would have been in it), unless that read skipped it half open (synRecv) or
-	// the table comes without cookies (/proc); a record can come any number of reads after
-	// its accept.
-	namedNew, namedLate := 0, 0
-	for _, cl := range k.clients {
-		cl.open = 0
-	}
-	clear(k.active)
-	for _, s := range socks {
-		if skipped(s) {
-			if s.State == sockets.SynRecv {
-				k.synRecv.Remember(s.Cookie, struct{}{}, k.reads)
-			}
-			continue
-		}
-		if s.HasTCPInfo {
-			k.tcpInfo = true
-		}
-		n := k.observe(now, s)
-		if _, half := k.synRecv.Take(s.Cookie); half || s.Cookie == 0 {
-			// Half open at an earlier read, or read from /proc (no cookie: a connection a
-			// read missed cannot be told from a new one): possibly an older accept.
-			namedLate += n
-		} else {
-			namedNew += n
-		}
-	}
-	for _, f := range final {
-		namedLate += k.record(now, f)
-	}
-	k.synRecv.Expire(k.reads)
-	for key, c := range k.conns {
-		if c.seen == k.reads {
-			continue
-		}
-		delete(k.conns, key)
-		if !c.destroyed {
-			k.forgotten.Remember(c.cookie, c, k.reads)
-		}
-	}
-	k.forgotten.Expire(k.reads)
-	k.account(now, k.countersAt, counters, namedNew, namedLate)
-	k.counters, k.atRead, k.lastRead = counters, counters, now
-	if !k.readCounted.IsZero() && !k.readCounted.Before(k.prevPoll.Add(-tcpInfoResolution)) && !k.readUncounted {
-		k.denseReads++
-	} else {
-		k.denseReads = 0
-	}
-	k.unread = 0
-	k.onAccepts = k.readAccepts > 0 && k.readAccepts >= k.readData
-	k.holdersOnly = k.pastBound(now) && !k.countedOpen() && !k.readOldBefore
-	// Credit this read did not confirm stays in the counter (it only lengthened the wait),
-	// and pays for nothing later.
-	clear(k.credit)
-	return nil
+	r.counted, k.creditPort = later(r.counted, at), port
 }
 
 // account sets what PassiveOpens counted against the accepts this read named (namedNew: shown
@@ -650,7 +489,8 @@ func (k *Kernel) read(now time.Time) error {
 // kernel broadcasts a freed socket's record from a work queue, so a connection opened and
 // closed just before a read is named a little later; a read can come milliseconds after the
 // last.
-func (k *Kernel) account(now, countersAt time.Time, counters sockets.TCPCounters, namedNew, namedLate int) {
+func (k *Kernel) account(r *readResult, counters sockets.TCPCounters, namedNew, namedLate int) {
+	now := r.at
 	opened := int64(0)
 	if counters.PassiveOpens > k.atRead.PassiveOpens {
 		opened = int64(counters.PassiveOpens - k.atRead.PassiveOpens)
@@ -677,7 +517,7 @@ func (k *Kernel) account(now, countersAt time.Time, counters sockets.TCPCounters
 	// a late time, to count as an arrival long after the traffic stopped.
 	left := k.pay(int64(namedLate), 0) + k.pay(int64(namedNew), k.reads-1)
 	if rest := opened - left; rest > 0 {
-		k.pending = append(k.pending, unnamedAccepts{n: rest, at: countersAt, read: k.reads})
+		k.pending = append(k.pending, unnamedAccepts{n: rest, at: r.countersAt, read: k.reads})
 	}
 	for len(k.pending) > 0 && now.Sub(k.pending[0].at) >= unnamedAfter && k.reads > k.pending[0].read {
 		unknown += k.pending[0].n
@@ -698,7 +538,7 @@ func (k *Kernel) account(now, countersAt time.Time, counters sockets.TCPCounters
 		k.unknownAccepts += int(unknown)
 		k.lastUnknown = later(k.lastUnknown, unknownAt)
 		if k.movedAt.Before(unknownAt) {
-			k.addActivity(k.firstListeningWatched(), float64(unknown), unknownAt)
+			k.addActivity(r, k.firstListeningWatched(), float64(unknown), unknownAt)
 			k.lastKind, k.lastActivity = ActivityUnknownClient, unknownAt
 		}
 	}
@@ -744,8 +584,9 @@ func (k *Kernel) firstListeningWatched() uint16 {
 	return uint16(k.opts.Ports[0])
 }
 
-// observe takes one socket of a read and returns 1 if it names an accept.
-func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
+// observe takes one socket of the read r and returns 1 if it names an accept.
+func (k *Kernel) observe(r *readResult, s sockets.Socket) int {
+	now := r.at
 	key := sockets.KeyOf(s)
 	c, ok := k.conns[key]
 	if ok && !c.id().Same(s) {
@@ -772,9 +613,9 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
 		c.timeWait = s.State == sockets.TimeWait
 		k.conns[key] = c
 		c.seen = k.reads
-		k.accepted(now, c)
+		k.accepted(r, c)
 		k.countOpen(c, s)
-		k.inFlight(c, s)
+		k.inFlight(r, c, s)
 		return 1
 	}
 	c.seen = k.reads
@@ -788,9 +629,9 @@ func (k *Kernel) observe(now time.Time, s sockets.Socket) int {
 	}
 	k.countOpen(c, s)
 	if segsBefore := c.recv.Segs; c.recv.Grew(s) {
-		k.data(now, c, s.DataAt(now), segments(segsBefore, s.DataSegsIn))
+		k.data(r, c, s.DataAt(now), segments(segsBefore, s.DataSegsIn))
 	}
-	k.inFlight(c, s)
+	k.inFlight(r, c, s)
 	return 0
 }
 
@@ -800,15 +641,17 @@ func (k *Kernel) countOpen(c *conn, s sockets.Socket) {
 	}
 }
 
-// inFlight counts a request not yet answered on a connection that counts.
-func (k *Kernel) inFlight(c *conn, s sockets.Socket) {
-	if c.kind == clientConn && s.State == sockets.Established && s.InFlight() && !(k.old(c) && k.pastBound(k.opts.Now())) && !k.notWaitedFor(c.client) {
+// inFlight counts a request not yet answered, at the read r, on a connection that counts.
+func (k *Kernel) inFlight(r *readResult, c *conn, s sockets.Socket) {
+	if c.kind == clientConn && s.State == sockets.Established && s.InFlight() && !(k.old(c) && k.pastBound(r.at)) && !k.notWaitedFor(c.client) {
 		k.active[c.port]++
 	}
 }
 
-// record takes one destruction record and returns 1 if it names an accept no read showed.
-func (k *Kernel) record(now time.Time, f sockets.Socket) int {
+// record takes one destruction record, with the read r, and returns 1 if it names an accept
+// no read showed.
+func (k *Kernel) record(r *readResult, f sockets.Socket) int {
+	now := r.at
 	if f.Cookie == 0 {
 		return 0
 	}
@@ -828,7 +671,7 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 		// Opened and closed between two reads.
 		c = k.newConn(now, f)
 		c.destroyed = true
-		k.accepted(now, c)
+		k.accepted(r, c)
 		return 1
 	}
 	if c.destroyed {
@@ -837,15 +680,16 @@ func (k *Kernel) record(now time.Time, f sockets.Socket) int {
 	c.destroyed = true
 	// More than the FIN the record's count may hold: data since the last read.
 	if c.recv.InRecord(f) {
-		k.data(now, c, f.DataAt(now), segments(c.recv.Segs, f.DataSegsIn))
+		k.data(r, c, f.DataAt(now), segments(c.recv.Segs, f.DataSegsIn))
 	}
 	return 0
 }
 
-// accepted counts a new connection.
-func (k *Kernel) accepted(now time.Time, c *conn) {
+// accepted counts a new connection the read r named.
+func (k *Kernel) accepted(r *readResult, c *conn) {
+	now := r.at
 	if c.kind != clientConn {
-		k.readUncounted = true
+		r.uncounted = true
 		return
 	}
 	cl := c.client
@@ -857,12 +701,12 @@ func (k *Kernel) accepted(now time.Time, c *conn) {
 		cl.lastNewPastBound = now
 	}
 	if k.notWaitedFor(cl) {
-		k.readUncounted = true
+		r.uncounted = true
 		return
 	}
 	cl.lastCountedOther = later(cl.lastCountedOther, now)
-	k.readAccepts++
-	k.count(now, cl, c.port, ActivityNewConnection, 1)
+	r.accepts++
+	k.count(r, now, cl, c.port, ActivityNewConnection, 1)
 }
 
 // segments is how many requests new data stands for: the data segments received since the
@@ -874,11 +718,12 @@ func segments(then, now uint32) int {
 	return 1
 }
 
-// data counts new data on an open connection (n segments, the last at at), unless it is an
-// old connection's past the bound: its client never learns, and it is named instead.
-func (k *Kernel) data(now time.Time, c *conn, at time.Time, n int) {
+// data counts new data on an open connection that the read r found (n segments, the last at
+// at), unless it is an old connection's past the bound: its client never learns, and it is
+// named instead.
+func (k *Kernel) data(r *readResult, c *conn, at time.Time, n int) {
 	if c.kind != clientConn {
-		k.readUncounted = true
+		r.uncounted = true
 		return
 	}
 	cl := c.client
@@ -889,18 +734,18 @@ func (k *Kernel) data(now time.Time, c *conn, at time.Time, n int) {
 			if cl.sendingOldSince.IsZero() {
 				cl.sendingOldSince = at
 			}
-			k.readUncounted = true
+			r.uncounted = true
 			return
 		}
-		k.readOldBefore = true
+		r.oldBefore = true
 	} else if k.notWaitedFor(cl) {
-		k.readUncounted = true
+		r.uncounted = true
 		return
 	} else {
 		cl.lastCountedOther = later(cl.lastCountedOther, at)
 	}
-	k.readData += n
-	k.count(at, cl, c.port, ActivityData, n)
+	r.data += n
+	k.count(r, at, cl, c.port, ActivityData, n)
 }
 
 // notWaitedFor says whether cl's activity past the bound counts nothing: it addresses the
@@ -910,10 +755,10 @@ func (k *Kernel) notWaitedFor(cl *client) bool {
 	return cl != nil && !k.opts.WaitPastBoundOpeners && cl.opens.direct()
 }
 
-func (k *Kernel) count(at time.Time, cl *client, port uint16, kind string, n int) {
+func (k *Kernel) count(r *readResult, at time.Time, cl *client, port uint16, kind string, n int) {
 	cl.counted = true
 	cl.lastCountedAction = later(cl.lastCountedAction, at)
-	k.addActivity(port, float64(n), at)
+	k.addActivity(r, port, float64(n), at)
 	if !at.Before(k.lastActivity) {
 		k.lastKind, k.lastActivity = kind, at
 	}
@@ -931,3 +776,50 @@ func later(a, b time.Time) time.Time {
 // (the per-client evidence's tracker tells /proc connections apart by inode too); an accept
 // no read named is then PassiveOpens' unknown one.
 func (c *conn) id() sockets.ConnID { return sockets.ConnID{Cookie: c.cookie} }
+
+// observeTable takes the sockets of the read r and returns the accepts they name: namedNew
+// those the table shows for the first time, namedLate those that may be older. A connection
+// the table shows for the first time was accepted after the previous read's table (it would
+// have been in it), unless that read skipped it half open (synRecv) or the table comes
+// without cookies (/proc); a record can come any number of reads after its accept.
+func (k *Kernel) observeTable(r *readResult, socks []sockets.Socket) (namedNew, namedLate int) {
+	for _, cl := range k.clients {
+		cl.open = 0
+	}
+	clear(k.active)
+	for _, s := range socks {
+		if skipped(s) {
+			if s.State == sockets.SynRecv {
+				k.synRecv.Remember(s.Cookie, struct{}{}, k.reads)
+			}
+			continue
+		}
+		if s.HasTCPInfo {
+			k.tcpInfo = true
+		}
+		n := k.observe(r, s)
+		if _, half := k.synRecv.Take(s.Cookie); half || s.Cookie == 0 {
+			// Half open at an earlier read, or read from /proc (no cookie: a connection a
+			// read missed cannot be told from a new one): possibly an older accept.
+			namedLate += n
+		} else {
+			namedNew += n
+		}
+	}
+	return namedNew, namedLate
+}
+
+// forgetUnseen drops the connections the latest read did not show, remembering those whose
+// record is still to come (forgotten).
+func (k *Kernel) forgetUnseen() {
+	for key, c := range k.conns {
+		if c.seen == k.reads {
+			continue
+		}
+		delete(k.conns, key)
+		if !c.destroyed {
+			k.forgotten.Remember(c.cookie, c, k.reads)
+		}
+	}
+	k.forgotten.Expire(k.reads)
+}
