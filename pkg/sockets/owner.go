@@ -10,11 +10,11 @@ type Owned struct {
 	UID uint32
 
 	read    int
-	foreign map[connKey]foreignConn
+	foreign map[ConnKey]foreignConn
 }
 
 type foreignConn struct {
-	id   connID
+	id   ConnID
 	seen int
 }
 
@@ -30,7 +30,7 @@ func (o *Owned) Keep(socks []Socket) []Socket {
 // read showed is kept too, which under an owner filter may be an app's own brief connection.
 func (o *Owned) KeepRead(socks, final []Socket) (keptSocks, keptFinal []Socket) {
 	if o.foreign == nil {
-		o.foreign = make(map[connKey]foreignConn)
+		o.foreign = make(map[ConnKey]foreignConn)
 	}
 	o.read++
 	keptSocks = socks[:0]
@@ -57,7 +57,7 @@ func (o *Owned) KeepRead(socks, final []Socket) (keptSocks, keptFinal []Socket) 
 // what that read showed.
 func (o *Owned) KeepLate(final []Socket) []Socket {
 	if o.foreign == nil {
-		o.foreign = make(map[connKey]foreignConn)
+		o.foreign = make(map[ConnKey]foreignConn)
 	}
 	kept := final[:0]
 	for _, s := range final {
@@ -73,12 +73,12 @@ func (o *Owned) keep(s Socket) bool {
 	if s.OwnerKnown() && s.UID == o.UID {
 		return true
 	}
-	k := connKey{s.Local, s.Remote}
+	k := KeyOf(s)
 	if s.OwnerKnown() {
-		o.foreign[k] = foreignConn{idOf(s), o.read}
+		o.foreign[k] = foreignConn{IDOf(s), o.read}
 		return false
 	}
-	if f, known := o.foreign[k]; known && f.id.same(s) {
+	if f, known := o.foreign[k]; known && f.id.Same(s) {
 		f.seen = o.read
 		o.foreign[k] = f
 		return false

@@ -320,8 +320,8 @@ func TestAcceptDenseTrafficCountsAheadOnlyOnAccepts(t *testing.T) {
 		f.traffic(1, open...)
 		last = f.poll()
 	}
-	if !f.k.onAccepts || f.k.denseReads < denseAfterReads {
-		t.Fatalf("after 12 polls with an accept each: onAccepts %v, dense reads %d", f.k.onAccepts, f.k.denseReads)
+	if f.k.schedule.mode != readDenseAccepts || f.k.schedule.denseReads < denseAfterReads {
+		t.Fatalf("after 12 polls with an accept each: onAccepts %v, dense reads %d", f.k.schedule.mode == readDenseAccepts, f.k.schedule.denseReads)
 	}
 	for range 3 {
 		reads := f.k.reads
@@ -361,8 +361,8 @@ func TestHoldersAloneAreNotReadPastTheBound(t *testing.T) {
 	for _, c := range f.k.Clients() {
 		named = named || (c.Addr == netip.MustParseAddr("10.1.0.2") && c.NeverLearns())
 	}
-	if !named || !f.k.holdersOnly {
-		t.Fatalf("past the bound: holder named %v, holders only %v", named, f.k.holdersOnly)
+	if !named || f.k.schedule.mode != readHoldersOnly {
+		t.Fatalf("past the bound: holder named %v, holders only %v", named, f.k.schedule.mode == readHoldersOnly)
 	}
 	reads := f.k.reads
 	for range 5 {
@@ -507,12 +507,12 @@ func TestUnknownAcceptAfterTheLastMoveCounts(t *testing.T) {
 		f.traffic(1, open...)
 		f.poll()
 	}
-	for f.k.unread < DenseReadPolls-1 { // up to the poll before a read
+	for f.k.schedule.unread < DenseReadPolls-1 { // up to the poll before a read
 		accept(len(open))
 		f.traffic(1, open...)
 		f.poll()
 	}
-	if f.k.unread == 0 {
+	if f.k.schedule.unread == 0 {
 		t.Fatalf("no counting ahead: the test needs dense reading")
 	}
 	f.traffic(1, open...) // an accept the table never shows; the credit pays for the rest
@@ -581,7 +581,7 @@ func TestConnectionMissedByAReadIsNoNewAccept(t *testing.T) {
 	counted := f.poll()
 	f.traffic(0) // the read misses it
 	f.poll()
-	for range forgetReads + 3 {
+	for range sockets.VanishedReads + 3 {
 		f.traffic(0, conn)
 		if got := f.poll(); got != counted {
 			t.Fatalf("the connection shown again: activity %v → %v, want no arrival", counted, got)
@@ -598,7 +598,7 @@ func TestLateRecordOfAReplacedConnectionNamesNothing(t *testing.T) {
 	f.poll()
 	f.traffic(1, sock(t, "10.1.0.2:40000", 8080, 2, 100, 1))
 	f.poll()
-	if got := f.k.record(f.now, withData(first, 101, 1)); got != 0 {
+	if got := f.k.record(&readResult{at: f.now}, withData(first, 101, 1)); got != 0 {
 		t.Fatalf("the replaced connection's record named an accept (%d)", got)
 	}
 }
@@ -614,16 +614,16 @@ func TestTimeWaitNamedOnce(t *testing.T) {
 	if got := f.poll(); got != 1 {
 		t.Fatalf("a TIME_WAIT connection no read showed: activity %v, want 1", got)
 	}
-	c, ok := f.k.conns[connKey{tw.Local, tw.Remote}]
+	c, ok := f.k.conns[sockets.KeyOf(tw)]
 	if !ok || !c.timeWait {
 		t.Fatalf("not kept as first seen in TIME_WAIT: %+v", c)
 	}
 	full := sock(t, "10.1.0.5:42000", 8080, 99, 120, 1) // its record, another cookie
-	if got := f.k.record(f.now, full); got != 0 {
+	if got := f.k.record(&readResult{at: f.now}, full); got != 0 {
 		t.Fatalf("its record named it again (%d)", got)
 	}
 	later := sock(t, "10.1.0.5:42000", 8080, 100, 120, 1) // a later connection on the same addresses
-	if got := f.k.record(f.now, later); got != 1 {
+	if got := f.k.record(&readResult{at: f.now}, later); got != 1 {
 		t.Fatalf("a later connection on the same addresses was taken for the first (%d)", got)
 	}
 }
