@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 	"github.com/meshdrain/meshdrain/pkg/operator/status"
 )
 
@@ -144,16 +145,10 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 	if o.podSpec != "" {
 		return runPodSpecCheck(s, o.podSpec, output)
 	}
+	o.sidecar.given = backends.Given{RegimeB: o.drainAt == drainAtEnd,
+		TerminationDrainDuration: o.terminationDrainDuration > 0, ProxyWaitBeforeExit: o.proxyWaitBeforeExit > 0}
 	if o.sidecar.mesh == mesh.None {
 		return runKernelCheck(s, o, output)
-	}
-	switch {
-	case o.sidecar.mesh == mesh.Linkerd && o.drainAt == drainAtEnd:
-		return usageError("--drain-at end defers an Envoy sidecar's drain (regime b); a Linkerd proxy gets no drain call")
-	case o.sidecar.mesh == mesh.Linkerd && o.terminationDrainDuration > 0:
-		return usageError("--termination-drain-duration is Istio's pilot-agent setting; a classic Linkerd proxy has --proxy-wait-before-exit")
-	case (o.sidecar.mesh == mesh.Istio || o.sidecar.mesh == mesh.Envoy) && o.proxyWaitBeforeExit > 0:
-		return usageError("--proxy-wait-before-exit is a Linkerd proxy's setting; a classic Istio sidecar has --termination-drain-duration")
 	}
 	sc, admin, sel, err := o.sidecar.sidecar()
 	if err != nil {
@@ -183,11 +178,11 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 
 // runKernelCheck is check --mesh none: the pod's kernel, as prestop --mesh none reads it.
 func runKernelCheck(s streams, o checkOptions, format string) error {
-	_, ignore, reader, err := o.sidecar.kernel()
+	b, err := o.sidecar.open()
 	if err != nil {
 		return err
 	}
-	items := status.CheckKernel(reader, "", o.sidecar.ports, ignore)
+	items := status.CheckKernel(b.Reader, "", o.sidecar.ports, b.Ignore)
 	if o.gracePeriod > 0 {
 		items = append(items, status.KernelTiming(o.gracePeriod, o.appDrain))
 	}

@@ -14,12 +14,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
-	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
-	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
-	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
-	"github.com/meshdrain/meshdrain/pkg/sockets"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 )
 
 // prestopSetup is prestop's configuration as loaded and checked at start.
@@ -94,14 +91,7 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	cfg, problems := o.check(ctx)
 	setup.problems = append(setup.problems, problems...)
 	setup.drainModeSet = sources["drain-mode"] != sourceDefault
-	if o.mesh == mesh.None {
-		setup.chooseKernel(ctx, &cfg, lookup)
-	} else {
-		if o.appMetrics != "" {
-			setup.problems = append(setup.problems, usageError("--app-metrics reads the app's own request counter beside the kernel, with --mesh none; a sidecar's stats already count every request"))
-		}
-		setup.chooseSidecar(&cfg)
-	}
+	setup.openBackend(ctx, &cfg, lookup)
 	if o.validate && o.logFile != "" {
 		if err := checkLogFile(o.logFile); err != nil {
 			setup.problems = append(setup.problems, fmt.Errorf("--log-file: %w", err))
@@ -126,38 +116,13 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	return setup
 }
 
-// chooseSidecar builds the sidecar of the chosen mesh, or, with --mesh auto, checks the
-// candidate admin URLs that detection will ask at start.
-func (setup *prestopSetup) chooseSidecar(cfg *drain.Config) {
-	o := &setup.opts
-	if _, err := mesh.Parse(string(o.mesh)); err != nil {
-		setup.problems = append(setup.problems, usageError("%v", err))
-		return
-	}
-	if o.mesh == mesh.Auto {
-		setup.candidates = sidecars.Candidates(o.admin)
-		for _, u := range setup.candidates {
-			// The same parse as the client detection will build: loopback unless allowed.
-			if _, err := sidecars.Open(mesh.Linkerd, u, o.sidecarOptions(cfg)); err != nil {
-				setup.problems = append(setup.problems, usageError("--admin: %v", err))
-			}
-		}
-		return
-	}
-	adminURL := setup.adminURLs()[0]
-	sidecar, warnings, problems := o.sidecarFor(o.mesh, adminURL, setup.drainModeSet, cfg)
-	setup.warnings = append(setup.warnings, warnings...)
-	setup.problems = append(setup.problems, problems...)
-	setup.sidecar, setup.adminURL = sidecar, localhttp.Redact(adminURL)
-}
-
 // adminURLs are the admin URLs the drain will read: --admin, or the mesh's default; with
 // --mesh auto and no --admin, the candidates in the order detection asks them.
 func (setup *prestopSetup) adminURLs() []string {
 	if setup.opts.admin == "" && setup.opts.mesh != mesh.Auto {
-		return []string{sidecars.DefaultAdminURL(setup.opts.mesh)}
+		return []string{backends.DefaultAdminURL(setup.opts.mesh)}
 	}
-	return sidecars.Candidates(setup.opts.admin)
+	return backends.Candidates(setup.opts.admin)
 }
 
 // CheckPrestopConfig checks a prestop configuration (its arguments and environment) as the
@@ -278,13 +243,8 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 			add("--inbound-listener-port %d: not a port number", p)
 		}
 	}
+	// The selector and the flags each mesh refuses are checked where the backend opens.
 	sel := mesh.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes}
-	if err := sel.Validate(); err != nil {
-		add("--%v", err)
-	}
-	if len(o.ports) > 0 && (len(o.clusters) > 0 || len(o.httpPrefixes) > 0) {
-		add("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
-	}
 	actions, actionProblems := o.actions(ctx)
 	problems = append(problems, actionProblems...)
 	return drain.Config{
@@ -302,7 +262,6 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		LagBound:       o.edsLagBound,
 		SettledQuiet:   o.settledQuiet,
 		DrainAtEnd:     o.drainAt == drainAtEnd,
-		Clients:        o.evidence(),
 		Poll:           o.poll,
 		ConnectTimeout: o.connectTimeout,
 		FallbackWait:   o.fallbackWait,
@@ -445,15 +404,4 @@ func lastFlagValue(args []string, flag string) (string, bool) {
 		}
 	}
 	return value, found
-}
-
-// evidence is the drain's per-client evidence: the pod's socket table, for an Envoy sidecar.
-// A Linkerd proxy closes every connection itself when it drains (hyper's graceful shutdown),
-// so a close there says nothing about the client: silence alone decides (docs/linkerd.md).
-func (o *prestopOptions) evidence() drain.ClientEvidence {
-	if o.clientEvidence != clientEvidenceAuto || o.mesh == mesh.Linkerd || o.mesh == mesh.None {
-		return nil
-	}
-	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now,
-		Every: evidence.ReadPolls * o.poll, Undrained: o.drainAt == drainAtEnd}
 }
