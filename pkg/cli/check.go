@@ -24,17 +24,8 @@ type checkOptions struct {
 	podSpec                  string
 }
 
-func newCheckCommand(s streams) *cobra.Command {
-	o := checkOptions{
-		sidecar:   defaultSidecarFlags(),
-		output:    status.OutputText,
-		minSignal: string(status.MinRequests),
-		appDrain:  defaultPrestopOptions().appDrain,
-	}
-	cmd := &cobra.Command{
-		Use:   "check [flags]",
-		Short: "Smoke-check a pod for CI or readiness: exit 0 only if prestop will find a request-level signal",
-		Long: `check verifies that meshdrain prestop can do its job in this pod:
+// checkLong is check's help text.
+const checkLong = `check verifies that meshdrain prestop can do its job in this pod:
 
   - the sidecar's admin API answers (--mesh auto finds which sidecar: Linkerd's admin port
     4191, then Envoy's 15000; or --admin),
@@ -78,8 +69,10 @@ The app container cannot see this: containers do not see each other's specs.
 Each problem is printed with its fix (e.g. the exact sidecar.istio.io/statsInclusionPrefixes
 annotation). Exit codes: 0 passed; 1 a problem was found; 2 bad flags.
 Every flag can also be set as MESHDRAIN_<FLAG>, so a pod configured for prestop through its
-environment is checked with the same settings.`,
-		Example: `  # In CI, after deploying (fails with the annotation to add when Istio hides the stats):
+environment is checked with the same settings.`
+
+// checkExamples are check's help examples.
+const checkExamples = `  # In CI, after deploying (fails with the annotation to add when Istio hides the stats):
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080
 
   # Also verify the termination timing of a classic Istio sidecar (regime a, --drain-at start):
@@ -98,8 +91,21 @@ environment is checked with the same settings.`,
   kubectl get pod web-7d9c5b6f4-x2kq8 -o yaml | meshdrain check --pod-spec -
 
   # Accept istio_requests_total when request-level stats cannot be enabled, as JSON:
-  meshdrain check --min-signal completions -o json`,
-		Args: cobra.NoArgs,
+  meshdrain check --min-signal completions -o json`
+
+func newCheckCommand(s streams) *cobra.Command {
+	o := checkOptions{
+		sidecar:   defaultSidecarFlags(),
+		output:    status.OutputText,
+		minSignal: string(status.MinRequests),
+		appDrain:  defaultPrestopOptions().appDrain,
+	}
+	cmd := &cobra.Command{
+		Use:     "check [flags]",
+		Short:   "Smoke-check a pod for CI or readiness: exit 0 only if prestop will find a request-level signal",
+		Long:    checkLong,
+		Example: checkExamples,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd, os.LookupEnv); err != nil {
 				return err

@@ -197,30 +197,8 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	if _, err := encoderFor(o.logFormat); err != nil {
 		add("%v", err)
 	}
-	if o.connectTimeout <= 0 {
-		add("--connect-timeout must be positive, got %v", o.connectTimeout)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"--streams-wait", o.streamsWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
-		if d.v < 0 {
-			add("%s must not be negative, got %v", d.name, d.v)
-		}
-	}
-	explicit := time.Duration(0)
-	if o.deadlineSet {
-		explicit = o.deadline
-		if explicit <= 0 {
-			add("--deadline %v must be positive and within --grace-period %v", explicit, o.gracePeriod)
-		}
-	}
-	timing := drain.Timing{GracePeriod: o.gracePeriod, AppDrain: o.appDrain, Deadline: max(explicit, 0), Quiet: o.quiet, Poll: o.poll,
-		MinWait: o.minWait, MinWaitSet: o.minWaitSet, ClientPeriod: o.clientPeriod, SettledQuiet: o.settledQuiet}
-	for _, err := range timing.Problems() {
-		add("%v", err)
-	}
-	deadline := drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0))
+	deadline, timingProblems := o.timing()
+	problems = append(problems, timingProblems...)
 	if !isRate(o.rpsPerClient) {
 		add("--rps-per-client must be a rate of 0 or more requests a second, got %v", o.rpsPerClient)
 	}
@@ -270,6 +248,36 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		ActionTimeout:  max(o.appDrain, 2*time.Second),
 		GracePeriod:    o.gracePeriod,
 	}, problems
+}
+
+// timing checks the durations and how they fit in the grace period, and works out the
+// hook's deadline.
+func (o *prestopOptions) timing() (deadline time.Duration, problems []error) {
+	add := func(format string, args ...any) { problems = append(problems, usageError(format, args...)) }
+	if o.connectTimeout <= 0 {
+		add("--connect-timeout must be positive, got %v", o.connectTimeout)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--streams-wait", o.streamsWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
+		if d.v < 0 {
+			add("%s must not be negative, got %v", d.name, d.v)
+		}
+	}
+	explicit := time.Duration(0)
+	if o.deadlineSet {
+		explicit = o.deadline
+		if explicit <= 0 {
+			add("--deadline %v must be positive and within --grace-period %v", explicit, o.gracePeriod)
+		}
+	}
+	hookTiming := drain.Timing{GracePeriod: o.gracePeriod, AppDrain: o.appDrain, Deadline: max(explicit, 0), Quiet: o.quiet, Poll: o.poll,
+		MinWait: o.minWait, MinWaitSet: o.minWaitSet, ClientPeriod: o.clientPeriod, SettledQuiet: o.settledQuiet}
+	for _, err := range hookTiming.Problems() {
+		add("%v", err)
+	}
+	return drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0)), problems
 }
 
 // streamsWaitOrStrict is the drain's StreamsWait: zero keeps the strict rule.

@@ -111,12 +111,8 @@ type statusOptions struct {
 	drainAt       string
 }
 
-func newStatusCommand(s streams) *cobra.Command {
-	o := statusOptions{sidecar: defaultSidecarFlags(), output: status.OutputText, interval: time.Second}
-	cmd := &cobra.Command{
-		Use:   "status [flags]",
-		Short: "Show what the sidecar's inbound side is doing now: state, signal, requests per port",
-		Long: `status reads the sidecar's admin API (the same stats prestop reads) and shows: the server
+// statusLong is status's help text.
+const statusLong = `status reads the sidecar's admin API (the same stats prestop reads) and shows: the server
 state, the stat naming profile and the signal prestop would use, and per inbound port the
 new-request counter, its rate, the active requests and the active connections. A value the
 sidecar does not expose is shown as "-" (null in JSON), never as 0. Hints say what to change
@@ -163,8 +159,10 @@ run status in the pod (kubectl exec), or through kubectl port-forward, which lis
 loopback. --allow-remote lets it name another host, e.g. a pod IP from a debug pod.
 
 Exit codes: 0 shown; 1 the admin API could not be read (without --watch); 2 bad flags.
-Every flag can also be set as MESHDRAIN_<FLAG>.`,
-		Example: `  # Inside the pod, against the Istio sidecar:
+Every flag can also be set as MESHDRAIN_<FLAG>.`
+
+// statusExamples are status's help examples.
+const statusExamples = `  # Inside the pod, against the Istio sidecar:
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain status
 
   # Watch one port's request rate, and which clients still hold on, while a pod drains:
@@ -181,8 +179,16 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
   kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --mesh none --port 8080 --ignore-source '$(HOST_IP)' --watch
 
   # A plain Envoy or Consul sidecar, as JSON:
-  meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`,
-		Args: cobra.NoArgs,
+  meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`
+
+func newStatusCommand(s streams) *cobra.Command {
+	o := statusOptions{sidecar: defaultSidecarFlags(), output: status.OutputText, interval: time.Second}
+	cmd := &cobra.Command{
+		Use:     "status [flags]",
+		Short:   "Show what the sidecar's inbound side is doing now: state, signal, requests per port",
+		Long:    statusLong,
+		Example: statusExamples,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd, os.LookupEnv); err != nil {
 				return err
