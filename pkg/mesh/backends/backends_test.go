@@ -68,7 +68,9 @@ func TestRefusedDrainModeWarns(t *testing.T) {
 // Every bad --ignore-source is named, not only the first; away from the pod a $(NAME) is
 // the pod's to read.
 func TestParseIgnoreSources(t *testing.T) {
-	lookup := func(name string) (string, bool) { return map[string]string{"HOST_IP": "192.0.2.7"}[name], name == "HOST_IP" }
+	lookup := func(name string) (string, bool) {
+		return map[string]string{"HOST_IP": "192.0.2.7"}[name], name == "HOST_IP"
+	}
 	ignore, problems := ParseIgnoreSources([]string{"nonsense", "$(HOST_IP)", "$(NODE_IP)", "10.0.0.0/8"}, lookup, false)
 	if len(problems) != 2 || !strings.Contains(fmt.Sprint(problems), "nonsense") || !strings.Contains(fmt.Sprint(problems), "NODE_IP") {
 		t.Errorf("problems %v, want nonsense and NODE_IP", problems)
