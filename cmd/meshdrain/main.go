@@ -1,5 +1,6 @@
 // Command meshdrain lets an app container stop only once its sidecar (Envoy, Istio, Linkerd)
-// has stopped receiving new inbound requests. It is what goes into pods (copied by its init
+// has stopped receiving new inbound requests, or, in a pod without a sidecar, once the pod's
+// own kernel shows its clients have moved away. It is what goes into pods (copied by its init
 // container) and into operators' hands; the test world is meshdrain-sim. See the README.
 package main
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 	"github.com/meshdrain/meshdrain/pkg/operator/status"
 	"github.com/spf13/cobra"
 )
@@ -22,17 +23,8 @@ type checkOptions struct {
 	podSpec                  string
 }
 
-func newCheckCommand(s streams) *cobra.Command {
-	o := checkOptions{
-		sidecar:   defaultSidecarFlags(),
-		output:    status.OutputText,
-		minSignal: string(status.MinRequests),
-		appDrain:  defaultPrestopOptions().appDrain,
-	}
-	cmd := &cobra.Command{
-		Use:   "check [flags]",
-		Short: "Smoke-check a pod for CI or readiness: exit 0 only if prestop will find a request-level signal",
-		Long: `check verifies that meshdrain prestop can do its job in this pod:
+// checkLong is check's help text.
+const checkLong = `check verifies that meshdrain prestop can do its job in this pod:
 
   - the sidecar's admin API answers (--mesh auto finds which sidecar: Linkerd's admin port
     4191, then Envoy's 15000; or --admin),
@@ -76,8 +68,10 @@ The app container cannot see this: containers do not see each other's specs.
 Each problem is printed with its fix (e.g. the exact sidecar.istio.io/statsInclusionPrefixes
 annotation). Exit codes: 0 passed; 1 a problem was found; 2 bad flags.
 Every flag can also be set as MESHDRAIN_<FLAG>, so a pod configured for prestop through its
-environment is checked with the same settings.`,
-		Example: `  # In CI, after deploying (fails with the annotation to add when Istio hides the stats):
+environment is checked with the same settings.`
+
+// checkExamples are check's help examples.
+const checkExamples = `  # In CI, after deploying (fails with the annotation to add when Istio hides the stats):
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain check --port 8080
 
   # Also verify the termination timing of a classic Istio sidecar (regime a, --drain-at start):
@@ -96,8 +90,21 @@ environment is checked with the same settings.`,
   kubectl get pod web-7d9c5b6f4-x2kq8 -o yaml | meshdrain check --pod-spec -
 
   # Accept istio_requests_total when request-level stats cannot be enabled, as JSON:
-  meshdrain check --min-signal completions -o json`,
-		Args: cobra.NoArgs,
+  meshdrain check --min-signal completions -o json`
+
+func newCheckCommand(s streams) *cobra.Command {
+	o := checkOptions{
+		sidecar:   defaultSidecarFlags(),
+		output:    status.OutputText,
+		minSignal: string(status.MinRequests),
+		appDrain:  defaultPrestopOptions().appDrain,
+	}
+	cmd := &cobra.Command{
+		Use:     "check [flags]",
+		Short:   "Smoke-check a pod for CI or readiness: exit 0 only if prestop will find a request-level signal",
+		Long:    checkLong,
+		Example: checkExamples,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd, os.LookupEnv); err != nil {
 				return err
@@ -143,16 +150,10 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 	if o.podSpec != "" {
 		return runPodSpecCheck(s, o.podSpec, output)
 	}
+	o.sidecar.given = backends.Given{RegimeB: o.drainAt == drainAtEnd,
+		TerminationDrainDuration: o.terminationDrainDuration > 0, ProxyWaitBeforeExit: o.proxyWaitBeforeExit > 0}
 	if o.sidecar.mesh == mesh.None {
 		return runKernelCheck(s, o, output)
-	}
-	switch {
-	case o.sidecar.mesh == mesh.Linkerd && o.drainAt == drainAtEnd:
-		return usageError("--drain-at end defers an Envoy sidecar's drain (regime b); a Linkerd proxy gets no drain call")
-	case o.sidecar.mesh == mesh.Linkerd && o.terminationDrainDuration > 0:
-		return usageError("--termination-drain-duration is Istio's pilot-agent setting; a classic Linkerd proxy has --proxy-wait-before-exit")
-	case (o.sidecar.mesh == mesh.Istio || o.sidecar.mesh == mesh.Envoy) && o.proxyWaitBeforeExit > 0:
-		return usageError("--proxy-wait-before-exit is a Linkerd proxy's setting; a classic Istio sidecar has --termination-drain-duration")
 	}
 	sc, admin, sel, err := o.sidecar.sidecar()
 	if err != nil {
@@ -182,11 +183,11 @@ func runCheck(cmd *cobra.Command, s streams, o checkOptions) error {
 
 // runKernelCheck is check --mesh none: the pod's kernel, as prestop --mesh none reads it.
 func runKernelCheck(s streams, o checkOptions, format string) error {
-	_, ignore, reader, err := o.sidecar.kernel()
+	b, err := o.sidecar.open()
 	if err != nil {
 		return err
 	}
-	items := status.CheckKernel(reader, "", o.sidecar.ports, ignore)
+	items := status.CheckKernel(b.Reader, "", o.sidecar.ports, b.Ignore)
 	if o.gracePeriod > 0 {
 		items = append(items, status.KernelTiming(o.gracePeriod, o.appDrain))
 	}

@@ -11,20 +11,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/appmetrics"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
-	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 type prestopOptions struct {
@@ -484,13 +485,13 @@ func redactAll(urls []string) []string {
 }
 
 // detectForDrain is --mesh auto at run time: it asks the candidates which sidecar answers
-// (sidecars.DetectUntil) and builds that sidecar's drain. An admin port that answers as
+// (backends.DetectUntil) and builds that sidecar's drain. An admin port that answers as
 // neither sidecar, or keeps failing, is a start problem (the fail-safe path); no admin port
 // at all is the drain's no-sidecar, as for a chosen mesh.
 func detectForDrain(ctx context.Context, logger *zap.Logger, setup *prestopSetup, cfg *drain.Config, start time.Time) (drain.Sidecar, []error) {
 	o := setup.opts
 	limit := start.Add(min(o.connectTimeout, cfg.Deadline))
-	found := sidecars.DetectUntil(ctx, setup.candidates, o.sidecarOptions(cfg), o.poll, start, limit)
+	found := backends.DetectUntil(ctx, setup.candidates, o.sidecarOptions(cfg), o.poll, start, limit)
 	switch {
 	case found.Mesh != "":
 		chosen := mesh.Istio
@@ -507,7 +508,7 @@ func detectForDrain(ctx context.Context, logger *zap.Logger, setup *prestopSetup
 	case found.Unreachable:
 		logger.Warn("--mesh auto: no sidecar admin port answered", zap.Strings("candidates", redactAll(setup.candidates)),
 			zap.String("error", found.Err.Error()), zap.Int64("took_ms", found.Took.Milliseconds()))
-		return sidecars.Undetected{}, nil
+		return backends.Undetected{}, nil
 	}
 	return nil, []error{fmt.Errorf("--mesh auto: cannot tell which sidecar answers (pass --mesh istio, envoy or linkerd, and --admin): %w", found.Err)}
 }

@@ -11,14 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/hook/drain"
-	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
-	"github.com/meshdrain/meshdrain/pkg/hook/hold"
-	"github.com/meshdrain/meshdrain/pkg/localhttp"
-	"github.com/meshdrain/meshdrain/pkg/mesh"
-	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
-	"github.com/meshdrain/meshdrain/pkg/sockets"
 	"github.com/spf13/pflag"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/hold"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 )
 
 // prestopSetup is prestop's configuration as loaded and checked at start.
@@ -93,14 +91,7 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	cfg, problems := o.check(ctx)
 	setup.problems = append(setup.problems, problems...)
 	setup.drainModeSet = sources["drain-mode"] != sourceDefault
-	if o.mesh == mesh.None {
-		setup.chooseKernel(ctx, &cfg, lookup)
-	} else {
-		if o.appMetrics != "" {
-			setup.problems = append(setup.problems, usageError("--app-metrics reads the app's own request counter beside the kernel, with --mesh none; a sidecar's stats already count every request"))
-		}
-		setup.chooseSidecar(&cfg)
-	}
+	setup.openBackend(ctx, &cfg, lookup)
 	if o.validate && o.logFile != "" {
 		if err := checkLogFile(o.logFile); err != nil {
 			setup.problems = append(setup.problems, fmt.Errorf("--log-file: %w", err))
@@ -125,38 +116,13 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	return setup
 }
 
-// chooseSidecar builds the sidecar of the chosen mesh, or, with --mesh auto, checks the
-// candidate admin URLs that detection will ask at start.
-func (setup *prestopSetup) chooseSidecar(cfg *drain.Config) {
-	o := &setup.opts
-	if _, err := mesh.Parse(string(o.mesh)); err != nil {
-		setup.problems = append(setup.problems, usageError("%v", err))
-		return
-	}
-	if o.mesh == mesh.Auto {
-		setup.candidates = sidecars.Candidates(o.admin)
-		for _, u := range setup.candidates {
-			// The same parse as the client detection will build: loopback unless allowed.
-			if _, err := sidecars.Open(mesh.Linkerd, u, o.sidecarOptions(cfg)); err != nil {
-				setup.problems = append(setup.problems, usageError("--admin: %v", err))
-			}
-		}
-		return
-	}
-	adminURL := setup.adminURLs()[0]
-	sidecar, warnings, problems := o.sidecarFor(o.mesh, adminURL, setup.drainModeSet, cfg)
-	setup.warnings = append(setup.warnings, warnings...)
-	setup.problems = append(setup.problems, problems...)
-	setup.sidecar, setup.adminURL = sidecar, localhttp.Redact(adminURL)
-}
-
 // adminURLs are the admin URLs the drain will read: --admin, or the mesh's default; with
 // --mesh auto and no --admin, the candidates in the order detection asks them.
 func (setup *prestopSetup) adminURLs() []string {
 	if setup.opts.admin == "" && setup.opts.mesh != mesh.Auto {
-		return []string{sidecars.DefaultAdminURL(setup.opts.mesh)}
+		return []string{backends.DefaultAdminURL(setup.opts.mesh)}
 	}
-	return sidecars.Candidates(setup.opts.admin)
+	return backends.Candidates(setup.opts.admin)
 }
 
 // CheckPrestopConfig checks a prestop configuration (its arguments and environment) as the
@@ -231,30 +197,8 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	if _, err := encoderFor(o.logFormat); err != nil {
 		add("%v", err)
 	}
-	if o.connectTimeout <= 0 {
-		add("--connect-timeout must be positive, got %v", o.connectTimeout)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"--streams-wait", o.streamsWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
-		if d.v < 0 {
-			add("%s must not be negative, got %v", d.name, d.v)
-		}
-	}
-	explicit := time.Duration(0)
-	if o.deadlineSet {
-		explicit = o.deadline
-		if explicit <= 0 {
-			add("--deadline %v must be positive and within --grace-period %v", explicit, o.gracePeriod)
-		}
-	}
-	timing := drain.Timing{GracePeriod: o.gracePeriod, AppDrain: o.appDrain, Deadline: max(explicit, 0), Quiet: o.quiet, Poll: o.poll,
-		MinWait: o.minWait, MinWaitSet: o.minWaitSet, ClientPeriod: o.clientPeriod, SettledQuiet: o.settledQuiet}
-	for _, err := range timing.Problems() {
-		add("%v", err)
-	}
-	deadline := drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0))
+	deadline, timingProblems := o.timing()
+	problems = append(problems, timingProblems...)
 	if !isRate(o.rpsPerClient) {
 		add("--rps-per-client must be a rate of 0 or more requests a second, got %v", o.rpsPerClient)
 	}
@@ -277,13 +221,8 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 			add("--inbound-listener-port %d: not a port number", p)
 		}
 	}
+	// The selector and the flags each mesh refuses are checked where the backend opens.
 	sel := mesh.Selector{Ports: o.ports, Clusters: o.clusters, HTTPPrefixes: o.httpPrefixes}
-	if err := sel.Validate(); err != nil {
-		add("--%v", err)
-	}
-	if len(o.ports) > 0 && (len(o.clusters) > 0 || len(o.httpPrefixes) > 0) {
-		add("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
-	}
 	actions, actionProblems := o.actions(ctx)
 	problems = append(problems, actionProblems...)
 	return drain.Config{
@@ -301,7 +240,6 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		LagBound:       o.edsLagBound,
 		SettledQuiet:   o.settledQuiet,
 		DrainAtEnd:     o.drainAt == drainAtEnd,
-		Clients:        o.evidence(),
 		Poll:           o.poll,
 		ConnectTimeout: o.connectTimeout,
 		FallbackWait:   o.fallbackWait,
@@ -310,6 +248,36 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		ActionTimeout:  max(o.appDrain, 2*time.Second),
 		GracePeriod:    o.gracePeriod,
 	}, problems
+}
+
+// timing checks the durations and how they fit in the grace period, and works out the
+// hook's deadline.
+func (o *prestopOptions) timing() (deadline time.Duration, problems []error) {
+	add := func(format string, args ...any) { problems = append(problems, usageError(format, args...)) }
+	if o.connectTimeout <= 0 {
+		add("--connect-timeout must be positive, got %v", o.connectTimeout)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--streams-wait", o.streamsWait}, {"--latency-allowance", o.latencyAllowance}, {"--fallback-wait", o.fallbackWait}} {
+		if d.v < 0 {
+			add("%s must not be negative, got %v", d.name, d.v)
+		}
+	}
+	explicit := time.Duration(0)
+	if o.deadlineSet {
+		explicit = o.deadline
+		if explicit <= 0 {
+			add("--deadline %v must be positive and within --grace-period %v", explicit, o.gracePeriod)
+		}
+	}
+	hookTiming := drain.Timing{GracePeriod: o.gracePeriod, AppDrain: o.appDrain, Deadline: max(explicit, 0), Quiet: o.quiet, Poll: o.poll,
+		MinWait: o.minWait, MinWaitSet: o.minWaitSet, ClientPeriod: o.clientPeriod, SettledQuiet: o.settledQuiet}
+	for _, err := range hookTiming.Problems() {
+		add("%v", err)
+	}
+	return drain.HookDeadline(o.gracePeriod, o.appDrain, max(explicit, 0)), problems
 }
 
 // streamsWaitOrStrict is the drain's StreamsWait: zero keeps the strict rule.
@@ -444,15 +412,4 @@ func lastFlagValue(args []string, flag string) (string, bool) {
 		}
 	}
 	return value, found
-}
-
-// evidence is the drain's per-client evidence: the pod's socket table, for an Envoy sidecar.
-// A Linkerd proxy closes every connection itself when it drains (hyper's graceful shutdown),
-// so a close there says nothing about the client: silence alone decides (docs/linkerd.md).
-func (o *prestopOptions) evidence() drain.ClientEvidence {
-	if o.clientEvidence != clientEvidenceAuto || o.mesh == mesh.Linkerd || o.mesh == mesh.None {
-		return nil
-	}
-	return &evidence.Table{Reader: sockets.NewReader(), Ports: o.listenerPorts, Now: time.Now,
-		Every: evidence.ReadPolls * o.poll, Undrained: o.drainAt == drainAtEnd}
 }

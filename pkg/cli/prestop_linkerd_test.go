@@ -11,9 +11,9 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/localhttp/localhttptest"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
-	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 	"github.com/meshdrain/meshdrain/pkg/sim/envoysim"
 	"github.com/meshdrain/meshdrain/pkg/sim/linkerdsim"
 	"go.uber.org/zap"
@@ -165,7 +165,7 @@ func TestDetectSidecar(t *testing.T) {
 				limit = time.Minute
 			}
 			start := time.Now()
-			found := sidecars.DetectUntil(context.Background(), c.candidates, sidecars.Options{RequestTimeout: o.connectTimeout}, o.poll, start, start.Add(limit))
+			found := backends.DetectUntil(context.Background(), c.candidates, backends.Options{RequestTimeout: o.connectTimeout}, o.poll, start, start.Add(limit))
 			if found.Mesh != c.mesh || found.URL != c.url || found.Unreachable != c.unreachable {
 				t.Errorf("found %+v", found)
 			}
@@ -180,7 +180,7 @@ func TestDetectSidecar(t *testing.T) {
 	// The hook's deadline bounds detection too: a limit before the connect timeout ends it,
 	// which nothing else would (the candidate refuses at once, every poll).
 	start := time.Now()
-	if found := sidecars.DetectUntil(context.Background(), []string{closed}, sidecars.Options{RequestTimeout: time.Minute}, o.poll, start, start.Add(50*time.Millisecond)); !found.Unreachable || time.Since(start) < 50*time.Millisecond || time.Since(start) > 20*time.Second {
+	if found := backends.DetectUntil(context.Background(), []string{closed}, backends.Options{RequestTimeout: time.Minute}, o.poll, start, start.Add(50*time.Millisecond)); !found.Unreachable || time.Since(start) < 50*time.Millisecond || time.Since(start) > 20*time.Second {
 		t.Errorf("deadline 50ms: %+v after %v", found, time.Since(start))
 	}
 }

@@ -2,20 +2,18 @@ package cli
 
 import (
 	"context"
-	"net/netip"
 	"os"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
-	"github.com/meshdrain/meshdrain/pkg/mesh"
-	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
-	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
-	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
-	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
-	"github.com/meshdrain/meshdrain/pkg/operator/status"
-	"github.com/meshdrain/meshdrain/pkg/sockets"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
+	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
+	"github.com/meshdrain/meshdrain/pkg/operator/status"
 )
 
 // sidecarFlags are the flags that say which sidecar and which inbound endpoints to read,
@@ -29,6 +27,9 @@ type sidecarFlags struct {
 	connectTimeout time.Duration
 	allowRemote    bool
 	ignoreSources  []string
+	// given are the command's own flags some mesh refuses (backends.Refused), set before
+	// the backend opens.
+	given backends.Given
 }
 
 func defaultSidecarFlags() sidecarFlags {
@@ -46,91 +47,58 @@ func (s *sidecarFlags) bind(f *pflag.FlagSet) {
 	f.StringSliceVar(&s.ignoreSources, "ignore-source", nil, "--mesh none: a source that is never a client, as a CIDR, an IP or $(NAME), an environment variable (repeatable; the kubelet's probes come from the node's address)")
 }
 
-// kernel checks the flags of --mesh none: the app's own ports, no sidecar setting.
-func (s *sidecarFlags) kernel() (*kernel.Kernel, []netip.Prefix, *sockets.AutoReader, error) {
-	if s.admin != "" || len(s.clusters) > 0 || len(s.httpPrefixes) > 0 {
-		return nil, nil, nil, usageError("--admin, --cluster and --http-prefix name a sidecar; --mesh none has none: watch the app's own ports with --port")
+// options are the flags as backends.Open takes them. Each admin call is bounded by the
+// sample's timeout, at most 1s.
+func (s *sidecarFlags) options() backends.Options {
+	return backends.Options{
+		Mesh: s.mesh, AdminURL: s.admin, Given: s.given,
+		Selector:       mesh.Selector{Ports: s.ports, Clusters: s.clusters, HTTPPrefixes: s.httpPrefixes},
+		RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: s.allowRemote,
+		Kernel: backends.KernelOptions{IgnoreSources: s.ignoreSources, Lookup: os.LookupEnv},
 	}
-	var ignore []netip.Prefix
-	for _, v := range s.ignoreSources {
-		p, err := kernel.ParseIgnoreSource(v, os.LookupEnv)
-		if err != nil {
-			return nil, nil, nil, usageError("%v", err)
-		}
-		ignore = append(ignore, p)
-	}
-	reader := sockets.NewReader()
-	k, err := kernel.New(kernel.Options{Ports: s.ports, Ignore: ignore, Reader: reader})
-	if err != nil {
-		return nil, nil, nil, usageError("%v", err)
-	}
-	return k, ignore, reader, nil
 }
 
-// sidecar validates the flags and returns the sidecar to sample, the admin URL to show (""
-// while the mesh is still to be detected) and the selector.
-func (s *sidecarFlags) sidecar() (status.Sampler, string, mesh.Selector, error) {
-	var sel mesh.Selector
-	if _, err := mesh.Parse(string(s.mesh)); err != nil {
-		return nil, "", sel, usageError("%v", err)
-	}
-	if s.connectTimeout <= 0 {
-		return nil, "", sel, usageError("--connect-timeout must be positive, got %v", s.connectTimeout)
-	}
-	for _, p := range s.ports {
-		if p < 1 || p > 65535 {
-			return nil, "", sel, usageError("--port %d: not a port number", p)
-		}
-	}
-	generic := len(s.clusters) > 0 || len(s.httpPrefixes) > 0
-	if len(s.ports) > 0 && generic {
-		return nil, "", sel, usageError("--port selects Istio inbound ports; --cluster and --http-prefix name a generic Envoy's stats: use one or the other")
-	}
-	if s.mesh == mesh.Linkerd && generic {
-		return nil, "", sel, usageError("--cluster and --http-prefix name Envoy stats; a Linkerd proxy counts per target port: use --port")
-	}
-	sel = mesh.Selector{Ports: s.ports, Clusters: s.clusters, HTTPPrefixes: s.httpPrefixes}
-	if s.mesh == mesh.None {
-		k, _, _, err := s.kernel()
-		if err != nil {
-			return nil, "", sel, err
-		}
-		return status.Kernel(k), "", sel, nil
-	}
-	// Each call is bounded by the sample's timeout, at most 1s.
-	opts := sidecars.Options{RequestTimeout: min(s.connectTimeout, time.Second), AllowRemote: s.allowRemote}
-	if s.mesh == mesh.Auto {
-		candidates := sidecars.Candidates(s.admin)
-		for _, u := range candidates {
-			if _, err := sidecars.Open(mesh.Linkerd, u, opts); err != nil {
-				return nil, "", sel, usageError("--admin: %v", err)
-			}
-		}
-		detect := func(ctx context.Context, u string) (mesh.Mesh, error) { return sidecars.Detect(ctx, u, opts) }
-		build := func(found mesh.Mesh, u string) (status.Sampler, error) { return newSampler(found, u, opts) }
-		return status.Detect(candidates, detect, build), s.admin, sel, nil
-	}
-	admin := s.admin
-	if admin == "" {
-		admin = sidecars.DefaultAdminURL(s.mesh)
-	}
-	sc, err := newSampler(s.mesh, admin, opts)
-	if err != nil {
-		return nil, "", sel, usageError("--admin: %v", err)
-	}
-	return sc, admin, sel, nil
-}
-
-// newSampler opens the sidecar as prestop does (sidecars.Open: loopback only unless
-// --allow-remote, for either mesh: a person reaches a pod with kubectl exec or kubectl
+// open checks the flags and opens the backend as prestop does (backends.Open: loopback only
+// unless --allow-remote, for every mesh: a person reaches a pod with kubectl exec or kubectl
 // port-forward, both loopback, and a MESHDRAIN_ADMIN variable must not turn a CI job's check
-// into a request to any host) and samples it with the reader of its mesh.
-func newSampler(m mesh.Mesh, adminURL string, opts sidecars.Options) (status.Sampler, error) {
-	sc, err := sidecars.Open(m, adminURL, opts)
-	if err != nil {
-		return nil, err
+// into a request to any host). Its problems are one usage error.
+func (s *sidecarFlags) open() (backends.Backend, error) {
+	if s.connectTimeout <= 0 {
+		return backends.Backend{}, usageError("--connect-timeout must be positive, got %v", s.connectTimeout)
 	}
-	return status.SamplerFor(sc)
+	b := backends.Open(context.Background(), s.options())
+	if len(b.Problems) > 0 {
+		return b, usageError("%w", backends.JoinOneLine(b.Problems))
+	}
+	return b, nil
+}
+
+// sidecar checks the flags and returns the sidecar to sample, the admin URL to show (""
+// while the mesh is still to be detected, and without a sidecar) and the selector.
+func (s *sidecarFlags) sidecar() (status.Sampler, string, mesh.Selector, error) {
+	opts := s.options()
+	b, err := s.open()
+	if err != nil {
+		return nil, "", opts.Selector, err
+	}
+	if s.mesh == mesh.Auto {
+		detect := func(ctx context.Context, u string) (mesh.Mesh, error) { return backends.Detect(ctx, u, opts) }
+		build := func(found mesh.Mesh, u string) (status.Sampler, error) {
+			foundOpts := opts
+			foundOpts.Mesh, foundOpts.AdminURL = found, u
+			opened := backends.Open(context.Background(), foundOpts)
+			if len(opened.Problems) > 0 {
+				return nil, backends.JoinOneLine(opened.Problems)
+			}
+			return status.SamplerFor(opened.Sidecar)
+		}
+		return status.Detect(b.Candidates, detect, build), s.admin, opts.Selector, nil
+	}
+	sc, err := status.SamplerFor(b.Sidecar)
+	if err != nil {
+		return nil, "", opts.Selector, err
+	}
+	return sc, b.AdminURL, opts.Selector, nil
 }
 
 type statusOptions struct {
@@ -143,12 +111,8 @@ type statusOptions struct {
 	drainAt       string
 }
 
-func newStatusCommand(s streams) *cobra.Command {
-	o := statusOptions{sidecar: defaultSidecarFlags(), output: status.OutputText, interval: time.Second}
-	cmd := &cobra.Command{
-		Use:   "status [flags]",
-		Short: "Show what the sidecar's inbound side is doing now: state, signal, requests per port",
-		Long: `status reads the sidecar's admin API (the same stats prestop reads) and shows: the server
+// statusLong is status's help text.
+const statusLong = `status reads the sidecar's admin API (the same stats prestop reads) and shows: the server
 state, the stat naming profile and the signal prestop would use, and per inbound port the
 new-request counter, its rate, the active requests and the active connections. A value the
 sidecar does not expose is shown as "-" (null in JSON), never as 0. Hints say what to change
@@ -195,8 +159,10 @@ run status in the pod (kubectl exec), or through kubectl port-forward, which lis
 loopback. --allow-remote lets it name another host, e.g. a pod IP from a debug pod.
 
 Exit codes: 0 shown; 1 the admin API could not be read (without --watch); 2 bad flags.
-Every flag can also be set as MESHDRAIN_<FLAG>.`,
-		Example: `  # Inside the pod, against the Istio sidecar:
+Every flag can also be set as MESHDRAIN_<FLAG>.`
+
+// statusExamples are status's help examples.
+const statusExamples = `  # Inside the pod, against the Istio sidecar:
   kubectl exec deploy/web -c web -- /meshdrain/meshdrain status
 
   # Watch one port's request rate, and which clients still hold on, while a pod drains:
@@ -213,8 +179,16 @@ Every flag can also be set as MESHDRAIN_<FLAG>.`,
   kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --mesh none --port 8080 --ignore-source '$(HOST_IP)' --watch
 
   # A plain Envoy or Consul sidecar, as JSON:
-  meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`,
-		Args: cobra.NoArgs,
+  meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`
+
+func newStatusCommand(s streams) *cobra.Command {
+	o := statusOptions{sidecar: defaultSidecarFlags(), output: status.OutputText, interval: time.Second}
+	cmd := &cobra.Command{
+		Use:     "status [flags]",
+		Short:   "Show what the sidecar's inbound side is doing now: state, signal, requests per port",
+		Long:    statusLong,
+		Example: statusExamples,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd, os.LookupEnv); err != nil {
 				return err
@@ -244,6 +218,7 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 	if o.drainAt != "" && o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
 		return usageError("--drain-at %q: want %s or %s, as the pod's prestop", o.drainAt, drainAtStart, drainAtEnd)
 	}
+	o.sidecar.given = backends.Given{InboundListenerPorts: len(o.listenerPorts) > 0}
 	sc, admin, sel, err := o.sidecar.sidecar()
 	if err != nil {
 		return err
@@ -281,13 +256,12 @@ func isTerminal(w any) bool {
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
-// clientWatch is the clients view of an Envoy sidecar (a Linkerd proxy closes connections
-// itself on its drain, so its clients' closes say nothing: docs/decision-rule.md), nil
-// without one. A pool shows over one sample interval, as over prestop's read interval.
+// clientWatch is the clients view of the sidecar (backends.ClientWatch), nil without one
+// or without --clients. A pool shows over one sample interval, as over prestop's read
+// interval.
 func (o statusOptions) clientWatch() *evidence.Watch {
-	// Without a sidecar, the kernel sampler shows the clients itself.
-	if !o.clients || o.sidecar.mesh == mesh.Linkerd || o.sidecar.mesh == mesh.None {
+	if !o.clients {
 		return nil
 	}
-	return &evidence.Watch{Reader: sockets.NewReader(), Ports: o.listenerPorts, Every: o.interval}
+	return backends.ClientWatch(o.sidecar.mesh, o.listenerPorts, o.interval)
 }

@@ -1,8 +1,9 @@
 // Package mesh is what meshdrain knows of a pod's sidecar whatever its mesh: which mesh it is
 // (Mesh), what the hook and the operator tools ask of it (Sidecar), and the one model of its
 // inbound side that every backend fills in (Snapshot, read by the drain rule as a Reading).
-// The backends live beside it (mesh/envoy for Istio and any Envoy, mesh/linkerd); nothing
-// that decides when to stop imports them.
+// The backends live beside it: mesh/envoy for Istio and any Envoy, mesh/linkerd, and
+// mesh/kernel for a pod without a sidecar (--mesh none), whose own kernel stands in for one;
+// mesh/backends opens them. Nothing that decides when to stop imports them.
 package mesh
 
 import (

@@ -110,42 +110,12 @@ func CheckProxyOverride(data []byte) (Item, error) {
 	if ns == "" {
 		ns = "NS"
 	}
+	proxies, unpullable := pod.injectedProxies(ns)
+	if unpullable != nil {
+		return *unpullable, nil
+	}
 	item := Item{Name: OverrideItem, Status: Fail}
-
-	var proxies []liveContainer
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name != plan.ProxyContainerName {
-			continue
-		}
-		if c.Image == plan.ProxyImageAuto {
-			item.Message = "istio-proxy in initContainers has image auto: no injector merged it, and the pod cannot start"
-			item.Fix = "put the override in spec.containers, where both classic and native injection read it (meshdrain plan -f writes it there)"
-			return item, nil
-		}
-		if c.RestartPolicy == "Always" {
-			proxies = append(proxies, c)
-		}
-	}
-	for _, c := range pod.Spec.Containers {
-		if c.Name != plan.ProxyContainerName {
-			continue
-		}
-		if c.Image == plan.ProxyImageAuto {
-			item.Message = "istio-proxy has image auto: no injector filled it, so the image cannot be pulled and the pod cannot start"
-			item.Fix = fmt.Sprintf("is injection on for the namespace? kubectl get namespace %s --show-labels (istio-injection=enabled or istio.io/rev); "+
-				"without a mesh, re-plan with meshdrain plan --mesh none", ns)
-			return item, nil
-		}
-		proxies = append(proxies, c)
-	}
-
-	var app *liveContainer
-	for i, c := range pod.Spec.Containers {
-		if c.runsMeshdrain("prestop") {
-			app = &pod.Spec.Containers[i]
-			break
-		}
-	}
+	app := pod.prestopContainer()
 	if app == nil || !app.drainsAtEnd() {
 		item.Status = Pass
 		item.Message = "no override needed: no container's preStop runs meshdrain prestop --drain-at=end (regime a, or no mesh)"
@@ -157,21 +127,8 @@ func CheckProxyOverride(data []byte) (Item, error) {
 			"without a mesh, re-plan with meshdrain plan --mesh none", ns)
 		return item, nil
 	}
-	for _, p := range proxies {
-		var missing []string
-		if !p.runsMeshdrain("hold") {
-			missing = append(missing, "the meshdrain hold preStop")
-		}
-		if !p.mountsMeshdrain() {
-			missing = append(missing, "a mount of the "+plan.VolumeName+" volume")
-		}
-		if len(missing) > 0 {
-			item.Message = fmt.Sprintf("the injected istio-proxy lacks %s while %s's preStop runs meshdrain prestop --drain-at=end: "+
-				"the injector did not merge the override, so Istio drains at the deletion", strings.Join(missing, " and "), app.Name)
-			item.Fix = "Istio older than 1.9 does not merge it, and none merges an override outside spec.containers: " +
-				"write it in spec.containers (meshdrain plan -f), or run prestop with --drain-at=start (regime a)"
-			return item, nil
-		}
+	if unmerged := unmergedOverride(proxies, app.Name); unmerged != nil {
+		return *unmerged, nil
 	}
 	mode := "a classic sidecar"
 	if proxies[0].RestartPolicy == "Always" {
@@ -181,6 +138,71 @@ func CheckProxyOverride(data []byte) (Item, error) {
 	item.Message = fmt.Sprintf("the injector merged the override: istio-proxy (%s, image %s) runs meshdrain hold as its preStop and mounts the %s volume",
 		mode, proxies[0].Image, plan.VolumeName)
 	return item, nil
+}
+
+// injectedProxies are the pod's istio-proxy containers, native ones (restartable init
+// containers) first; a failed item when one still names image auto, which no injector filled.
+func (pod livePod) injectedProxies(ns string) ([]liveContainer, *Item) {
+	failed := func(message, fix string) *Item {
+		return &Item{Name: OverrideItem, Status: Fail, Message: message, Fix: fix}
+	}
+	var proxies []liveContainer
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name != plan.ProxyContainerName {
+			continue
+		}
+		if c.Image == plan.ProxyImageAuto {
+			return nil, failed("istio-proxy in initContainers has image auto: no injector merged it, and the pod cannot start",
+				"put the override in spec.containers, where both classic and native injection read it (meshdrain plan -f writes it there)")
+		}
+		if c.RestartPolicy == "Always" {
+			proxies = append(proxies, c)
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != plan.ProxyContainerName {
+			continue
+		}
+		if c.Image == plan.ProxyImageAuto {
+			return nil, failed("istio-proxy has image auto: no injector filled it, so the image cannot be pulled and the pod cannot start",
+				fmt.Sprintf("is injection on for the namespace? kubectl get namespace %s --show-labels (istio-injection=enabled or istio.io/rev); "+
+					"without a mesh, re-plan with meshdrain plan --mesh none", ns))
+		}
+		proxies = append(proxies, c)
+	}
+	return proxies, nil
+}
+
+// prestopContainer is the container whose preStop runs meshdrain prestop, nil if none does.
+func (pod livePod) prestopContainer() *liveContainer {
+	for i, c := range pod.Spec.Containers {
+		if c.runsMeshdrain("prestop") {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// unmergedOverride is the failed item of the first istio-proxy that lacks the override's
+// hold preStop or mount, nil when every one has both.
+func unmergedOverride(proxies []liveContainer, app string) *Item {
+	for _, p := range proxies {
+		var missing []string
+		if !p.runsMeshdrain("hold") {
+			missing = append(missing, "the meshdrain hold preStop")
+		}
+		if !p.mountsMeshdrain() {
+			missing = append(missing, "a mount of the "+plan.VolumeName+" volume")
+		}
+		if len(missing) > 0 {
+			return &Item{Name: OverrideItem, Status: Fail,
+				Message: fmt.Sprintf("the injected istio-proxy lacks %s while %s's preStop runs meshdrain prestop --drain-at=end: "+
+					"the injector did not merge the override, so Istio drains at the deletion", strings.Join(missing, " and "), app),
+				Fix: "Istio older than 1.9 does not merge it, and none merges an override outside spec.containers: " +
+					"write it in spec.containers (meshdrain plan -f), or run prestop with --drain-at=start (regime a)"}
+		}
+	}
+	return nil
 }
 
 // WritePodSpecCheck writes check --pod-spec's items as text, JSON or YAML.

@@ -287,6 +287,22 @@ func Gather(ctx context.Context, admin Admin, adminURL string, sel mesh.Selector
 		})
 	}
 
+	r.serverState(info, infoErr, snap)
+
+	r.Mesh = detectMesh(ctx, admin, snap)
+	r.ListenerManager = listenerManager(ctx, admin)
+	addEnvoyFailures(ctx, admin, sel, &r)
+	if len(sel.Ports) > 0 && !r.generic {
+		r.askedPortsUnknown(ctx, admin, snap)
+	}
+	r.Hints = append(r.Hints, hints(r)...)
+	r.Hints = append(r.Hints, failureHints(r)...)
+	return r, nil
+}
+
+// serverState is Envoy's state and drain settings from /server_info, or, when that failed,
+// the state from the server.state gauge.
+func (r *Report) serverState(info envoy.ServerInfo, infoErr error, snap mesh.Snapshot) {
 	switch {
 	case infoErr == nil && info.State != "":
 		r.ServerState = info.State
@@ -299,32 +315,33 @@ func Gather(ctx context.Context, admin Admin, adminURL string, sel mesh.Selector
 	if infoErr != nil {
 		r.Hints = append(r.Hints, fmt.Sprintf("/server_info failed (%v): server state read from the server.state gauge", infoErr))
 	}
+}
 
-	r.Mesh = detectMesh(ctx, admin, snap)
-	r.ListenerManager = listenerManager(ctx, admin)
-	addEnvoyFailures(ctx, admin, sel, &r)
-	if len(sel.Ports) > 0 && !r.generic {
-		missing := portsWithoutStats(snap)
-		if len(missing) > 0 || r.Signal.Rank() > mesh.SignalClusterRequests.Rank() {
-			known, withRequests := inboundPorts(ctx, admin)
-			if r.Signal.Rank() > mesh.SignalClusterRequests.Rank() {
-				r.otherPorts = withRequests
-			}
-			if len(known) > 0 {
-				for _, p := range missing {
-					if !containsInt(known, p) {
-						r.UnknownPorts = append(r.UnknownPorts, p)
-					}
-				}
-				if len(r.UnknownPorts) > 0 {
-					r.InboundPorts = known
-				}
-			}
+// askedPortsUnknown looks the sidecar's inbound ports up, once, when a --port shows no stats
+// or the signal is coarser than requests: it names the --ports the sidecar has no inbound
+// endpoint for (UnknownPorts, with the ones it has: a typo, not a missing annotation), and,
+// for a coarse signal, the other ports that count requests.
+func (r *Report) askedPortsUnknown(ctx context.Context, admin Admin, snap mesh.Snapshot) {
+	missing := portsWithoutStats(snap)
+	coarse := r.Signal.Rank() > mesh.SignalClusterRequests.Rank()
+	if len(missing) == 0 && !coarse {
+		return
+	}
+	known, withRequests := inboundPorts(ctx, admin)
+	if coarse {
+		r.otherPorts = withRequests
+	}
+	if len(known) == 0 {
+		return
+	}
+	for _, p := range missing {
+		if !containsInt(known, p) {
+			r.UnknownPorts = append(r.UnknownPorts, p)
 		}
 	}
-	r.Hints = append(r.Hints, hints(r)...)
-	r.Hints = append(r.Hints, failureHints(r)...)
-	return r, nil
+	if len(r.UnknownPorts) > 0 {
+		r.InboundPorts = known
+	}
 }
 
 // detectMesh tells Istio from plain Envoy. Istio naming or completions settle it; otherwise

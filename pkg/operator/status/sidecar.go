@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
-	"github.com/meshdrain/meshdrain/pkg/mesh/sidecars"
 )
 
 // Sampler takes samples of a sidecar for status and check: an Envoy admin API or a Linkerd
@@ -20,9 +20,12 @@ type Sampler interface {
 	Sample(ctx context.Context, adminURL string, sel mesh.Selector, now time.Time) (Report, error)
 }
 
-// SamplerFor samples a sidecar that sidecars.Open opened, with the reader of its mesh.
+// SamplerFor samples what backends.Open opened, with the reader of its mesh: the pod's kernel
+// (--mesh none) as Kernel does.
 func SamplerFor(sc mesh.Sidecar) (Sampler, error) {
 	switch admin := sc.(type) {
+	case KernelReader:
+		return Kernel(admin), nil
 	case LinkerdAdmin:
 		return Linkerd(admin), nil
 	case Admin:
@@ -49,7 +52,7 @@ func (l linkerdSampler) Sample(ctx context.Context, adminURL string, sel mesh.Se
 	return GatherLinkerd(ctx, l.admin, adminURL, sel, now)
 }
 
-// DetectFunc tells which sidecar answers at an admin URL (sidecars.Detect, in production).
+// DetectFunc tells which sidecar answers at an admin URL (backends.Detect, in production).
 type DetectFunc func(ctx context.Context, adminURL string) (mesh.Mesh, error)
 
 // BuildFunc builds the client of the sidecar found at an admin URL.
@@ -110,9 +113,9 @@ func (d *detectingSidecar) sidecar(ctx context.Context) (Sampler, string, error)
 	}
 	if len(other) > 0 {
 		// Something answered: say what, rather than "nothing there".
-		return nil, "", &NotASidecarError{Err: sidecars.JoinOneLine(other)}
+		return nil, "", &NotASidecarError{Err: backends.JoinOneLine(other)}
 	}
-	return nil, "", &UnreachableError{URL: strings.Join(d.candidates, ", "), Err: sidecars.JoinOneLine(unreachable), Mesh: mesh.Auto}
+	return nil, "", &UnreachableError{URL: strings.Join(d.candidates, ", "), Err: backends.JoinOneLine(unreachable), Mesh: mesh.Auto}
 }
 
 // NotASidecarError means an admin address answered, but as neither a Linkerd proxy nor an

@@ -1,8 +1,4 @@
-// Package sidecars opens the pod's sidecar of a given mesh: the one place that knows every
-// backend, so that prestop, status and check build their admin clients the same way (all on
-// package localhttp: loopback only unless allowed, bounded calls) and nothing else has to
-// choose between mesh/envoy and mesh/linkerd.
-package sidecars
+package backends
 
 import (
 	"context"
@@ -16,53 +12,6 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
 )
-
-// Options are how a sidecar's admin client is opened.
-type Options struct {
-	// RequestTimeout bounds each admin call.
-	RequestTimeout time.Duration
-	// AllowRemote accepts an admin URL that is not on the loopback (a person's --allow-remote).
-	AllowRemote bool
-	// Deadline and AppDrain are the hook's, quoted by the fixes a Linkerd proxy's hints name.
-	Deadline, AppDrain time.Duration
-}
-
-// DefaultAdminURL is where a mesh's sidecar answers in the pod; "" for Auto, which asks
-// Candidates.
-func DefaultAdminURL(m mesh.Mesh) string {
-	switch m {
-	case mesh.Linkerd:
-		return linkerd.DefaultAdminURL
-	case mesh.Auto:
-		return ""
-	}
-	return envoy.DefaultURL
-}
-
-// Candidates are the admin URLs --mesh auto asks: the one given, or Linkerd's then Envoy's.
-// Linkerd's comes first because an Envoy admin never listens on 4191, while a Linkerd pod
-// has nothing on 15000: the first answer is the pod's sidecar.
-func Candidates(admin string) []string {
-	if admin != "" {
-		return []string{admin}
-	}
-	return []string{linkerd.DefaultAdminURL, envoy.DefaultURL}
-}
-
-// Open returns the admin client of a chosen mesh's sidecar at adminURL ("" for the mesh's
-// default). It checks the URL (localhttp.Syntax) and opens no connection.
-func Open(m mesh.Mesh, adminURL string, o Options) (mesh.Sidecar, error) {
-	if adminURL == "" {
-		adminURL = DefaultAdminURL(m)
-	}
-	switch m {
-	case mesh.Linkerd:
-		return linkerd.New(adminURL, linkerd.Options{RequestTimeout: o.RequestTimeout, AllowRemote: o.AllowRemote, Deadline: o.Deadline, AppDrain: o.AppDrain})
-	case mesh.Istio, mesh.Envoy:
-		return envoy.New(adminURL, envoy.Options{RequestTimeout: o.RequestTimeout, AllowRemote: o.AllowRemote})
-	}
-	return nil, fmt.Errorf("no sidecar client for mesh %q", m)
-}
 
 // ErrNotASidecar means an admin port answered, but neither as a Linkerd proxy nor as Envoy.
 var ErrNotASidecar = linkerd.ErrNotASidecar
