@@ -24,7 +24,7 @@ func TestHoldHelpMatchesTheExitCodes(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("hold --help exit %d", code)
 	}
-	want := map[string]int{holdDrainFailedRow: hold.ExitDrainFailed}
+	want := map[string]int{hold.ExitCodes.FailedAfter().Label: hold.ExitDrainFailed}
 	for _, r := range hold.Reasons() {
 		want[string(r.Reason)] = r.Code
 	}
@@ -53,7 +53,7 @@ func TestHoldDocExitCodesMatchTheCode(t *testing.T) {
 		code, _ := strconv.Atoi(m[2])
 		got[strings.Trim(m[1], "`")] = code
 	}
-	want := map[string]int{holdDrainFailedRow: hold.ExitDrainFailed}
+	want := map[string]int{hold.ExitCodes.FailedAfter().Label: hold.ExitDrainFailed}
 	for _, r := range hold.Reasons() {
 		want[string(r.Reason)] = r.Code
 	}

@@ -64,7 +64,7 @@ func TestPrestopHelpMatchesTheExitCodes(t *testing.T) {
 	if code := Main([]string{"prestop", "--help"}, strings.NewReader(""), &out, io.Discard); code != 0 {
 		t.Fatalf("prestop --help exit %d", code)
 	}
-	want := map[string]int{actionFailedRow: drain.ExitActionFailed}
+	want := map[string]int{drain.ExitCodes.FailedAfter().Label: drain.ExitActionFailed}
 	for _, r := range drain.Reasons() {
 		want[string(r.Reason)] = r.Code
 	}

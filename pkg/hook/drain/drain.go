@@ -47,15 +47,8 @@ const (
 	ReasonInterrupted     Reason = "interrupted" // meshdrain itself was asked to stop
 )
 
-// ExitCode is the process exit code for a reason (the table in Reasons).
-func (r Reason) ExitCode() int {
-	for _, info := range reasonTable {
-		if info.Reason == r {
-			return info.Code
-		}
-	}
-	return 0
-}
+// ExitCode is the process exit code for a reason (ExitCodes).
+func (r Reason) ExitCode() int { return ExitCodes.Code(r) }
 
 // Sidecar is what the coordinator needs of the pod's sidecar: any mesh's (mesh.Sidecar).
 type Sidecar = mesh.Sidecar
@@ -199,14 +192,7 @@ type Result struct {
 // well but an action failed (the kubelet then records a FailedPreStopHook event), or 2 over
 // either when the drain ran degraded (Config.Degraded).
 func (r Result) ExitCode() int {
-	code := r.Reason.ExitCode()
-	if code == 0 && r.ActionErr != nil {
-		code = ExitActionFailed
-	}
-	if r.Degraded != nil && code < ExitConfigError {
-		code = ExitConfigError
-	}
-	return code
+	return ExitCodes.Outcome(r.Reason, r.ActionErr != nil, r.Degraded != nil)
 }
 
 // Run coordinates one drain and returns its outcome. It returns when a reason holds; the

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/exitcode"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -20,33 +21,31 @@ const (
 
 // ExitActionFailed is the exit code when the wait ended with a reason whose code is 0 but an
 // action (--signal, --shutdown-url, --exec) failed.
-const ExitActionFailed = 1
+const ExitActionFailed = exitcode.FailedAfter
 
 // ExitConfigError is ReasonConfigError's exit code, also used when a drain ran degraded.
-const ExitConfigError = 2
+const ExitConfigError = exitcode.ConfigError
 
-// ReasonInfo documents one way a drain ends. It is the single source of the exit-code
-// contract: ExitCode reads it, `prestop --help` prints it, and tests hold the README to it.
-type ReasonInfo struct {
-	Reason Reason
-	Code   int
-	When   string
-}
+// ReasonInfo documents one way a drain ends.
+type ReasonInfo = exitcode.Row[Reason]
 
-var reasonTable = []ReasonInfo{
-	{ReasonQuiet, 0, "the inbound counter stood still for the quiet window (at least --quiet; longer when the traffic's own pauses are) with nothing active, and --min-wait is over"},
-	{ReasonQuietStreams, 0, "arrivals stopped for the quiet window but requests stayed open (streams, WebSockets, TCP connections) for --streams-wait more: the app's own shutdown ends them; the final line has open_streams"},
-	{ReasonSidecarGone, 0, "the admin port started refusing while no request had arrived within the quiet window and none was active: the sidecar is gone, nothing is lost"},
-	{ReasonNoSidecar, 0, "the admin port was never reached within --connect-timeout"},
-	{ReasonConfigError, 2, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"},
-	{ReasonDeadline, 3, "--deadline came first"},
-	{ReasonNoSignal, 4, "the sidecar exposes no usable inbound stat (or none for --port; --mesh none: nothing listens on --port): the log names the fix; the app was held for --fallback-wait"},
-	{ReasonSidecarGoneBusy, 5, "the admin port started refusing while requests were still arriving or in flight: the sidecar stopped under live traffic (Envoy killed by Istio's terminationDrainDuration, a classic Linkerd proxy SIGTERMed at the deletion), and those requests failed"},
-	{ReasonInterrupted, 130, "meshdrain itself got SIGINT, SIGTERM or SIGHUP; no action runs"},
-}
+// ExitCodes is prestop's exit-code contract: ExitCode reads it, `prestop --help` prints it,
+// and tests hold the README to it.
+var ExitCodes = exitcode.NewTable("(action failed)",
+	"the wait ended with a reason of exit 0, but an action (--signal, --shutdown-url, --exec) failed: the final line has action_error",
+	exitcode.Ends(ReasonQuiet, exitcode.OK, "the inbound counter stood still for the quiet window (at least --quiet; longer when the traffic's own pauses are) with nothing active, and --min-wait is over"),
+	exitcode.Ends(ReasonQuietStreams, exitcode.OK, "arrivals stopped for the quiet window but requests stayed open (streams, WebSockets, TCP connections) for --streams-wait more: the app's own shutdown ends them; the final line has open_streams"),
+	exitcode.Ends(ReasonSidecarGone, exitcode.OK, "the admin port started refusing while no request had arrived within the quiet window and none was active: the sidecar is gone, nothing is lost"),
+	exitcode.Ends(ReasonNoSidecar, exitcode.OK, "the admin port was never reached within --connect-timeout"),
+	exitcode.Ends(ReasonConfigError, exitcode.ConfigError, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"),
+	exitcode.Ends(ReasonDeadline, exitcode.Deadline, "--deadline came first"),
+	exitcode.Ends(ReasonNoSignal, exitcode.NoSignal, "the sidecar exposes no usable inbound stat (or none for --port; --mesh none: nothing listens on --port): the log names the fix; the app was held for --fallback-wait"),
+	exitcode.Ends(ReasonSidecarGoneBusy, exitcode.SidecarGoneBusy, "the admin port started refusing while requests were still arriving or in flight: the sidecar stopped under live traffic (Envoy killed by Istio's terminationDrainDuration, a classic Linkerd proxy SIGTERMed at the deletion), and those requests failed"),
+	exitcode.Ends(ReasonInterrupted, exitcode.Interrupted, "meshdrain itself got SIGINT, SIGTERM or SIGHUP; no action runs"),
+)
 
 // Reasons returns every reason with its exit code, in the order of the contract.
-func Reasons() []ReasonInfo { return append([]ReasonInfo(nil), reasonTable...) }
+func Reasons() []ReasonInfo { return ExitCodes.Reasons() }
 
 // recentWindow is how far back the arrivals reported with a dying sidecar are counted.
 const recentWindow = 5 * time.Second
