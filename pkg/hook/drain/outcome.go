@@ -47,6 +47,65 @@ var ExitCodes = exitcode.NewTable("(action failed)",
 // Reasons returns every reason with its exit code, in the order of the contract.
 func Reasons() []ReasonInfo { return ExitCodes.Reasons() }
 
+// Result is the outcome of one drain, as reported in the final log event.
+type Result struct {
+	Reason  Reason
+	Elapsed time.Duration
+	Signal  mesh.Signal
+	Naming  mesh.Naming
+	// RequestsAfterDrain counts arrivals after the drain call; nil when never measured.
+	RequestsAfterDrain *float64
+	// ActiveAtEnd is the in-flight gauge at the end; nil when unknown.
+	ActiveAtEnd *float64
+	// LastArrival is when the arrival counter last moved, relative to the start.
+	LastArrival time.Duration
+	// LongestGap is the longest time the counter stood still during the watch, the pause in
+	// progress at the end included.
+	LongestGap time.Duration
+	// Window is the last quiet window the rule asked for, WindowTerm what set it, and
+	// WindowCapped whether it reached past the deadline (rule.go).
+	Window       time.Duration
+	WindowTerm   WindowTerm
+	WindowCapped bool
+	// Rate is the arrival rate (per second) behind the rate term; 0 when none.
+	Rate float64
+	// OpenStreams is the in-flight gauge when the wait ended with quiet-streams.
+	OpenStreams *float64
+	Polls       int
+	// CompleteReads counts the polls made to confirm a decision that a cheaper poll
+	// (UsedOnlyReader) proposed; they are in Polls too.
+	CompleteReads int
+	AdminErrors   int
+	DrainCalled   bool
+	ActionsRun    bool
+	ActionsTook   time.Duration
+	ActionErr     error
+	// FrozenAnswers counts admin answers that could not be fresh (counted in AdminErrors too).
+	FrozenAnswers int
+	// RecentArrivals is what arrived in the RecentWindow before the sidecar went away; nil
+	// unless it did.
+	RecentArrivals *float64
+	RecentWindow   time.Duration
+	// Degraded is Config.Degraded.
+	Degraded error
+	// ClientEvidence says where per-client evidence came from ("socket-table"), or why
+	// there was none ("off", "unavailable: ..."); Clients is the last poll's.
+	ClientEvidence string
+	Clients        *ClientCounts
+	// Regime is the drain regime the watch saw before meshdrain's drain call, and RegimeWhy
+	// why, unless it is (b) (RegimeSeen.Judge); "" when not judged (the watch never started,
+	// or the sidecar gets no drain call).
+	Regime    Regime
+	RegimeWhy string
+}
+
+// ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
+// well but an action failed (the kubelet then records a FailedPreStopHook event), or 2 over
+// either when the drain ran degraded (Config.Degraded).
+func (r Result) ExitCode() int {
+	return ExitCodes.Outcome(r.Reason, r.ActionErr != nil, r.Degraded != nil)
+}
+
 // recentWindow is how far back the arrivals reported with a dying sidecar are counted.
 const recentWindow = 5 * time.Second
 
