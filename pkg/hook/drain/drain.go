@@ -260,8 +260,8 @@ func (c *coordinator) noSignal(ctx, parent context.Context, fix string) Reason {
 		fix = hints.MissingStats
 	}
 	fields := []zap.Field{zap.String("fix", fix)}
-	if hints.PlainEnvoy != "" {
-		fields = append(fields, zap.String("fix_plain_envoy", hints.PlainEnvoy))
+	for _, more := range hints.MoreNoSignalFixes {
+		fields = append(fields, zap.String(more.Key, more.Text))
 	}
 	c.log.Error(c.terms.NoSignal+"; falling back to a fixed wait",
 		append(fields, zap.Int64("fallback_wait_ms", wait.Milliseconds()))...)
