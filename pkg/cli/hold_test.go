@@ -28,15 +28,7 @@ func TestHoldHelpMatchesTheExitCodes(t *testing.T) {
 	for _, r := range hold.Reasons() {
 		want[string(r.Reason)] = r.Code
 	}
-	row := regexp.MustCompile(`^  (\d+)\s+(\S+|\(drain failed\))  `)
-	got := map[string]int{}
-	for _, line := range strings.Split(out, "\n") {
-		if m := row.FindStringSubmatch(line); m != nil {
-			code, _ := strconv.Atoi(m[1])
-			got[m[2]] = code
-		}
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := helpExitCodes(out, `\(drain failed\)`); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("help rows %v\nwant      %v", got, want)
 	}
 }
