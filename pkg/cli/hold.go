@@ -3,19 +3,25 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"go.uber.org/zap"
 )
+
+func newHoldCommand(s streams) *cobra.Command {
+	o := defaultHoldOptions()
+	cmd := &cobra.Command{Use: "hold [flags]", Short: holdShort, Long: holdLong(), Example: holdExample}
+	load := func(_ context.Context, args, environ []string) hookSetup { return loadHold(args, environ) }
+	return newHookCommand(s, cmd, func(f *pflag.FlagSet) { holdFlags(f, &o) }, load)
+}
 
 // holdOptions are `meshdrain hold`'s inputs. The timing flags are prestop's, with prestop's
 // defaults: hold must end by the same hook deadline.
@@ -31,11 +37,7 @@ type holdOptions struct {
 	outboundPort   int
 	proxyUID       int
 	drainURL       string
-	logFormat      string
-	logFile        string
-	verbose        bool
-	validate       bool
-	help           bool
+	hookOutput
 }
 
 // ownUser is --proxy-uid's default: hold runs as the proxy's user.
@@ -52,7 +54,7 @@ func defaultHoldOptions() holdOptions {
 		outboundPort:   hold.DefaultOutboundPort,
 		proxyUID:       ownUser,
 		drainURL:       hold.DefaultDrainURL,
-		logFormat:      "json",
+		hookOutput:     hookOutput{logFormat: "json"},
 	}
 }
 
@@ -68,19 +70,17 @@ func holdFlags(f *pflag.FlagSet, o *holdOptions) {
 	f.StringVar(&o.drainURL, "drain-url", o.drainURL, "POSTed once the app's hook is over: pilot-agent's /drain drains Envoy's inbound listeners and makes its SIGTERM end the proxy at once (empty: no call; loopback only)")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", o.connectTimeout, "bounds the --drain-url call")
 	f.DurationVar(&o.poll, "poll", o.poll, "interval between two reads of the socket table (at least 20ms)")
-	f.StringVar(&o.logFormat, "log-format", o.logFormat, "json or console")
-	f.StringVar(&o.logFile, "log-file", "", "write logs here instead of stderr (/proc/1/fd/1: kubectl logs -c istio-proxy); errors and the final line still go to stderr")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "also log failed socket-table reads at debug level")
-	f.BoolVar(&o.validate, "validate", false, "check the configuration and the log file, print what the hold would do, and exit 0 or 2 at once")
+	o.hookOutput.register(f, holdOutputHelp)
 }
 
-func newHoldCommand(s streams) *cobra.Command {
-	o := defaultHoldOptions()
-	cmd := &cobra.Command{
-		Use:   "hold [flags]",
-		Short: "Run as the proxy container's preStop hook: keep the proxy until the app's prestop has decided and the app has let go",
-		Long:  holdLong(),
-		Example: `  # In the pod spec: an istio-proxy container that Istio's injector merges into the proxy it
+var holdOutputHelp = hookOutputHelp{logs: "kubectl logs -c istio-proxy",
+	verbose:  "also log failed socket-table reads at debug level",
+	validate: "check the configuration and the log file, print what the hold would do, and exit 0 or 2 at once"}
+
+const holdShort = "Run as the proxy container's preStop hook: keep the proxy until the app's prestop has decided and the app has let go"
+
+// holdExample is hold's help examples; a test validates every command line in it.
+const holdExample = `  # In the pod spec: an istio-proxy container that Istio's injector merges into the proxy it
   # injects (in initContainers too, for native sidecars); the meshdrain volume is the one
   # meshdrain install fills, and the app's prestop reports to @meshdrain-hold by default:
   containers:
@@ -98,19 +98,9 @@ func newHoldCommand(s streams) *cobra.Command {
   kubectl exec deploy/web -c istio-proxy -- /meshdrain/meshdrain hold --validate --grace-period=52s --app-drain=5s
 
   # Try it by hand next to a prestop: watch port 8080, no drain call, people's logs:
-  meshdrain hold --grace-period 20s --app-drain 2s --port 8080 --drain-url= --log-format console`,
-		// hold parses its own flags: a bad flag must go through the fail-safe path (log, keep
-		// the proxy, exit 2), not end the hook at once and let the proxy drain under the app.
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runHoldCommand(cmd.Context(), s, cmd, args, os.Environ())
-		},
-	}
-	holdFlags(cmd.Flags(), &o)
-	return cmd
-}
+  meshdrain hold --grace-period 20s --app-drain 2s --port 8080 --drain-url= --log-format console`
 
-// holdLong is the help text; its exit-code table is printed from hold.Reasons.
+// holdLong is the help text; its exit-code table is printed from hold.ExitCodes.
 func holdLong() string {
 	var b strings.Builder
 	b.WriteString(`hold is meant to be the preStop hook of the pod's proxy container (istio-proxy), run
@@ -139,14 +129,7 @@ is logged and the proxy is kept until that bound, without a drain call (exit 2).
 The last log line is {"msg":"hold finished","reason":...}. Exit codes:
 
 `)
-	drainFailed := wrapRow(fmt.Sprintf("  %-4d %-18s ", hold.ExitDrainFailed, holdDrainFailedRow), "the hold ended with a reason of exit 0, but the --drain-url call failed: the proxy drains at its own SIGTERM and waits its terminationDrainDuration; the final line has drain_error")
-	for _, r := range hold.Reasons() {
-		if r.Code > hold.ExitDrainFailed && drainFailed != "" {
-			b.WriteString(drainFailed)
-			drainFailed = ""
-		}
-		b.WriteString(wrapRow(fmt.Sprintf("  %-4d %-18s ", r.Code, r.Reason), r.When))
-	}
+	b.WriteString(exitCodeTable(hold.ExitCodes.Lines()))
 	b.WriteString(`
 Every flag can also be set as MESHDRAIN_<FLAG> (e.g. MESHDRAIN_GRACE_PERIOD=45s); lists are
 comma-separated; an explicit flag wins; an unknown MESHDRAIN_* variable is a warning (an
@@ -154,17 +137,13 @@ error with --validate). More: docs/hold.md.`)
 	return b.String()
 }
 
-// The exit-code row that is not a reason: the drain call failed after a hold that ended well.
-const holdDrainFailedRow = "(drain failed)"
-
 // holdSetup is hold's configuration as loaded and checked at start.
 type holdSetup struct {
 	opts holdOptions
 	cfg  hold.Config
 	// portsFrom says where the app's ports came from.
 	portsFrom string
-	warnings  []string
-	problems  []error
+	hookStart
 	// bound is how long the fail-safe path keeps the proxy: hold.Bound of whatever parsed.
 	bound time.Duration
 }
@@ -174,30 +153,20 @@ type holdSetup struct {
 func loadHold(args, environ []string) *holdSetup {
 	setup := &holdSetup{opts: defaultHoldOptions()}
 	o := &setup.opts
-	fs := pflag.NewFlagSet("hold", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SortFlags = false
-	holdFlags(fs, o)
-	fs.BoolVarP(&o.help, "help", "h", false, "help for hold")
-
-	env := envMap(environ)
-	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
-	setup.bound = salvageProxyHold(args, lookup)
-
-	parseErr := fs.Parse(args)
+	line := parseHookCommandLine("hold", args, environ, &o.help, func(fs *pflag.FlagSet) { holdFlags(fs, o) })
+	setup.bound = salvageProxyHold(args, line.lookup)
 	if o.help {
 		return setup
 	}
-	sources, problems, warnings := hookSettings("hold", fs, parseErr, env, lookup, o.validate)
-	setup.problems, setup.warnings = append(setup.problems, problems...), append(setup.warnings, warnings...)
-	if parseErr != nil {
+	sources := line.complete("hold", o.validate, &setup.hookStart)
+	if line.parseErr != nil {
 		return setup
 	}
-	if rest := fs.Args(); len(rest) > 0 {
+	if rest := line.flags.Args(); len(rest) > 0 {
 		setup.problems = append(setup.problems, usageError("unexpected arguments %q: hold takes flags only", rest))
 	}
-	setup.check(sources, lookup)
-	fs.VisitAll(func(f *pflag.Flag) {
+	setup.check(sources, line.lookup)
+	line.flags.VisitAll(func(f *pflag.Flag) {
 		if flagsNotFromEnv[f.Name] {
 			return
 		}
@@ -325,36 +294,19 @@ func salvageProxyHold(args []string, lookup func(string) (string, bool)) time.Du
 	return hold.Bound(read("grace-period", drain.DefaultGracePeriod), read("app-drain", drain.DefaultAppDrain), read("deadline", 0))
 }
 
-// runHoldCommand is hold from its raw arguments.
-func runHoldCommand(ctx context.Context, s streams, cmd *cobra.Command, args, environ []string) error {
-	start := time.Now()
-	defer surviveClosedPipes()()
+func (setup *holdSetup) output() hookOutput { return setup.opts.hookOutput }
 
-	setup := loadHold(args, environ)
-	if setup.opts.help {
-		cmd.SetArgs(nil)
-		return cmd.Help()
-	}
-	if setup.opts.validate {
-		return reportHoldValidation(s, setup)
-	}
-	return runHold(ctx, s, setup, start)
-}
-
-func runHold(ctx context.Context, s streams, setup *holdSetup, start time.Time) error {
+// run is the hold, or its fail-safe path on a start problem.
+func (setup *holdSetup) run(ctx context.Context, s streams, start time.Time) error {
 	o := setup.opts
-	logger, closeLog, logFileErr := newHookLogger("hold", o.logFormat, o.logFile, s.err, o.verbose, setup.warnings)
+	logger, closeLog, logFileErr := o.logger("hold", s, setup.warnings)
 	defer closeLog()
 	if len(setup.problems) > 0 {
 		res := hold.FailSafe(ctx, hold.FailSafeConfig{Problems: setup.problems, Hold: setup.bound, Start: start, Logger: logger})
-		return &ExitError{Code: res.ExitCode()}
+		return hookExit(res.ExitCode())
 	}
 	cfg := setup.cfg
-	if logFileErr != nil {
-		logger.Error("--log-file cannot be used: logging to stderr instead; the hold goes on and exits 2 at the end",
-			zap.String("error", logFileErr.Error()))
-		cfg.Degraded = logFileErr
-	}
+	cfg.Degraded = degradedLog(logger, "hold", logFileErr)
 	channel, err := hold.Listen(o.channel)
 	if err != nil {
 		cfg.ChannelErr = fmt.Errorf("--channel %s: %w", o.channel, err)
@@ -366,44 +318,31 @@ func runHold(ctx context.Context, s streams, setup *holdSetup, start time.Time) 
 	cfg.Clock = clock.Real{}
 	cfg.Logger = logger
 	cfg.Start = start
-	if code := hold.Run(ctx, cfg).ExitCode(); code != 0 {
-		// The final event says why.
-		return &ExitError{Code: code}
-	}
-	return nil
+	return hookExit(hold.Run(ctx, cfg).ExitCode())
 }
 
-// reportHoldValidation prints what --validate found and exits 0 or 2 at once.
-func reportHoldValidation(s streams, setup *holdSetup) error {
-	for _, w := range setup.warnings {
-		fmt.Fprintf(s.err, "meshdrain: warning: %s\n", w)
-	}
-	if len(setup.problems) > 0 {
-		for _, p := range setup.problems {
-			fmt.Fprintf(s.err, "meshdrain: %v\n", p)
-		}
-		fmt.Fprintf(s.err, "meshdrain: hold configuration: %d problem(s); as a hook it would keep the proxy for %v without a drain call and exit 2\n", len(setup.problems), setup.bound)
-		return &ExitError{Code: ExitUsage}
-	}
+// validation is what hold --validate prints.
+func (setup *holdSetup) validation() hookValidation {
+	return hookValidation{hook: "hold", start: setup.hookStart, settings: setup.cfg.Settings, plan: setup.plan,
+		failSafe: fmt.Sprintf("keep the proxy for %v without a drain call", setup.bound)}
+}
+
+// plan is what a hold would do, as --validate prints it.
+func (setup *holdSetup) plan() []string {
 	cfg, o := setup.cfg, setup.opts
-	hookDeadline := drain.HookDeadline(cfg.GracePeriod, cfg.AppDrain, cfg.Deadline)
-	fmt.Fprintf(s.out, "hold configuration ok\n")
-	fmt.Fprintf(s.out, "  channel   %s (prestop reports there; none within %v: taken as absent)\n", o.channel, cfg.PrestopWait)
+	app := fmt.Sprintf("app       not seen (%s): the proxy is kept --app-drain %v after the app was told to stop", setup.portsFrom, cfg.AppDrain)
 	if len(cfg.App.Ports) > 0 {
-		fmt.Fprintf(s.out, "  app       ports %v (%s), outbound port %d, proxy uid %d\n", cfg.App.Ports, setup.portsFrom, cfg.App.OutboundPort, cfg.App.ProxyUID)
-	} else {
-		fmt.Fprintf(s.out, "  app       not seen (%s): the proxy is kept --app-drain %v after the app was told to stop\n", setup.portsFrom, cfg.AppDrain)
+		app = fmt.Sprintf("app       ports %v (%s), outbound port %d, proxy uid %d", cfg.App.Ports, setup.portsFrom, cfg.App.OutboundPort, cfg.App.ProxyUID)
 	}
-	fmt.Fprintf(s.out, "  timing    hook deadline %v; returns by %v (grace period %v, app drain %v)\n", hookDeadline, hold.Bound(cfg.GracePeriod, cfg.AppDrain, cfg.Deadline), cfg.GracePeriod, cfg.AppDrain)
 	drainCall := "none (the proxy drains at its own SIGTERM)"
 	if cfg.Drain != nil {
 		drainCall = cfg.Drain.String()
 	}
-	fmt.Fprintf(s.out, "  drain     %s\n", drainCall)
-	for _, setting := range cfg.Settings {
-		if setting.Source != sourceDefault {
-			fmt.Fprintf(s.out, "  %-28s = %-20s (%s)\n", "--"+setting.Name, setting.Value, setting.Source)
-		}
+	hookDeadline := drain.HookDeadline(cfg.GracePeriod, cfg.AppDrain, cfg.Deadline)
+	return []string{
+		fmt.Sprintf("channel   %s (prestop reports there; none within %v: taken as absent)", o.channel, cfg.PrestopWait),
+		app,
+		fmt.Sprintf("timing    hook deadline %v; returns by %v (grace period %v, app drain %v)", hookDeadline, hold.Bound(cfg.GracePeriod, cfg.AppDrain, cfg.Deadline), cfg.GracePeriod, cfg.AppDrain),
+		"drain     " + drainCall,
 	}
-	return nil
 }

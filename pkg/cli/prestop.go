@@ -3,18 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
@@ -65,14 +61,10 @@ type prestopOptions struct {
 	exec             string
 	execArgs         []string
 	dryRun           bool
-	logFormat        string
-	logFile          string
-	verbose          bool
-	validate         bool
-	help             bool
-	deadlineSet      bool
-	minWaitSet       bool
-	appRequestsSet   bool
+	hookOutput
+	deadlineSet    bool
+	minWaitSet     bool
+	appRequestsSet bool
 	// offline: the configuration is checked away from the pod (plan, on the preStop it
 	// writes), so what the flags name in the pod (the process to signal, its pid file, the
 	// program to run) is not looked at.
@@ -100,7 +92,7 @@ func defaultPrestopOptions() prestopOptions {
 		drainMode:        string(mesh.DrainGraceful),
 		appRequests:      appmetrics.DefaultCounter,
 		holdChannel:      hold.DefaultChannel,
-		logFormat:        "json",
+		hookOutput:       hookOutput{logFormat: "json"},
 	}
 }
 
@@ -143,19 +135,27 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.StringVar(&o.shutdownURL, "shutdown-url", "", "when drained, POST to this URL on the loopback (e.g. http://127.0.0.1:8080/actuator/shutdown) or a unix socket (unix:/run/app.sock:/actuator/shutdown)")
 	f.StringVar(&o.exec, "exec", "", "when drained, run this program (no shell; in its own process group); its arguments follow --")
 	f.BoolVar(&o.dryRun, "dry-run", false, "watch and report only: no drain call, no action")
-	f.StringVar(&o.logFormat, "log-format", o.logFormat, "json or console")
-	f.StringVar(&o.logFile, "log-file", "", "write logs here instead of stderr (/proc/1/fd/1: kubectl logs); errors and the final line still go to stderr")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "also log each poll's failures at debug level")
-	f.BoolVar(&o.validate, "validate", false, "check the configuration and everything the hook needs (variables, pid file, program, log file, URLs), then exit 0 or 2 at once")
+	o.hookOutput.register(f, prestopOutputHelp)
 }
+
+var prestopOutputHelp = hookOutputHelp{logs: "kubectl logs",
+	verbose:  "also log each poll's failures at debug level",
+	validate: "check the configuration and everything the hook needs (variables, pid file, program, log file, URLs), then exit 0 or 2 at once"}
 
 func newPrestopCommand(s streams) *cobra.Command {
 	o := defaultPrestopOptions()
-	cmd := &cobra.Command{
-		Use:   "prestop [flags] [-- EXEC-ARGS...]",
-		Short: "Run as the app container's preStop hook: return once clients have stopped sending",
-		Long:  prestopLong(),
-		Example: `  # In the pod spec (logs go to the container's stdout, visible in kubectl logs):
+	cmd := &cobra.Command{Use: "prestop [flags] [-- EXEC-ARGS...]", Short: prestopShort, Long: prestopLong(), Example: prestopExample}
+	load := func(ctx context.Context, args, environ []string) hookSetup {
+		limitPrestopMemory()
+		return loadPrestop(ctx, args, environ)
+	}
+	return newHookCommand(s, cmd, func(f *pflag.FlagSet) { prestopFlags(f, &o) }, load)
+}
+
+const prestopShort = "Run as the app container's preStop hook: return once clients have stopped sending"
+
+// prestopExample is prestop's help examples.
+const prestopExample = `  # In the pod spec (logs go to the container's stdout, visible in kubectl logs):
   lifecycle:
     preStop:
       exec:
@@ -181,23 +181,13 @@ func newPrestopCommand(s streams) *cobra.Command {
     --signal TERM --pidfile /var/run/app.pid
 
   # Run a command when drained (no shell involved):
-  meshdrain prestop --exec /app/bin/stop -- --graceful`,
-		// prestop parses its own flags: a bad flag must go through the same fail-safe path as
-		// every other start error (log, hold the app, exit 2), not end the hook at once.
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runPrestopCommand(cmd.Context(), s, cmd, args, os.Environ())
-		},
-	}
-	prestopFlags(cmd.Flags(), &o)
-	return cmd
-}
+  meshdrain prestop --exec /app/bin/stop -- --graceful`
 
 // prestopMemoryLimit is prestop's soft memory limit (Go runtime memory, not RSS): a drain
 // needs a few MiB; the stats cap is 2 MiB.
 const prestopMemoryLimit = 16 << 20
 
-// prestopLong is the help text; its exit-code table is printed from drain.Reasons, so the
+// prestopLong is the help text; its exit-code table is printed from drain.ExitCodes, so the
 // help cannot disagree with the code (TestPrestopHelpMatchesTheExitCodes).
 func prestopLong() string {
 	var b strings.Builder
@@ -250,14 +240,7 @@ unless --allow-remote is given; credentials in URLs are never logged.
 The last log line is {"msg":"drain finished","reason":...}. Exit codes:
 
 `)
-	actionRow := wrapRow(fmt.Sprintf("  %-4d %-18s ", drain.ExitActionFailed, actionFailedRow), actionFailedWhen)
-	for _, r := range drain.Reasons() {
-		if r.Code > drain.ExitActionFailed && actionRow != "" {
-			b.WriteString(actionRow)
-			actionRow = ""
-		}
-		b.WriteString(wrapRow(fmt.Sprintf("  %-4d %-18s ", r.Code, r.Reason), r.When))
-	}
+	b.WriteString(exitCodeTable(drain.ExitCodes.Lines()))
 	b.WriteString(`
 Every flag can also be set as MESHDRAIN_<FLAG> (e.g. MESHDRAIN_GRACE_PERIOD=45s); lists are
 comma-separated; an explicit flag wins; the "drain started" event says where each setting
@@ -266,90 +249,32 @@ came from, and an unknown MESHDRAIN_* variable is a warning (an error with --val
 	return b.String()
 }
 
-// The exit-code row that is not a reason: an action failed after a wait that ended well.
-const (
-	actionFailedRow  = "(action failed)"
-	actionFailedWhen = "the wait ended with a reason of exit 0, but an action (--signal, --shutdown-url, --exec) failed: the final line has action_error"
-)
-
-// wrapRow prints a table row whose text wraps under itself.
-func wrapRow(head, text string) string {
-	const width = 95
-	indent := strings.Repeat(" ", len(head))
-	var b strings.Builder
-	line := head
-	for _, word := range strings.Fields(text) {
-		if len(line)+len(word) > width && len(line) > len(head) {
-			b.WriteString(strings.TrimRight(line, " ") + "\n")
-			line = indent
-		}
-		line += word + " "
-	}
-	b.WriteString(strings.TrimRight(line, " ") + "\n")
-	return b.String()
-}
-
-// surviveClosedPipes keeps a hook going when its stdout or stderr is closed (the pipe of
-// whoever started it went away): with SIGPIPE notified, such writes fail with EPIPE instead
-// of killing the process, and the logger ignores them. It returns the undo.
-func surviveClosedPipes() (stop func()) {
-	sigpipe := make(chan os.Signal, 1)
-	signal.Notify(sigpipe, syscall.SIGPIPE)
-	return func() { signal.Stop(sigpipe) }
-}
-
-// newHookLogger is a hook's logger (prestop's, hold's): its format and file, debug with
-// verbose, every event tagged with the hook's component, and the settings' warnings logged
-// first.
-func newHookLogger(component, format, file string, stderr io.Writer, verbose bool, warnings []string) (*zap.Logger, func(), error) {
-	level := zapcore.InfoLevel
-	if verbose {
-		level = zapcore.DebugLevel
-	}
-	logger, closeLog, fileErr := newPrestopLogger(format, file, stderr, level)
-	logger = logger.With(zap.String("component", component))
-	for _, w := range warnings {
-		logger.Warn(w)
-	}
-	return logger, closeLog, fileErr
-}
-
-// runPrestopCommand is prestop from its raw arguments: load and check the configuration,
-// then either report it (--validate), hold the app (a start error), or drain.
-func runPrestopCommand(ctx context.Context, s streams, cmd *cobra.Command, args, environ []string) error {
-	start := time.Now()
-	// The hook shares the app container's memory limit: a soft limit makes the garbage
-	// collector work harder before the process grows, e.g. while it discards an admin answer
-	// that is over its cap. GOMEMLIMIT still wins.
+// limitPrestopMemory sets prestop's soft memory limit. The hook shares the app container's
+// memory limit: a soft limit makes the garbage collector work harder before the process
+// grows, e.g. while it discards an admin answer that is over its cap. GOMEMLIMIT still wins.
+func limitPrestopMemory() {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(prestopMemoryLimit)
 	}
-	defer surviveClosedPipes()()
-
-	setup := loadPrestop(ctx, args, environ)
-	if setup.opts.help {
-		cmd.SetArgs(nil)
-		return cmd.Help()
-	}
-	if setup.opts.validate {
-		return reportValidation(s, setup)
-	}
-	return runPrestop(ctx, s, setup, start)
 }
 
-func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.Time) error {
+func (setup *prestopSetup) output() hookOutput { return setup.opts.hookOutput }
+
+// run is the drain, or its fail-safe path on a start problem.
+func (setup *prestopSetup) run(ctx context.Context, s streams, start time.Time) error {
 	o := setup.opts
-	logger, closeLog, logFileErr := newHookLogger("prestop", o.logFormat, o.logFile, s.err, o.verbose, setup.warnings)
+	logger, closeLog, logFileErr := o.logger("prestop", s, setup.warnings)
 	defer closeLog()
 	report := startHoldReport(setup, start)
+	failSafe := func(problems []error) error {
+		return endPrestop(report, drain.FailSafe(ctx, drain.FailSafeConfig{Problems: problems, Hold: setup.hold, Start: start, Logger: logger}))
+	}
 	if len(setup.problems) > 0 {
-		return endPrestop(report, drain.FailSafe(ctx, drain.FailSafeConfig{Problems: setup.problems, Hold: setup.hold, Start: start, Logger: logger}))
+		return failSafe(setup.problems)
 	}
 	cfg := setup.cfg
-	if logFileErr != nil {
-		logger.Error("--log-file cannot be used: logging to stderr instead; the drain goes on and exits 2 at the end",
-			zap.String("error", logFileErr.Error()))
-		cfg.Degraded = logFileErr
+	if err := degradedLog(logger, "drain", logFileErr); err != nil {
+		cfg.Degraded = err
 	}
 	if o.minWait > cfg.MinWait {
 		logger.Warn("the deadline comes before the default --min-wait: the grace period does not cover endpoint propagation, and a silent client may still send after the app stops",
@@ -370,7 +295,7 @@ func runPrestop(ctx context.Context, s streams, setup *prestopSetup, start time.
 		var problems []error
 		sidecar, problems = detectForDrain(ctx, logger, setup, &cfg, start)
 		if len(problems) > 0 {
-			return endPrestop(report, drain.FailSafe(ctx, drain.FailSafeConfig{Problems: problems, Hold: setup.hold, Start: start, Logger: logger}))
+			return failSafe(problems)
 		}
 	}
 	if hook, ok := sidecar.(*linkerd.HookSidecar); ok {
@@ -405,47 +330,19 @@ func startHoldReport(setup *prestopSetup, start time.Time) *hold.Reporter {
 // the outcome into the exit code.
 func endPrestop(report *hold.Reporter, res drain.Result) error {
 	report.Done(string(res.Reason), res.ExitCode())
-	if code := res.ExitCode(); code != 0 {
-		// The final event says why; nothing more is printed after it.
-		return &ExitError{Code: code}
-	}
-	return nil
+	return hookExit(res.ExitCode())
 }
 
-// reportValidation prints what --validate found and exits 0 or 2 at once.
-func reportValidation(s streams, setup *prestopSetup) error {
-	for _, w := range setup.warnings {
-		fmt.Fprintf(s.err, "meshdrain: warning: %s\n", w)
-	}
-	if len(setup.problems) > 0 {
-		for _, p := range setup.problems {
-			fmt.Fprintf(s.err, "meshdrain: %v\n", p)
-		}
-		fmt.Fprintf(s.err, "meshdrain: prestop configuration: %d problem(s); as a hook it would hold the app for %v and exit 2\n", len(setup.problems), setup.hold)
-		return &ExitError{Code: ExitUsage}
-	}
-	cfg := setup.cfg
-	fmt.Fprintf(s.out, "prestop configuration ok\n")
-	switch o := setup.opts; {
-	case o.mesh == mesh.Auto:
-		fmt.Fprintf(s.out, "  mesh      auto: asks %s at start, within --connect-timeout %v\n", strings.Join(redactAll(setup.candidates), ", then "), o.connectTimeout)
-	case o.mesh == mesh.None:
-		fmt.Fprintf(s.out, "  mesh      none: reads the pod's socket table and /proc/net/snmp on --port %v, no drain call (%s)\n", o.ports, kernel.NoDrainCallReason)
-		if len(o.ignoreSources) > 0 {
-			fmt.Fprintf(s.out, "  ignore    %s\n", strings.Join(o.ignoreSources, ", "))
-		}
-		if o.appMetrics != "" {
-			fmt.Fprintf(s.out, "  app       %s from %s, before --eds-lag-bound\n", o.appRequests, localhttp.Redact(o.appMetrics))
-		}
-	case o.mesh == mesh.Linkerd:
-		fmt.Fprintf(s.out, "  mesh      linkerd: reads /metrics, no drain call (%s)\n", linkerd.NoDrainCallReason)
-		fmt.Fprintf(s.out, "  admin     %s\n", setup.adminURL)
-	default:
-		fmt.Fprintf(s.out, "  mesh      %s: reads Envoy's /stats, drain call %s\n", o.mesh, cfg.DrainMode)
-		fmt.Fprintf(s.out, "  admin     %s\n", setup.adminURL)
-	}
-	fmt.Fprintf(s.out, "  deadline  %v (grace period %v, actions end by %v)\n", cfg.Deadline, cfg.GracePeriod, cfg.GracePeriod-drain.DefaultActionMargin)
-	fmt.Fprintf(s.out, "  wait      quiet %v, poll %v, min-wait %v, fallback %v\n", cfg.Quiet, cfg.Poll, cfg.MinWait, cfg.FallbackWait)
+// validation is what prestop --validate prints.
+func (setup *prestopSetup) validation() hookValidation {
+	return hookValidation{hook: "prestop", start: setup.hookStart, settings: setup.cfg.Settings, plan: setup.plan,
+		failSafe: fmt.Sprintf("hold the app for %v", setup.hold)}
+}
+
+// plan is what a prestop would do, as --validate prints it.
+func (setup *prestopSetup) plan() []string {
+	cfg, o := setup.cfg, setup.opts
+	lines := setup.meshLines()
 	actions := "none (the kubelet sends SIGTERM when prestop returns)"
 	if len(cfg.Actions) > 0 {
 		names := make([]string, len(cfg.Actions))
@@ -454,26 +351,44 @@ func reportValidation(s streams, setup *prestopSetup) error {
 		}
 		actions = strings.Join(names, "; ")
 	}
-	fmt.Fprintf(s.out, "  actions   %s\n", actions)
 	holdReport := "none (--hold-channel is empty)"
 	switch {
-	case setup.opts.holdChannel != "" && setup.opts.dryRun:
+	case o.holdChannel != "" && o.dryRun:
 		holdReport = "none (a dry run)"
-	case setup.opts.holdChannel != "":
-		holdReport = "reports to meshdrain hold on " + setup.opts.holdChannel + " (if the proxy runs one)"
+	case o.holdChannel != "":
+		holdReport = "reports to meshdrain hold on " + o.holdChannel + " (if the proxy runs one)"
 	}
-	fmt.Fprintf(s.out, "  hold      %s\n", holdReport)
-	if setup.opts.drainAt == drainAtEnd {
+	lines = append(lines,
+		fmt.Sprintf("deadline  %v (grace period %v, actions end by %v)", cfg.Deadline, cfg.GracePeriod, cfg.GracePeriod-drain.DefaultActionMargin),
+		fmt.Sprintf("wait      quiet %v, poll %v, min-wait %v, fallback %v", cfg.Quiet, cfg.Poll, cfg.MinWait, cfg.FallbackWait),
+		"actions   "+actions,
+		"hold      "+holdReport)
+	if o.drainAt == drainAtEnd {
 		// The pod's spec, where the injector merged the override or not, is not visible here.
-		fmt.Fprintf(s.out, "  override  whether the injector merged istio-proxy's meshdrain hold cannot be seen from this container; "+
-			"from a machine with kubectl: kubectl get pod POD -o yaml | meshdrain check --pod-spec -\n")
+		lines = append(lines, "override  whether the injector merged istio-proxy's meshdrain hold cannot be seen from this container; "+
+			"from a machine with kubectl: kubectl get pod POD -o yaml | meshdrain check --pod-spec -")
 	}
-	for _, setting := range cfg.Settings {
-		if setting.Source != sourceDefault {
-			fmt.Fprintf(s.out, "  %-28s = %-20s (%s)\n", "--"+setting.Name, setting.Value, setting.Source)
+	return lines
+}
+
+// meshLines are --validate's lines about the mesh: what the drain reads, and its drain call.
+func (setup *prestopSetup) meshLines() []string {
+	switch o := setup.opts; o.mesh {
+	case mesh.Auto:
+		return []string{fmt.Sprintf("mesh      auto: asks %s at start, within --connect-timeout %v", strings.Join(redactAll(setup.candidates), ", then "), o.connectTimeout)}
+	case mesh.None:
+		lines := []string{fmt.Sprintf("mesh      none: reads the pod's socket table and /proc/net/snmp on --port %v, no drain call (%s)", o.ports, kernel.NoDrainCallReason)}
+		if len(o.ignoreSources) > 0 {
+			lines = append(lines, "ignore    "+strings.Join(o.ignoreSources, ", "))
 		}
+		if o.appMetrics != "" {
+			lines = append(lines, fmt.Sprintf("app       %s from %s, before --eds-lag-bound", o.appRequests, localhttp.Redact(o.appMetrics)))
+		}
+		return lines
+	case mesh.Linkerd:
+		return []string{"mesh      linkerd: reads /metrics, no drain call (" + linkerd.NoDrainCallReason + ")", "admin     " + setup.adminURL}
 	}
-	return nil
+	return []string{fmt.Sprintf("mesh      %s: reads Envoy's /stats, drain call %s", setup.opts.mesh, setup.cfg.DrainMode), "admin     " + setup.adminURL}
 }
 
 func redactAll(urls []string) []string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -30,9 +29,7 @@ type prestopSetup struct {
 	candidates []string
 	// drainModeSet: --drain-mode was given (flag or variable), worth a warning for Linkerd.
 	drainModeSet bool
-	// warnings are logged at start; problems send prestop down the fail-safe path.
-	warnings []string
-	problems []error
+	hookStart
 	// hold is how long the fail-safe path holds the app: from whatever parsed.
 	hold time.Duration
 }
@@ -52,17 +49,9 @@ func loadPrestop(ctx context.Context, args, environ []string) *prestopSetup {
 func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []string) *prestopSetup {
 	setup := &prestopSetup{opts: from}
 	o := &setup.opts
-	fs := pflag.NewFlagSet("prestop", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SortFlags = false
-	prestopFlags(fs, o)
-	fs.BoolVarP(&o.help, "help", "h", false, "help for prestop")
-
-	env := envMap(environ)
-	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	line := parseHookCommandLine("prestop", args, environ, &o.help, func(fs *pflag.FlagSet) { prestopFlags(fs, o) })
+	fs, lookup, parseErr := line.flags, line.lookup, line.parseErr
 	setup.hold = salvageHold(args, lookup)
-
-	parseErr := fs.Parse(args)
 	if parseErr != nil {
 		// The parser stops at the bad flag: a --validate after it must still answer at once
 		// rather than hold the app as a hook would.
@@ -71,8 +60,7 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	if o.help {
 		return setup
 	}
-	sources, problems, warnings := hookSettings("prestop", fs, parseErr, env, lookup, o.validate)
-	setup.problems, setup.warnings = append(setup.problems, problems...), append(setup.warnings, warnings...)
+	sources := line.complete("prestop", o.validate, &setup.hookStart)
 	if parseErr != nil {
 		// The options are only partly parsed: checking them would report the wrong things.
 		return setup

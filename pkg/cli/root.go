@@ -15,17 +15,18 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/exitcode"
 )
 
 // Exit codes shared by every command. A command that needs a specific code returns an
-// *ExitError.
+// *ExitError; the hooks' own codes are their contract's (package exitcode), whose usage
+// and signal codes every command shares.
 const (
-	ExitOK       = 0
+	ExitOK       = exitcode.OK
 	ExitFailure  = 1
-	ExitUsage    = 2
-	ExitDeadline = 3
-	ExitNoSignal = 4
-	ExitSignaled = 130
+	ExitUsage    = exitcode.ConfigError
+	ExitSignaled = exitcode.Interrupted
 )
 
 // ExitError carries the exit code a command wants, with an optional message to print.

@@ -73,8 +73,10 @@ type Sidecar interface {
 type Hints struct {
 	// MissingStats is the fix when the sidecar exposes no usable inbound stat.
 	MissingStats string
-	// PlainEnvoy is added to the no-signal event as fix_plain_envoy; "" leaves it out.
-	PlainEnvoy string
+	// MoreNoSignalFixes are added to the no-signal event beside MissingStats, each under its
+	// own key: the fixes that only one kind of sidecar has (an Envoy that is not Istio's
+	// names its inbound side only when told).
+	MoreNoSignalFixes []Fix
 	// SidecarGone is the fix when the sidecar went away under live traffic.
 	SidecarGone string
 	// Unreachable, when set, is added to the event of an admin port never reached.
@@ -85,6 +87,11 @@ type Hints struct {
 	// AdminCounter names the sidecar's own admin request counter (Snapshot
 	// AdminRequestsTotal) in frozen-answer errors.
 	AdminCounter string
+}
+
+// Fix is a hint under the key an event gives it.
+type Fix struct {
+	Key, Text string
 }
 
 // Names are the meshes' names, for flag help and shell completion.

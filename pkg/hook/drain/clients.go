@@ -23,6 +23,12 @@ type ClientEvidence interface {
 	Counts(ctx context.Context, traffic Traffic) (ClientCounts, error)
 }
 
+// FinalFields is what an evidence source adds to the final event beyond the counts: the
+// fields only that source has, which the rule never reads.
+type FinalFields interface {
+	FinalFields() []zap.Field
+}
+
 // Traffic is what one poll's stats say of the inbound side, for the evidence: whether
 // requests reached the pod since its table was read (a connection gone meanwhile may have
 // carried one), and whether any connection was opened or closed (if none was and nothing
@@ -104,24 +110,8 @@ func (c *coordinator) clientFields() []zap.Field {
 			// (an ingress controller's keep-alive pool, a client without a sidecar).
 			fields = append(fields, zap.Strings("clients_held_on", n.Holders))
 		}
-		if n.LastActivity != "" {
-			fields = append(fields, zap.String("last_activity", n.LastActivity))
-		}
-		if len(n.NeverLearn) > 0 {
-			fields = append(fields, zap.Strings("clients_never_learn", n.NeverLearn))
-		}
-		if len(n.LateOpeners) > 0 {
-			fields = append(fields, zap.Strings("clients_opening_past_bound", n.LateOpeners))
-		}
-		if len(n.AddressingPod) > 0 {
-			fields = append(fields, zap.Strings("clients_addressing_pod", n.AddressingPod))
-		}
-		if a := n.App; a != nil {
-			fields = append(fields, zap.Float64("app_requests", a.Requests), zap.Float64("app_requests_added", a.Added),
-				zap.Int("app_metrics_reads", a.Reads))
-			if a.Failed > 0 {
-				fields = append(fields, zap.Int("app_metrics_failed", a.Failed), zap.String("app_metrics_error", a.LastError))
-			}
+		if n.Named != nil {
+			fields = append(fields, n.Named.FinalFields()...)
 		}
 	}
 	return fields

@@ -47,15 +47,8 @@ const (
 	ReasonInterrupted     Reason = "interrupted" // meshdrain itself was asked to stop
 )
 
-// ExitCode is the process exit code for a reason (the table in Reasons).
-func (r Reason) ExitCode() int {
-	for _, info := range reasonTable {
-		if info.Reason == r {
-			return info.Code
-		}
-	}
-	return 0
-}
+// ExitCode is the process exit code for a reason (ExitCodes).
+func (r Reason) ExitCode() int { return ExitCodes.Code(r) }
 
 // Sidecar is what the coordinator needs of the pod's sidecar: any mesh's (mesh.Sidecar).
 type Sidecar = mesh.Sidecar
@@ -66,147 +59,6 @@ type Sidecar = mesh.Sidecar
 // it: the poll that would end the wait is followed by a complete read, and that one decides.
 type UsedOnlyReader interface {
 	InboundUsed(ctx context.Context, sel mesh.Selector) (mesh.Snapshot, error)
-}
-
-// Config holds every knob of one drain. Durations are relative to the moment Run starts.
-type Config struct {
-	Selector  mesh.Selector
-	DrainMode mesh.DrainMode
-	// Deadline is when the wait ends whatever the counters say.
-	Deadline time.Duration
-	// Quiet is how long the arrival counter must stand still.
-	Quiet time.Duration
-	// LatencyAllowance extends Quiet when the only signal counts completions, which lag
-	// arrivals by the request latency.
-	LatencyAllowance time.Duration
-	// MinWait is the least time to wait, whatever the counters say.
-	MinWait time.Duration
-	// StreamsWait is how long requests may stay open once the quiet window has passed before
-	// the wait ends with quiet-streams; zero or less waits for them to end (rule.go).
-	StreamsWait time.Duration
-	// ClientPeriod is the clients' declared schedule (--client-period): while a client sends,
-	// it sends at least this often, so the rule's gaps term is not needed (rule.go).
-	ClientPeriod time.Duration
-	// RPSPerClient is one client's request rate as the operator stated it (--rps-per-client):
-	// with it, or with ClientPeriod, a client that sent without showing a pool is judged by
-	// its own silence (RuleConfig.ClientQuiet).
-	RPSPerClient float64
-	// DrainAtEnd defers the drain call until the wait ends, just before the app is told to
-	// stop (--drain-at end): where the sidecar's own drain at the deletion is turned off,
-	// idle pooled connections stay open until each client lets go, which is the evidence
-	// Clients reads; the call then tells whatever is left (non-mesh keep-alives, HTTP/2) to
-	// go before the app stops accepting.
-	DrainAtEnd bool
-	// LagBound is how late the last client applies the endpoint removal (--eds-lag-bound;
-	// RuleConfig.LagBound): past it, one quiet window of silence is enough.
-	LagBound time.Duration
-	// SettledQuiet: RuleConfig.SettledQuiet (--settled-quiet).
-	SettledQuiet time.Duration
-	// Clients, when set, gives per-client evidence at every poll (ClientEvidence).
-	Clients ClientEvidence
-	// Poll is the interval between two stats requests.
-	Poll time.Duration
-	// ConnectTimeout bounds how long an unreachable admin port is retried before concluding
-	// there is no sidecar; it also bounds each admin call.
-	ConnectTimeout time.Duration
-	// FallbackWait is how long to wait when there is no usable signal (capped by Deadline).
-	FallbackWait time.Duration
-	// DryRun watches and reports without draining or acting.
-	DryRun bool
-	// Actions run, in order, once the wait ends (except when interrupted or in a dry run).
-	Actions []Action
-	// ActionTimeout bounds the actions.
-	ActionTimeout time.Duration
-	// ErrorLogInterval rate-limits the logging of transient admin errors.
-	ErrorLogInterval time.Duration
-	Clock            clock.Clock
-	Logger           *zap.Logger
-
-	// Start is when the hook started (default: when Run is called): the deadline and the
-	// grace period count from it, so checks made before Run are not free.
-	Start time.Time
-	// GracePeriod, when known, bounds the actions: their timeout is cut so they end
-	// ActionMargin before it.
-	GracePeriod  time.Duration
-	ActionMargin time.Duration
-	// ProgressInterval is how often a long watch logs where it stands (default 5s).
-	ProgressInterval time.Duration
-	// Settings are reported in the "drain started" event with where each came from.
-	Settings []Setting
-	// Degraded is a start problem that did not stop the drain (an unusable --log-file): it
-	// is in the final event, and the exit code is ExitConfigError where it would be 0 or 1,
-	// so that the kubelet records a FailedPreStopHook event carrying it.
-	Degraded error
-}
-
-// DefaultActionMargin is kept between the actions' end and the grace period's: the kubelet
-// started counting the grace period a little before meshdrain started.
-const DefaultActionMargin = 500 * time.Millisecond
-
-// Result is the outcome of one drain, as reported in the final log event.
-type Result struct {
-	Reason  Reason
-	Elapsed time.Duration
-	Signal  mesh.Signal
-	Naming  mesh.Naming
-	// RequestsAfterDrain counts arrivals after the drain call; nil when never measured.
-	RequestsAfterDrain *float64
-	// ActiveAtEnd is the in-flight gauge at the end; nil when unknown.
-	ActiveAtEnd *float64
-	// LastArrival is when the arrival counter last moved, relative to the start.
-	LastArrival time.Duration
-	// LongestGap is the longest time the counter stood still during the watch, the pause in
-	// progress at the end included.
-	LongestGap time.Duration
-	// Window is the last quiet window the rule asked for, WindowTerm what set it, and
-	// WindowCapped whether it reached past the deadline (rule.go).
-	Window       time.Duration
-	WindowTerm   WindowTerm
-	WindowCapped bool
-	// Rate is the arrival rate (per second) behind the rate term; 0 when none.
-	Rate float64
-	// OpenStreams is the in-flight gauge when the wait ended with quiet-streams.
-	OpenStreams *float64
-	Polls       int
-	// CompleteReads counts the polls made to confirm a decision that a cheaper poll
-	// (UsedOnlyReader) proposed; they are in Polls too.
-	CompleteReads int
-	AdminErrors   int
-	DrainCalled   bool
-	ActionsRun    bool
-	ActionsTook   time.Duration
-	ActionErr     error
-	// FrozenAnswers counts admin answers that could not be fresh (counted in AdminErrors too).
-	FrozenAnswers int
-	// RecentArrivals is what arrived in the RecentWindow before the sidecar went away; nil
-	// unless it did.
-	RecentArrivals *float64
-	RecentWindow   time.Duration
-	// Degraded is Config.Degraded.
-	Degraded error
-	// ClientEvidence says where per-client evidence came from ("socket-table"), or why
-	// there was none ("off", "unavailable: ..."); Clients is the last poll's.
-	ClientEvidence string
-	Clients        *ClientCounts
-	// Regime is the drain regime the watch saw before meshdrain's drain call, and RegimeWhy
-	// why, unless it is (b) (RegimeSeen.Judge); "" when not judged (the watch never started,
-	// or the sidecar gets no drain call).
-	Regime    Regime
-	RegimeWhy string
-}
-
-// ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
-// well but an action failed (the kubelet then records a FailedPreStopHook event), or 2 over
-// either when the drain ran degraded (Config.Degraded).
-func (r Result) ExitCode() int {
-	code := r.Reason.ExitCode()
-	if code == 0 && r.ActionErr != nil {
-		code = ExitActionFailed
-	}
-	if r.Degraded != nil && code < ExitConfigError {
-		code = ExitConfigError
-	}
-	return code
 }
 
 // Run coordinates one drain and returns its outcome. It returns when a reason holds; the
@@ -408,8 +260,8 @@ func (c *coordinator) noSignal(ctx, parent context.Context, fix string) Reason {
 		fix = hints.MissingStats
 	}
 	fields := []zap.Field{zap.String("fix", fix)}
-	if hints.PlainEnvoy != "" {
-		fields = append(fields, zap.String("fix_plain_envoy", hints.PlainEnvoy))
+	for _, more := range hints.MoreNoSignalFixes {
+		fields = append(fields, zap.String(more.Key, more.Text))
 	}
 	c.log.Error(c.terms.NoSignal+"; falling back to a fixed wait",
 		append(fields, zap.Int64("fallback_wait_ms", wait.Milliseconds()))...)
@@ -739,16 +591,4 @@ func optionalField(key string, v *float64) zap.Field {
 		return zap.Reflect(key, nil)
 	}
 	return zap.Float64(key, *v)
-}
-
-// KillMargin is the time kept between the app's latest possible exit and the kubelet's
-// SIGKILL at the end of the grace period.
-const KillMargin = time.Second
-
-// DefaultDeadline is prestop's deadline when none is given: the grace period less the app's
-// own drain and KillMargin, so that an app told to stop at the deadline still finishes its
-// in-flight work before the kubelet's SIGKILL. Zero or less means the grace period is too
-// short for that.
-func DefaultDeadline(gracePeriod, appDrain time.Duration) time.Duration {
-	return gracePeriod - appDrain - KillMargin
 }

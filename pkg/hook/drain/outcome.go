@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/exitcode"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -20,33 +21,90 @@ const (
 
 // ExitActionFailed is the exit code when the wait ended with a reason whose code is 0 but an
 // action (--signal, --shutdown-url, --exec) failed.
-const ExitActionFailed = 1
+const ExitActionFailed = exitcode.FailedAfter
 
 // ExitConfigError is ReasonConfigError's exit code, also used when a drain ran degraded.
-const ExitConfigError = 2
+const ExitConfigError = exitcode.ConfigError
 
-// ReasonInfo documents one way a drain ends. It is the single source of the exit-code
-// contract: ExitCode reads it, `prestop --help` prints it, and tests hold the README to it.
-type ReasonInfo struct {
-	Reason Reason
-	Code   int
-	When   string
-}
+// ReasonInfo documents one way a drain ends.
+type ReasonInfo = exitcode.Row[Reason]
 
-var reasonTable = []ReasonInfo{
-	{ReasonQuiet, 0, "the inbound counter stood still for the quiet window (at least --quiet; longer when the traffic's own pauses are) with nothing active, and --min-wait is over"},
-	{ReasonQuietStreams, 0, "arrivals stopped for the quiet window but requests stayed open (streams, WebSockets, TCP connections) for --streams-wait more: the app's own shutdown ends them; the final line has open_streams"},
-	{ReasonSidecarGone, 0, "the admin port started refusing while no request had arrived within the quiet window and none was active: the sidecar is gone, nothing is lost"},
-	{ReasonNoSidecar, 0, "the admin port was never reached within --connect-timeout"},
-	{ReasonConfigError, 2, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"},
-	{ReasonDeadline, 3, "--deadline came first"},
-	{ReasonNoSignal, 4, "the sidecar exposes no usable inbound stat (or none for --port; --mesh none: nothing listens on --port): the log names the fix; the app was held for --fallback-wait"},
-	{ReasonSidecarGoneBusy, 5, "the admin port started refusing while requests were still arriving or in flight: the sidecar stopped under live traffic (Envoy killed by Istio's terminationDrainDuration, a classic Linkerd proxy SIGTERMed at the deletion), and those requests failed"},
-	{ReasonInterrupted, 130, "meshdrain itself got SIGINT, SIGTERM or SIGHUP; no action runs"},
-}
+// ExitCodes is prestop's exit-code contract: ExitCode reads it, `prestop --help` prints it,
+// and tests hold the README to it.
+var ExitCodes = exitcode.NewTable("(action failed)",
+	"the wait ended with a reason of exit 0, but an action (--signal, --shutdown-url, --exec) failed: the final line has action_error",
+	exitcode.Ends(ReasonQuiet, exitcode.OK, "the inbound counter stood still for the quiet window (at least --quiet; longer when the traffic's own pauses are) with nothing active, and --min-wait is over"),
+	exitcode.Ends(ReasonQuietStreams, exitcode.OK, "arrivals stopped for the quiet window but requests stayed open (streams, WebSockets, TCP connections) for --streams-wait more: the app's own shutdown ends them; the final line has open_streams"),
+	exitcode.Ends(ReasonSidecarGone, exitcode.OK, "the admin port started refusing while no request had arrived within the quiet window and none was active: the sidecar is gone, nothing is lost"),
+	exitcode.Ends(ReasonNoSidecar, exitcode.OK, "the admin port was never reached within --connect-timeout"),
+	exitcode.Ends(ReasonConfigError, exitcode.ConfigError, "a flag, MESHDRAIN_* variable or start check was wrong: the error is logged and the app is held for --fallback-wait (capped by the grace period); also when only --log-file could not be opened (the drain ran with stderr logs)"),
+	exitcode.Ends(ReasonDeadline, exitcode.Deadline, "--deadline came first"),
+	exitcode.Ends(ReasonNoSignal, exitcode.NoSignal, "the sidecar exposes no usable inbound stat (or none for --port; --mesh none: nothing listens on --port): the log names the fix; the app was held for --fallback-wait"),
+	exitcode.Ends(ReasonSidecarGoneBusy, exitcode.SidecarGoneBusy, "the admin port started refusing while requests were still arriving or in flight: the sidecar stopped under live traffic (Envoy killed by Istio's terminationDrainDuration, a classic Linkerd proxy SIGTERMed at the deletion), and those requests failed"),
+	exitcode.Ends(ReasonInterrupted, exitcode.Interrupted, "meshdrain itself got SIGINT, SIGTERM or SIGHUP; no action runs"),
+)
 
 // Reasons returns every reason with its exit code, in the order of the contract.
-func Reasons() []ReasonInfo { return append([]ReasonInfo(nil), reasonTable...) }
+func Reasons() []ReasonInfo { return ExitCodes.Reasons() }
+
+// Result is the outcome of one drain, as reported in the final log event.
+type Result struct {
+	Reason  Reason
+	Elapsed time.Duration
+	Signal  mesh.Signal
+	Naming  mesh.Naming
+	// RequestsAfterDrain counts arrivals after the drain call; nil when never measured.
+	RequestsAfterDrain *float64
+	// ActiveAtEnd is the in-flight gauge at the end; nil when unknown.
+	ActiveAtEnd *float64
+	// LastArrival is when the arrival counter last moved, relative to the start.
+	LastArrival time.Duration
+	// LongestGap is the longest time the counter stood still during the watch, the pause in
+	// progress at the end included.
+	LongestGap time.Duration
+	// Window is the last quiet window the rule asked for, WindowTerm what set it, and
+	// WindowCapped whether it reached past the deadline (rule.go).
+	Window       time.Duration
+	WindowTerm   WindowTerm
+	WindowCapped bool
+	// Rate is the arrival rate (per second) behind the rate term; 0 when none.
+	Rate float64
+	// OpenStreams is the in-flight gauge when the wait ended with quiet-streams.
+	OpenStreams *float64
+	Polls       int
+	// CompleteReads counts the polls made to confirm a decision that a cheaper poll
+	// (UsedOnlyReader) proposed; they are in Polls too.
+	CompleteReads int
+	AdminErrors   int
+	DrainCalled   bool
+	ActionsRun    bool
+	ActionsTook   time.Duration
+	ActionErr     error
+	// FrozenAnswers counts admin answers that could not be fresh (counted in AdminErrors too).
+	FrozenAnswers int
+	// RecentArrivals is what arrived in the RecentWindow before the sidecar went away; nil
+	// unless it did.
+	RecentArrivals *float64
+	RecentWindow   time.Duration
+	// Degraded is Config.Degraded.
+	Degraded error
+	// ClientEvidence says where per-client evidence came from ("socket-table"), or why
+	// there was none ("off", "unavailable: ..."); Clients is the last poll's.
+	ClientEvidence string
+	Clients        *ClientCounts
+	// Regime is the drain regime the watch saw before meshdrain's drain call, and RegimeWhy
+	// why, unless it is (b) (RegimeSeen.Judge); "" when not judged (the watch never started,
+	// or the sidecar gets no drain call).
+	Regime    Regime
+	RegimeWhy string
+}
+
+// ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended
+// well but an action failed (the kubelet then records a FailedPreStopHook event), or 2 over
+// either when the drain ran degraded (Config.Degraded).
+func (r Result) ExitCode() int {
+	return ExitCodes.Outcome(r.Reason, r.ActionErr != nil, r.Degraded != nil)
+}
 
 // recentWindow is how far back the arrivals reported with a dying sidecar are counted.
 const recentWindow = 5 * time.Second

@@ -175,36 +175,14 @@ type ClientCounts struct {
 	// LastSent is the latest time a Sending client sent (sockets.Client.LastData); zero when
 	// none.
 	LastSent time.Time
-	// Without a sidecar (--mesh none), the rule never holds for a client: these only name,
-	// in the final event, the clients the kernel showed past the lag bound. NeverLearn sent
-	// on connections opened before it (routed per connection, they will not move: the app's
-	// graceful shutdown serves them); LateOpeners opened new connections past it (a node
-	// whose proxy has not synced, or a caller addressing the pod directly). LastActivity is
-	// the kind of the latest activity that counted (mesh/kernel's Activity*).
-	NeverLearn, LateOpeners []string
-	LastActivity            string
-	// AddressingPod (without a sidecar) are the LateOpeners taken for callers that address
-	// the pod directly: past the bound they kept the period they opened at before it, and
-	// their activity there no longer counts unless --wait-past-bound-openers.
-	AddressingPod []string
 	// LastLearning (without a sidecar) is the latest counted activity that may have come from
 	// a client still to learn of the removal: everything counted but the data, on connections
 	// opened before the lag bound, of the NeverLearn clients (kernel.Summary.LastLearning).
 	// Past the bound, the settled window runs from it. Zero: unknown.
 	LastLearning time.Time
-	// App is what the app's own request counter gave (--mesh none --app-metrics); nil
-	// without one.
-	App *AppRequests
-}
-
-// AppRequests is the account of the app's own request counter, for the final event.
-type AppRequests struct {
-	// Requests is what it counted since the drain began, Added what of it the kernel had not
-	// shown (counted as activity).
-	Requests, Added float64
-	// Reads and Failed count the reads of the app's metrics; LastError is the latest failure.
-	Reads, Failed int
-	LastError     string
+	// Named is the evidence source's own account of its clients, for the final event only
+	// (the kernel's clients past the lag bound, the app's own counter); nil: nothing more.
+	Named FinalFields
 }
 
 // Observation is one poll's reading.

@@ -134,3 +134,15 @@ func SettledQuiet(given, poll time.Duration) time.Duration {
 	}
 	return max(DefaultQuiet, MinQuietPolls*poll)
 }
+
+// KillMargin is the time kept between the app's latest possible exit and the kubelet's
+// SIGKILL at the end of the grace period.
+const KillMargin = time.Second
+
+// DefaultDeadline is prestop's deadline when none is given: the grace period less the app's
+// own drain and KillMargin, so that an app told to stop at the deadline still finishes its
+// in-flight work before the kubelet's SIGKILL. Zero or less means the grace period is too
+// short for that.
+func DefaultDeadline(gracePeriod, appDrain time.Duration) time.Duration {
+	return gracePeriod - appDrain - KillMargin
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
@@ -33,11 +35,13 @@ func (k Kernel) Counts(context.Context, drain.Traffic) (drain.ClientCounts, erro
 	return KernelCounts(k.Kernel.Clients(), k.Kernel.Summary()), nil
 }
 
-// KernelCounts sums a kernel's clients for the rule and the final event.
+// KernelCounts sums a kernel's clients for the rule, and names for the final event the ones
+// the kernel showed past the lag bound (kernelNamed).
 func KernelCounts(clients []kernel.Client, s kernel.Summary) drain.ClientCounts {
-	c := drain.ClientCounts{LastActivity: s.LastActivity, LastLearning: s.LastLearning}
+	c := drain.ClientCounts{LastLearning: s.LastLearning}
+	named := &kernelNamed{lastActivity: s.LastActivity}
 	if a := s.App; a != nil {
-		c.App = &drain.AppRequests{Requests: a.Requests, Added: a.Added, Reads: a.Reads, Failed: a.Failed, LastError: a.LastError}
+		named.app = &appRequests{requests: a.Requests, added: a.Added, reads: a.Reads, failed: a.Failed, lastError: a.LastError}
 	}
 	for _, cl := range clients {
 		switch {
@@ -48,15 +52,68 @@ func KernelCounts(clients []kernel.Client, s kernel.Summary) drain.ClientCounts 
 		default:
 			c.NoEvidence++
 		}
-		if cl.NeverLearns() && len(c.NeverLearn) < maxHolders {
-			c.NeverLearn = append(c.NeverLearn, cl.Addr.String())
+		if cl.NeverLearns() && len(named.neverLearn) < maxHolders {
+			named.neverLearn = append(named.neverLearn, cl.Addr.String())
 		}
-		if cl.NewPastBound > 0 && len(c.LateOpeners) < maxHolders {
-			c.LateOpeners = append(c.LateOpeners, cl.Addr.String())
+		if cl.NewPastBound > 0 && len(named.lateOpeners) < maxHolders {
+			named.lateOpeners = append(named.lateOpeners, cl.Addr.String())
 		}
-		if cl.AddressesPod && len(c.AddressingPod) < maxHolders {
-			c.AddressingPod = append(c.AddressingPod, cl.Addr.String())
+		if cl.AddressesPod && len(named.addressingPod) < maxHolders {
+			named.addressingPod = append(named.addressingPod, cl.Addr.String())
 		}
 	}
+	c.Named = named
 	return c
+}
+
+// kernelNamed is what the kernel names of a poll's clients in the final event; the rule never
+// holds for a client without a sidecar, and reads none of it.
+type kernelNamed struct {
+	// lastActivity is the kind of the latest activity that counted (mesh/kernel's Activity*).
+	lastActivity string
+	// neverLearn sent past the lag bound on connections opened before it (routed per
+	// connection, they will not move: the app's graceful shutdown serves them); lateOpeners
+	// opened new connections past it (a node whose proxy has not synced, or a caller
+	// addressing the pod directly); addressingPod are the lateOpeners taken for callers that
+	// address the pod directly: past the bound they kept the period they opened at before it,
+	// and their activity there no longer counts unless --wait-past-bound-openers.
+	neverLearn, lateOpeners, addressingPod []string
+	// app is what the app's own request counter gave (--app-metrics); nil without one.
+	app *appRequests
+}
+
+// appRequests is the account of the app's own request counter.
+type appRequests struct {
+	// requests is what it counted since the drain began, added what of it the kernel had not
+	// shown (counted as activity).
+	requests, added float64
+	// reads and failed count the reads of the app's metrics; lastError is the latest failure.
+	reads, failed int
+	lastError     string
+}
+
+// FinalFields are the final event's last_activity, clients_never_learn,
+// clients_opening_past_bound, clients_addressing_pod and app_* fields.
+func (n *kernelNamed) FinalFields() []zap.Field {
+	var fields []zap.Field
+	if n.lastActivity != "" {
+		fields = append(fields, zap.String("last_activity", n.lastActivity))
+	}
+	if len(n.neverLearn) > 0 {
+		fields = append(fields, zap.Strings("clients_never_learn", n.neverLearn))
+	}
+	if len(n.lateOpeners) > 0 {
+		fields = append(fields, zap.Strings("clients_opening_past_bound", n.lateOpeners))
+	}
+	if len(n.addressingPod) > 0 {
+		fields = append(fields, zap.Strings("clients_addressing_pod", n.addressingPod))
+	}
+	if a := n.app; a != nil {
+		fields = append(fields, zap.Float64("app_requests", a.requests), zap.Float64("app_requests_added", a.added),
+			zap.Int("app_metrics_reads", a.reads))
+		if a.failed > 0 {
+			fields = append(fields, zap.Int("app_metrics_failed", a.failed), zap.String("app_metrics_error", a.lastError))
+		}
+	}
+	return fields
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/exitcode"
 )
 
 // Defaults of hold's own settings; the timing ones are prestop's (drain.DefaultGracePeriod,
@@ -77,39 +78,27 @@ const (
 // Exit codes that are not a reason's: they override a reason's 0 (the drain call), or any
 // lower code (the channel), so that the kubelet records a FailedPreStopHook event saying so.
 const (
-	ExitDrainFailed  = 1
-	ExitChannelError = 2
+	ExitDrainFailed  = exitcode.FailedAfter
+	ExitChannelError = exitcode.ConfigError
 )
 
-// ReasonInfo documents one way hold ends: the single source of its exit-code contract, which
-// `hold --help` and docs/hold.md print.
-type ReasonInfo struct {
-	Reason Reason
-	Code   int
-	When   string
-}
+// ReasonInfo documents one way hold ends.
+type ReasonInfo = exitcode.Row[Reason]
 
-var reasonTable = []ReasonInfo{
-	{ReasonReleased, 0, "the app's hook ended (or there was none) and the app let go of the proxy: no listener or connection of its own on its ports, no outbound connection through the proxy, in two reads in a row"},
-	{ReasonAppGone, 0, "no prestop reported within --prestop-wait and the app's ports never had a listener: the app container is gone, nothing uses the proxy"},
-	{ReasonAppDrain, 0, "--app-drain passed since the app was told to stop (its prestop ended, or its listener went away), and the app cannot be seen letting go: its ports are unknown, the socket table cannot be read, or it never listened on them"},
-	{ReasonConfigError, 2, "a flag or MESHDRAIN_* value was wrong: the error is logged and the proxy is held until the hook deadline plus --app-drain (within the grace period), without a drain call, as a preStop sleep would; also when the channel could not be opened (the hold ran without it: the final line has channel_error)"},
-	{ReasonDeadline, 3, "a prestop still ran at its deadline (or, none reporting, the app kept listening until the hook deadline): hold drained the proxy then and returned at the deadline plus --app-drain, or when the app let go; also when the app, seen listening, still held its ports or an outbound connection at that bound"},
-	{ReasonInterrupted, 130, "hold itself got SIGINT, SIGTERM or SIGHUP; no drain call is made after it"},
-}
+// ExitCodes is hold's exit-code contract: Result.ExitCode reads it, `hold --help` prints it,
+// and a test holds docs/hold.md to it.
+var ExitCodes = exitcode.NewTable("(drain failed)",
+	"the hold ended with a reason of exit 0, but the --drain-url call failed: the proxy drains at its own SIGTERM and waits its terminationDrainDuration; the final line has drain_error",
+	exitcode.Ends(ReasonReleased, exitcode.OK, "the app's hook ended (or there was none) and the app let go of the proxy: no listener or connection of its own on its ports, no outbound connection through the proxy, in two reads in a row"),
+	exitcode.Ends(ReasonAppGone, exitcode.OK, "no prestop reported within --prestop-wait and the app's ports never had a listener: the app container is gone, nothing uses the proxy"),
+	exitcode.Ends(ReasonAppDrain, exitcode.OK, "--app-drain passed since the app was told to stop (its prestop ended, or its listener went away), and the app cannot be seen letting go: its ports are unknown, the socket table cannot be read, or it never listened on them"),
+	exitcode.Ends(ReasonConfigError, exitcode.ConfigError, "a flag or MESHDRAIN_* value was wrong: the error is logged and the proxy is held until the hook deadline plus --app-drain (within the grace period), without a drain call, as a preStop sleep would; also when the channel could not be opened (the hold ran without it: the final line has channel_error)"),
+	exitcode.Ends(ReasonDeadline, exitcode.Deadline, "a prestop still ran at its deadline (or, none reporting, the app kept listening until the hook deadline): hold drained the proxy then and returned at the deadline plus --app-drain, or when the app let go; also when the app, seen listening, still held its ports or an outbound connection at that bound"),
+	exitcode.Ends(ReasonInterrupted, exitcode.Interrupted, "hold itself got SIGINT, SIGTERM or SIGHUP; no drain call is made after it"),
+)
 
 // Reasons returns every reason with its exit code, in the order of the contract.
-func Reasons() []ReasonInfo { return append([]ReasonInfo(nil), reasonTable...) }
-
-// ExitCode is the reason's exit code.
-func (r Reason) ExitCode() int {
-	for _, info := range reasonTable {
-		if info.Reason == r {
-			return info.Code
-		}
-	}
-	return 0
-}
+func Reasons() []ReasonInfo { return ExitCodes.Reasons() }
 
 // Prestop is what hold knows of the app's hook when it decides.
 type Prestop string
@@ -188,14 +177,7 @@ type Result struct {
 // ExitCode is the reason's code, 1 where it is 0 but the drain call failed, and at least 2
 // when the channel could not be opened or the hold ran degraded.
 func (r Result) ExitCode() int {
-	code := r.Reason.ExitCode()
-	if code == 0 && r.DrainErr != nil {
-		code = ExitDrainFailed
-	}
-	if (r.ChannelErr != nil || r.Degraded != nil) && code < ExitChannelError {
-		code = ExitChannelError
-	}
-	return code
+	return ExitCodes.Outcome(r.Reason, r.DrainErr != nil, r.ChannelErr != nil || r.Degraded != nil)
 }
 
 // Run holds until the app's hook has decided and the app has let go of the proxy, within

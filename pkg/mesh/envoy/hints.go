@@ -17,10 +17,10 @@ const plainEnvoyHint = "a sidecar that is not Istio's does not mark its inbound 
 // EnvoyHints are the hints of an Envoy sidecar, Istio's first (docs/facts.md §1, §3).
 func EnvoyHints() mesh.Hints {
 	return mesh.Hints{
-		MissingStats: MissingStatsHint,
-		PlainEnvoy:   plainEnvoyHint,
-		SidecarGone:  sidecarGoneFix,
-		AdminCounter: AdminRequestsStat,
+		MissingStats:      MissingStatsHint,
+		MoreNoSignalFixes: []mesh.Fix{{Key: "fix_plain_envoy", Text: plainEnvoyHint}},
+		SidecarGone:       sidecarGoneFix,
+		AdminCounter:      AdminRequestsStat,
 	}
 }
 
