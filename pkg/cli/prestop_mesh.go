@@ -71,11 +71,12 @@ func (o *prestopOptions) sidecarFor(found mesh.Mesh, adminURL string, drainModeS
 	return useBackend(b, cfg), b.Warnings, usageErrors(b.Problems)
 }
 
-// useBackend sets what the drain takes from the backend: its client evidence, and no drain
-// call where it has nothing to drain (the coordinator then claims none, drain_called false,
+// useBackend sets what the drain takes from the backend: its client evidence, what it makes
+// of the reads for the final event (an Envoy sidecar's drain regime), and no drain call
+// where it has nothing to drain (the coordinator then claims none, drain_called false,
 // and the hints say why, no_drain_call).
 func useBackend(b backends.Backend, cfg *drain.Config) drain.Sidecar {
-	cfg.Clients = b.Clients
+	cfg.Clients, cfg.Reads = b.Clients, b.Reads
 	if b.NoDrainCall {
 		cfg.DrainMode = mesh.DrainNone
 	}

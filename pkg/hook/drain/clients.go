@@ -29,6 +29,14 @@ type FinalFields interface {
 	FinalFields() []zap.Field
 }
 
+// ReadObserver sees each of the watch's reads beside the rule, for what only a backend makes
+// of them (an Envoy sidecar's drain regime: pkg/hook/regime), and adds its account to the
+// final event (FinalFields, nil until it has something to say). The rule never reads it.
+type ReadObserver interface {
+	ObserveRead(snap mesh.Snapshot, traffic Traffic)
+	FinalFields
+}
+
 // Traffic is what one poll's stats say of the inbound side, for the evidence: whether
 // requests reached the pod since its table was read (a connection gone meanwhile may have
 // carried one), and whether any connection was opened or closed (if none was and nothing

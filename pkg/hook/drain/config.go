@@ -45,6 +45,9 @@ type Config struct {
 	SettledQuiet time.Duration
 	// Clients, when set, gives per-client evidence at every poll (ClientEvidence).
 	Clients ClientEvidence
+	// Reads, when set, sees every read of the watch and adds to the final event
+	// (ReadObserver).
+	Reads ReadObserver
 	// Poll is the interval between two stats requests.
 	Poll time.Duration
 	// ConnectTimeout bounds how long an unreachable admin port is retried before concluding

@@ -86,9 +86,6 @@ type coordinator struct {
 	watchStarted bool
 	// clients is Config.Clients while it can be read.
 	clients ClientEvidence
-	// regime follows the sidecar's drain closes from the watch's first read to the drain
-	// call at its end (DrainAtEnd): every observation is made before it.
-	regime RegimeWatch
 
 	fresh      freshness
 	arrivals   arrivalLog
@@ -415,7 +412,9 @@ func (c *coordinator) poll(ctx, parent context.Context, fetch func(context.Conte
 // observation is the rule's view of a poll, with the clients' evidence when there is some.
 func (c *coordinator) observation(ctx context.Context, snap mesh.Snapshot, r mesh.Reading) Observation {
 	traffic := TrafficOf(snap, r)
-	c.regime.Observe(traffic, DrainClosesExposed(snap))
+	if c.cfg.Reads != nil {
+		c.cfg.Reads.ObserveRead(snap, traffic)
+	}
 	return Observation{At: c.clock.Now().Sub(c.start), Signal: r.Signal, Arrivals: r.Arrivals, Active: r.Active, Uptime: snap.ServerUptime,
 		Clients: c.clientCounts(ctx, traffic)}
 }
@@ -518,7 +517,6 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		c.runActions(parent)
 	}
 	c.result.ActionsTook = c.clock.Now().Sub(actionsStart)
-	c.judgeRegime()
 	fields := []zap.Field{
 		zap.String("reason", string(reason)),
 		zap.Int64("elapsed_ms", c.result.Elapsed.Milliseconds()),
@@ -545,7 +543,9 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
 	}
 	fields = append(fields, c.clientFields()...)
-	fields = append(fields, c.regimeFields()...)
+	if c.cfg.Reads != nil {
+		fields = append(fields, c.cfg.Reads.FinalFields()...)
+	}
 	fields = append(fields, c.outcomeFields()...)
 	if c.result.WindowTerm == TermGaps || c.result.WindowTerm == TermRate {
 		c.log.Warn("inbound traffic is sparse: its own pauses stretched the quiet window beyond --quiet; a sparse client that learns of the deletion later than --min-wait can still send after the app stopped",

@@ -92,11 +92,6 @@ type Result struct {
 	// there was none ("off", "unavailable: ..."); Clients is the last poll's.
 	ClientEvidence string
 	Clients        *ClientCounts
-	// Regime is the drain regime the watch saw before meshdrain's drain call, and RegimeWhy
-	// why, unless it is (b) (RegimeSeen.Judge); "" when not judged (the watch never started,
-	// or the sidecar gets no drain call).
-	Regime    Regime
-	RegimeWhy string
 }
 
 // ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended

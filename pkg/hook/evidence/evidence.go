@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
@@ -45,11 +46,11 @@ type Table struct {
 	last     drain.ClientCounts
 	// atRead is the traffic at the last read.
 	atRead drain.Traffic
-	// regime follows the sidecar's drain closes from the drain's start (drain.RegimeWatch,
+	// regime follows the sidecar's drain closes from the drain's start (regime.Watch,
 	// the definition of the final event's drain_regime): Undrained, a rise gives the evidence
 	// up, and a count above zero at the start keeps every close from passing for a departure
 	// until the sidecar is seen answering without telling a connection to close (unconfirmed).
-	regime drain.RegimeWatch
+	regime regime.Watch
 	// prevPoll is the traffic at the previous poll.
 	prevPoll drain.Traffic
 }
@@ -94,7 +95,7 @@ func (t *Table) Begin(ctx context.Context, start time.Time, snap mesh.Snapshot) 
 	// of a changed filter chain). Taken for a baseline, a drain of now would show no rise
 	// until the clients send again, and the closes it caused before this read would pass
 	// for departures meanwhile (drainedBefore).
-	t.regime.Observe(t.atRead, drain.DrainClosesExposed(snap))
+	t.regime.Observe(t.atRead, regime.DrainClosesExposed(snap))
 	t.table.begin(t.lastRead)
 	// Data a client sent since the hook started is the drain's, read or not.
 	t.table.tracker.BeganAt(start)
@@ -142,7 +143,7 @@ func (t *Table) Counts(_ context.Context, now drain.Traffic) (drain.ClientCounts
 // drainedBefore says, Undrained, that the sidecar had told connections to close before the
 // drain began, and has not been seen answering without doing so since (a poll showed a
 // request that arrived after the drain began answered, and a later one that the counter still
-// stands: drain.RegimeWatch). A draining sidecar tells one on every answer with Istio's
+// stands: regime.Watch). A draining sidecar tells one on every answer with Istio's
 // immediate drain strategy (docs/facts.md §2).
 func (t *Table) drainedBefore() bool {
 	seen := t.regime.Seen()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
@@ -57,17 +58,26 @@ func (p *pooledClients) Read([]uint16) ([]sockets.Socket, error) {
 	return socks, nil
 }
 
-// drainWith runs one drain on the fake clock: deferred (--drain-at end) with the evidence,
-// or at the start without it.
-func drainWith(t *testing.T, deferred bool, stop, drainFrom time.Duration) drain.Result {
+// judgedDrain is a drain's outcome with the regime its final event says.
+type judgedDrain struct {
+	drain.Result
+	Regime regime.Regime
+}
+
+// drainWith runs one drain on the fake clock, its regime watched as prestop watches an Envoy
+// sidecar's: deferred (--drain-at end) with the evidence, or at the start without it.
+func drainWith(t *testing.T, deferred bool, stop, drainFrom time.Duration) judgedDrain {
 	t.Helper()
 	fake := clock.NewAutoFake(regimeT0)
+	reads := &regime.Prestop{DrainAtEnd: deferred}
 	cfg := drain.Config{DrainMode: mesh.DrainGraceful, Deadline: 24 * time.Second, Quiet: time.Second, MinWait: 2 * time.Second,
-		Poll: 200 * time.Millisecond, ConnectTimeout: 2 * time.Second, Clock: fake, DrainAtEnd: deferred}
+		Poll: 200 * time.Millisecond, ConnectTimeout: 2 * time.Second, Clock: fake, DrainAtEnd: deferred, Reads: reads}
 	if deferred {
 		cfg.Clients = &Table{Reader: &pooledClients{clock: fake, leaves: time.Second}, Ports: []int{15006}, Now: fake.Now, Undrained: true}
 	}
-	return drain.Run(context.Background(), cfg, &drainingSidecar{clock: fake, stop: stop, drainFrom: drainFrom})
+	res := judgedDrain{Result: drain.Run(context.Background(), cfg, &drainingSidecar{clock: fake, stop: stop, drainFrom: drainFrom})}
+	res.Regime, _ = reads.Judge()
+	return res
 }
 
 // Issue 26: a pod configured for regime (b) whose sidecar drains anyway (the istio-proxy
@@ -81,7 +91,7 @@ func TestFallbackIsRegimeAsSilenceRule(t *testing.T) {
 	for _, drainFrom := range []time.Duration{0, 2 * time.Second} {
 		fallback := drainWith(t, true, stop, drainFrom)
 		silence := drainWith(t, false, stop, drainFrom)
-		if fallback.Regime != drain.RegimeA || !strings.HasPrefix(fallback.ClientEvidence, "unavailable: the sidecar drains although meshdrain defers its drain") {
+		if fallback.Regime != regime.A || !strings.HasPrefix(fallback.ClientEvidence, "unavailable: the sidecar drains although meshdrain defers its drain") {
 			t.Errorf("drain from %v: regime %q, evidence %q; want a, the evidence given up", drainFrom, fallback.Regime, fallback.ClientEvidence)
 		}
 		if fallback.Reason != silence.Reason || fallback.Elapsed != silence.Elapsed || fallback.WindowTerm != silence.WindowTerm || fallback.Window != silence.Window {
@@ -94,13 +104,13 @@ func TestFallbackIsRegimeAsSilenceRule(t *testing.T) {
 	}
 	// A drain that begins after the last answer tells no connection to close: nothing shows
 	// it, and the evidence stands, as it would in either regime (the holder keeps the app).
-	if late := drainWith(t, true, stop, 5*time.Second); late.Regime != drain.RegimeB || late.ClientEvidence != "socket-table" {
+	if late := drainWith(t, true, stop, 5*time.Second); late.Regime != regime.B || late.ClientEvidence != "socket-table" {
 		t.Errorf("drain after the last answer: regime %q, evidence %q; want b, the evidence kept", late.Regime, late.ClientEvidence)
 	}
 	// Without the drain, the same pod is regime (b), and the holder keeps the app: the
 	// evidence is what the fallback gave up.
 	deferred := drainWith(t, true, stop, time.Hour)
-	if deferred.Regime != drain.RegimeB || deferred.Reason != drain.ReasonDeadline {
+	if deferred.Regime != regime.B || deferred.Reason != drain.ReasonDeadline {
 		t.Errorf("deferred drain: regime %q, ended %s at %v; want b, held to the deadline by the client that keeps its connection", deferred.Regime, deferred.Reason, deferred.Elapsed)
 	}
 }

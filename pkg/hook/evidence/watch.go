@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
@@ -49,7 +50,7 @@ type DrainSeen struct {
 // connection manager stats (http.<prefix>.*), whose drain-close counter a usedonly poll
 // leaves out until it is used.
 func DrainOf(snap mesh.Snapshot) DrainSeen {
-	d := DrainSeen{Known: drain.DrainClosesExposed(snap)}
+	d := DrainSeen{Known: regime.DrainClosesExposed(snap)}
 	for _, e := range snap.Endpoints {
 		if e.HTTPDrainCloses != nil {
 			d.Closes += *e.HTTPDrainCloses
@@ -59,10 +60,10 @@ func DrainOf(snap mesh.Snapshot) DrainSeen {
 }
 
 // Draining says whether the sidecar is seen draining: it has told connections to close
-// (drain.SidecarDrains, since it started). Unknown counts as draining for the clients'
+// (regime.SidecarDrains, since it started). Unknown counts as draining for the clients'
 // judgement: the draining rules are sound whoever drains, the undrained ones only while
 // nothing does.
-func (d DrainSeen) Draining() bool { return !d.Known || drain.SidecarDrains(nil, &d.Closes) }
+func (d DrainSeen) Draining() bool { return !d.Known || regime.SidecarDrains(nil, &d.Closes) }
 
 // Read reads the table now, before the sample's stats are fetched: a close this read shows
 // after a response that said Connection: close had that response counted in the stats that

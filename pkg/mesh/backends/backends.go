@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
@@ -71,6 +72,9 @@ type Backend struct {
 	// Clients is the drain's per-client evidence: the socket table for an Envoy sidecar
 	// (with Options.Evidence), the kernel's own clients for none, nil otherwise.
 	Clients drain.ClientEvidence
+	// Reads is what the hook's drain makes of its reads beyond the rule, for its final event:
+	// an Envoy sidecar's drain regime (regime.Prestop, Options.Hook only); nil otherwise.
+	Reads drain.ReadObserver
 	// NoDrainCall: this backend has nothing to drain (a Linkerd proxy, the kernel), so the
 	// drain makes no call and says why in its hints.
 	NoDrainCall bool
@@ -129,6 +133,9 @@ func openAdmin(o Options, b *Backend) {
 	client, ok := sc.(*linkerd.Client)
 	if !ok {
 		b.Sidecar = sc
+		if o.Hook {
+			b.Reads = &regime.Prestop{DrainAtEnd: o.Given.DrainAtEnd}
+		}
 		if o.Evidence != nil && ReadsSocketTable(o.Mesh) {
 			b.Clients = &evidence.Table{Reader: sockets.NewReader(), Ports: o.Evidence.ListenerPorts, Now: time.Now,
 				Every: o.Evidence.Every, Undrained: o.Evidence.Undrained}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 	"github.com/meshdrain/meshdrain/pkg/mesh/linkerd"
@@ -109,6 +110,25 @@ func TestOpenEvidencePerMesh(t *testing.T) {
 	auto := Open(context.Background(), hook(mesh.Auto))
 	if auto.Sidecar != nil || auto.Clients != nil || len(auto.Candidates) != 2 || len(auto.Problems) > 0 {
 		t.Errorf("auto: %+v", auto)
+	}
+}
+
+// The hook's drain of an Envoy sidecar says its drain regime in the final event, judged with
+// prestop's --drain-at; a backend without a drain call (a Linkerd proxy, the kernel) has none,
+// and status and check, which run no drain, get none.
+func TestOpenRegimeOnlyForADrainedEnvoy(t *testing.T) {
+	open := func(m mesh.Mesh, hook, drainAtEnd bool) Backend {
+		return Open(context.Background(), Options{Mesh: m, Selector: mesh.Selector{Ports: []int{8080}}, Hook: hook, Given: Given{DrainAtEnd: drainAtEnd}})
+	}
+	for _, drainAtEnd := range []bool{false, true} {
+		if r, ok := open(mesh.Istio, true, drainAtEnd).Reads.(*regime.Prestop); !ok || r.DrainAtEnd != drainAtEnd {
+			t.Errorf("istio hook, --drain-at end %v: reads %#v", drainAtEnd, r)
+		}
+	}
+	for _, b := range []Backend{open(mesh.Linkerd, true, false), open(mesh.None, true, false), open(mesh.Istio, false, false), open(mesh.Auto, true, false)} {
+		if b.Reads != nil {
+			t.Errorf("%T: reads %#v", b.Sidecar, b.Reads)
+		}
 	}
 }
 

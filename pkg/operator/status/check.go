@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
@@ -227,7 +228,7 @@ func secondSampleItems(ctx context.Context, sc Sampler, o CheckOptions, timeout 
 		if second != nil {
 			reads = append(reads, *second)
 			// The answer a second sample shows may have come after its closes were read: a
-			// third one, whose closes are read after it, settles it (drain.RegimeWatch).
+			// third one, whose closes are read after it, settles it (regime.Watch).
 			if seen := regimeOf(reads, window); seen.answerPending && seen.Rise == 0 {
 				if third, err := sampleAgain(ctx, sc, o, timeout, window); err == nil {
 					reads = append(reads, *third)
@@ -256,12 +257,12 @@ func sampleAgain(ctx context.Context, sc Sampler, o CheckOptions, timeout, windo
 // checkedRegime is what check's samples show of the drain regime, for a pod configured for
 // regime (b) (--drain-at end); answerPending says another sample would confirm an answer.
 type checkedRegime struct {
-	drain.RegimeSeen
+	regime.Seen
 	answerPending bool
 }
 
 func regimeOf(reads []Report, window time.Duration) checkedRegime {
-	var w drain.RegimeWatch
+	var w regime.Watch
 	for _, r := range reads {
 		w.Observe(r.traffic, r.drainSeen.Known)
 	}
@@ -270,26 +271,26 @@ func regimeOf(reads []Report, window time.Duration) checkedRegime {
 	if len(reads) > 1 {
 		seen.Span = fmt.Sprintf("in %s over %d samples", time.Duration(len(reads)-1)*window, len(reads))
 	}
-	return checkedRegime{RegimeSeen: seen, answerPending: w.AnswerPending()}
+	return checkedRegime{Seen: seen, answerPending: w.AnswerPending()}
 }
 
 // regimeItem judges a pod configured for regime (b) (--drain-at end) as prestop's final event
-// judges its drain regime (drain.RegimeSeen.Verdict), over check's samples: the first, and
+// judges its drain regime (regime.Seen.Verdict), over check's samples: the first, and
 // more only when it shows connections told to close. Before the deletion nothing may drain
 // the sidecar, so connections told to close between two samples are its own drain running,
 // or the pod already terminating without the istio-proxy override: prestop would fall back to
 // regime (a).
 func regimeItem(reads []Report, window time.Duration) Item {
 	seen := regimeOf(reads, window)
-	regime, why, fix := seen.Verdict()
+	judged, why, fix := seen.Verdict()
 	it := Item{Name: "drain-regime", Message: why, Fix: fix}
-	switch regime {
-	case drain.RegimeB:
+	switch judged {
+	case regime.B:
 		it.Status = Pass
 		it.Message = "regime b (--drain-at end): the sidecar tells no connection to close (http.<prefix>.downstream_cx_drain_close " +
 			strconv.FormatFloat(seen.AtFirst, 'f', -1, 64) + ", not rising): its own drain does not run before meshdrain's; " +
 			"at the deletion prestop's final event says drain_regime"
-	case drain.RegimeA:
+	case regime.A:
 		it.Status = Fail
 	default:
 		it.Status = Warn

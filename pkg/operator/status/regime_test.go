@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
-	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -65,7 +65,7 @@ func TestStatusRegimeLineAndJSON(t *testing.T) {
 	last := frames[len(frames)-1]
 	if want := "regime:  a: the sidecar drains on its own (http.<prefix>.downstream_cx_drain_close rose by 4 since status's first sample): " +
 		"unless prestop --drain-at end has already decided (its own drain comes then, just before the app is told to stop), check the istio-proxy override (" +
-		drain.OverridesCheck; !strings.Contains(last, want) {
+		regime.OverridesCheck; !strings.Contains(last, want) {
 		t.Errorf("want %q in:\n%s", want, last)
 	}
 	if first := frames[1]; !strings.Contains(first, "regime:  b so far: no connection told to close since status's first sample") {
@@ -126,7 +126,7 @@ func TestCheckDrainRegime(t *testing.T) {
 	}{
 		{"nothing told to close", true, []scripted{{snap: httpSnapshot(10, 0)}}, Pass, "regime b (--drain-at end)", 1},
 		{"the sidecar drains", true, []scripted{{snap: drainingSnapshot(10, 3)}, {snap: drainingSnapshot(20, 9)}}, Fail,
-			"regime a: the sidecar's own drain was not deferred (http.<prefix>.downstream_cx_drain_close rose by 6 in 1s over 2 samples) check the istio-proxy override (" + drain.OverridesCheck, 2},
+			"regime a: the sidecar's own drain was not deferred (http.<prefix>.downstream_cx_drain_close rose by 6 in 1s over 2 samples) check the istio-proxy override (" + regime.OverridesCheck, 2},
 		{"told before, answers without", true, []scripted{{snap: drainingSnapshot(10, 3)}, {snap: drainingSnapshot(12, 3)}, {snap: drainingSnapshot(12, 3)}}, Pass,
 			"downstream_cx_drain_close 3, not rising", 3},
 		{"told before, no answer", true, []scripted{{snap: drainingSnapshot(10, 3)}}, Warn, "run the check while requests reach the pod", 2},

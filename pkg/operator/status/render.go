@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/meshdrain/meshdrain/pkg/hook/drain"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 )
@@ -234,19 +234,19 @@ func drainText(d *Drain) string {
 // as prestop's final event judges it (Report.DrainRegime).
 func regimeText(r Report) string {
 	seen := r.regimeSeen
-	regime, why, fix := seen.Verdict()
+	judged, why, fix := seen.Verdict()
 	switch {
-	case regime == drain.RegimeB && seen.AtFirst > 0:
+	case judged == regime.B && seen.AtFirst > 0:
 		return fmt.Sprintf("b so far: the sidecar told %s connections to close before status's first sample (a drain, or a listener update), "+
 			"and has answered since without telling one to close: it is not draining", strconv.FormatFloat(seen.AtFirst, 'f', -1, 64))
-	case regime == drain.RegimeB:
+	case judged == regime.B:
 		return "b so far: no connection told to close " + RegimeSpan + ": the sidecar's own drain has not run (in regime b nothing drains before prestop --drain-at end decides)"
-	case regime == drain.RegimeA && seen.DrainAtEnd:
+	case judged == regime.A && seen.DrainAtEnd:
 		// With --drain-at end the only drain before prestop's decision is the sidecar's own;
 		// prestop's own drain comes at its decision, just before the app is told to stop.
 		return fmt.Sprintf("a: the sidecar drains on its own (http.<prefix>.downstream_cx_drain_close rose by %s %s): unless prestop --drain-at end "+
 			"has already decided (its own drain comes then, just before the app is told to stop), %s", strconv.FormatFloat(seen.Rise, 'f', -1, 64), RegimeSpan, fix)
-	case regime == drain.RegimeA:
+	case judged == regime.A:
 		return "a: prestop --drain-at start drains when its hook starts"
 	}
 	if fix != "" {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
 )
@@ -83,11 +84,11 @@ type Report struct {
 	// stats cannot tell (no HTTP connection manager stats: http.<prefix>.*).
 	Drain *Drain `json:"drain"`
 	// DrainRegime is the drain regime from what the samples so far show, judged as prestop's
-	// final event judges it (drain.RegimeSeen.Judge: a rise of the drain closes before
+	// final event judges it (regime.Seen.Judge: a rise of the drain closes before
 	// meshdrain's drain call is the sidecar draining on its own), and DrainRegimeWhy why,
 	// unless it is (b). Empty for a Linkerd proxy, which gets no drain call.
-	DrainRegime    drain.Regime `json:"drain_regime,omitempty"`
-	DrainRegimeWhy string       `json:"drain_regime_why,omitempty"`
+	DrainRegime    regime.Regime `json:"drain_regime,omitempty"`
+	DrainRegimeWhy string        `json:"drain_regime_why,omitempty"`
 	// UnknownPorts are --port values the sidecar has no inbound endpoint for, when it has
 	// stats for others (InboundPorts): a typo would otherwise look like a quiet port.
 	UnknownPorts []int `json:"unknown_ports,omitempty"`
@@ -114,7 +115,7 @@ type Report struct {
 	traffic   drain.Traffic
 	drainSeen evidence.DrainSeen
 	// regimeSeen is what DrainRegime was judged from.
-	regimeSeen drain.RegimeSeen
+	regimeSeen regime.Seen
 	// generic records that --cluster/--http-prefix were given, for the hints and the check.
 	generic bool
 	// portsAsked are the --port values, for the check.
@@ -137,7 +138,7 @@ type ListenerManager struct {
 // Drain is the sidecar's drain as its stats show it: a draining Envoy tells each connection
 // that carries a request to close (Connection: close, GOAWAY) and counts it in
 // http.<prefix>.downstream_cx_drain_close; nothing else in its admin API says it drains
-// (drain.SidecarDrains is the one definition, which prestop's --drain-at end guard uses too).
+// (regime.SidecarDrains is the one definition, which prestop's --drain-at end guard uses too).
 // A drain that has answered no request yet does not show.
 type Drain struct {
 	Draining bool `json:"draining"`

@@ -9,6 +9,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
@@ -189,7 +190,7 @@ func (d *drainWatch) fill(r *Report) {
 // rise it keeps is the most seen, so a restarted sidecar hides nothing).
 type regimeWatch struct {
 	drainAtEnd bool
-	reads      drain.RegimeWatch
+	reads      regime.Watch
 }
 
 // RegimeSpan names status's samples in the regime's why.

@@ -1,28 +1,34 @@
-package drain
+// Package regime is the drain regime of an Envoy sidecar (Istio's): who starts the pod's
+// inbound drain, as its drain closes (http.<prefix>.downstream_cx_drain_close) show it. The
+// rule never reads it: prestop's final event says it (Prestop, a drain.ReadObserver), the
+// socket-table evidence gives up when the sidecar drains on its own (evidence.Table with
+// Undrained), and status and check judge it from their samples.
+package regime
 
 import (
 	"fmt"
 
 	"go.uber.org/zap"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
 // Regime is who starts the pod's inbound drain (docs/decision-rule.md, "The two drain
-// regimes"). It decides what a client's close of a pooled connection means: in RegimeB
-// nothing has told the client to close, so the close is a departure; in RegimeA it may follow
+// regimes"). It decides what a client's close of a pooled connection means: in B
+// nothing has told the client to close, so the close is a departure; in A it may follow
 // the Connection: close of the sidecar's own drain.
 type Regime string
 
 const (
-	// RegimeA: the sidecar drains at the deletion (Istio's default), or meshdrain drains at
+	// A: the sidecar drains at the deletion (Istio's default), or meshdrain drains at
 	// its start (--drain-at start).
-	RegimeA Regime = "a"
-	// RegimeB: the sidecar's own drain is deferred until meshdrain's drain call at its
+	A Regime = "a"
+	// B: the sidecar's own drain is deferred until meshdrain's drain call at its
 	// decision (--drain-at end, with istio-proxy's preStop running meshdrain hold).
-	RegimeB Regime = "b"
-	// RegimeUnknown: the sidecar's stats cannot show which.
-	RegimeUnknown Regime = "unknown"
+	B Regime = "b"
+	// Unknown: the sidecar's stats cannot show which.
+	Unknown Regime = "unknown"
 )
 
 // OverridesCheck is the command that shows the istio-proxy override as Istio's injector
@@ -49,10 +55,10 @@ func DrainClosesExposed(snap mesh.Snapshot) bool {
 	return false
 }
 
-// RegimeSeen is what the sidecar's drain closes showed over a span of reads: prestop's, from
+// Seen is what the sidecar's drain closes showed over a span of reads: prestop's, from
 // the watch's first read to its own drain call; status's and check's, from their first
 // sample to their last.
-type RegimeSeen struct {
+type Seen struct {
 	// DrainAtEnd: meshdrain defers its own drain call until it decides (--drain-at end), which
 	// regime (b) needs; without it meshdrain drains at its start.
 	DrainAtEnd bool
@@ -73,7 +79,7 @@ type RegimeSeen struct {
 
 // Judge is the drain regime and, unless it is (b), why, in one line with its fix: the final
 // event's drain_regime and drain_regime_why (Verdict).
-func (s RegimeSeen) Judge() (Regime, string) {
+func (s Seen) Judge() (Regime, string) {
 	regime, why, fix := s.Verdict()
 	if fix != "" {
 		why += ": " + fix
@@ -88,32 +94,32 @@ func (s RegimeSeen) Judge() (Regime, string) {
 // prestop's evidence takes a pooling client's close for a departure (evidence.Table with
 // Undrained); a drain that has answered no request cannot show, so a pod that answered none
 // reads (b) from a count of 0.
-func (s RegimeSeen) Verdict() (regime Regime, why, fix string) {
+func (s Seen) Verdict() (regime Regime, why, fix string) {
 	span := s.Span
 	if span == "" {
 		span = "before meshdrain's drain call"
 	}
 	switch {
 	case !s.DrainAtEnd:
-		return RegimeA, "regime a: --drain-at start: meshdrain drains when its hook starts", ""
+		return A, "regime a: --drain-at start: meshdrain drains when its hook starts", ""
 	case !s.Exposed:
-		return RegimeUnknown, "the sidecar does not count the connections it tells to close (http.<prefix>.downstream_cx_drain_close), " +
+		return Unknown, "the sidecar does not count the connections it tells to close (http.<prefix>.downstream_cx_drain_close), " +
 				"so whether its own drain was deferred cannot be seen",
 			"add http.inbound_ to the pod annotation sidecar.istio.io/statsInclusionPrefixes"
 	case s.Rise > 0:
-		return RegimeA, fmt.Sprintf("regime a: the sidecar's own drain was not deferred (http.<prefix>.downstream_cx_drain_close rose by %.0f %s)", s.Rise, span),
+		return A, fmt.Sprintf("regime a: the sidecar's own drain was not deferred (http.<prefix>.downstream_cx_drain_close rose by %.0f %s)", s.Rise, span),
 			fmt.Sprintf("check the istio-proxy override (%s) and that istio-proxy's preStop runs meshdrain hold", OverridesCheck)
 	case s.AtFirst > 0 && !s.Answered:
-		return RegimeUnknown, fmt.Sprintf("the sidecar had told %.0f connections to close before the first read (its own drain at the deletion, "+
+		return Unknown, fmt.Sprintf("the sidecar had told %.0f connections to close before the first read (its own drain at the deletion, "+
 			"or a listener update long ago), and no answer %s showed it not draining: whether its own drain was deferred cannot be told", s.AtFirst, span), ""
 	}
-	return RegimeB, "", ""
+	return B, "", ""
 }
 
-// RegimeWatch gathers a RegimeSeen from successive reads of the sidecar's stats. Not safe for
+// Watch gathers a Seen from successive reads of the sidecar's stats. Not safe for
 // concurrent use.
-type RegimeWatch struct {
-	seen  RegimeSeen
+type Watch struct {
+	seen  Seen
 	began bool
 	// arrivalsAtFirst is the arrival counter at the first read; answeredAt says a read showed
 	// a request that arrived since answered, which the next read's closes confirm.
@@ -122,7 +128,7 @@ type RegimeWatch struct {
 }
 
 // Observe takes one read: its traffic, and whether its stats count drain closes.
-func (w *RegimeWatch) Observe(t Traffic, exposed bool) {
+func (w *Watch) Observe(t drain.Traffic, exposed bool) {
 	w.seen.Exposed = w.seen.Exposed || exposed
 	if !w.began {
 		w.began = true
@@ -143,35 +149,54 @@ func (w *RegimeWatch) Observe(t Traffic, exposed bool) {
 }
 
 // Seen is what the reads so far showed; DrainAtEnd and Span are the caller's to set.
-func (w *RegimeWatch) Seen() RegimeSeen { return w.seen }
+func (w *Watch) Seen() Seen { return w.seen }
 
 // AnswerPending says the last read showed a request answered since the first, which a next
 // read's closes would confirm as answered without a drain.
-func (w *RegimeWatch) AnswerPending() bool { return w.answeredAt && !w.seen.Answered }
+func (w *Watch) AnswerPending() bool { return w.answeredAt && !w.seen.Answered }
 
 // Began says whether a read was observed.
-func (w *RegimeWatch) Began() bool { return w.began }
+func (w *Watch) Began() bool { return w.began }
 
-// judgeRegime sets the result's drain regime once the watch has started, for a sidecar that
-// gets a drain call (a Linkerd proxy gets none, and closes its connections itself on its own
-// drain).
-func (c *coordinator) judgeRegime() {
-	if !c.watchStarted || c.sidecar.Hints().NoDrainCall != "" {
-		return
-	}
-	seen := c.regime.Seen()
-	seen.DrainAtEnd = c.cfg.DrainAtEnd
-	c.result.Regime, c.result.RegimeWhy = seen.Judge()
+// Prestop is the drain regime prestop's final event says (drain_regime, and drain_regime_why
+// unless it is (b)): what the sidecar's drain closes showed from the watch's first read to
+// meshdrain's drain call at its end, which every read the coordinator shows it comes before.
+// The Envoy backend gives it to a hook that makes a drain call (backends.Backend.Reads): a
+// Linkerd proxy gets none, and closes its connections itself on its own drain. Not safe for
+// concurrent use.
+type Prestop struct {
+	// DrainAtEnd is prestop's --drain-at end (Seen.DrainAtEnd).
+	DrainAtEnd bool
+	watch      Watch
 }
 
-// regimeFields are the final event's drain_regime and drain_regime_why.
-func (c *coordinator) regimeFields() []zap.Field {
-	if c.result.Regime == "" {
+var _ drain.ReadObserver = (*Prestop)(nil)
+
+// ObserveRead takes one of the watch's reads.
+func (p *Prestop) ObserveRead(snap mesh.Snapshot, t drain.Traffic) {
+	p.watch.Observe(t, DrainClosesExposed(snap))
+}
+
+// Judge is the drain regime and why (Seen.Judge); "" when no read was taken (the watch never
+// started), which nothing can be judged by.
+func (p *Prestop) Judge() (Regime, string) {
+	if !p.watch.Began() {
+		return "", ""
+	}
+	seen := p.watch.Seen()
+	seen.DrainAtEnd = p.DrainAtEnd
+	return seen.Judge()
+}
+
+// FinalFields are the final event's drain_regime and drain_regime_why.
+func (p *Prestop) FinalFields() []zap.Field {
+	regime, why := p.Judge()
+	if regime == "" {
 		return nil
 	}
-	fields := []zap.Field{zap.String("drain_regime", string(c.result.Regime))}
-	if c.result.RegimeWhy != "" {
-		fields = append(fields, zap.String("drain_regime_why", c.result.RegimeWhy))
+	fields := []zap.Field{zap.String("drain_regime", string(regime))}
+	if why != "" {
+		fields = append(fields, zap.String("drain_regime_why", why))
 	}
 	return fields
 }
