@@ -113,11 +113,6 @@ func (c *coordinator) clientFields() []zap.Field {
 			zap.Int("clients_left", n.Left),
 			zap.Int("clients_by_silence", n.Sending+n.NoEvidence),
 			zap.Int("clients_holding", n.Holding))
-		if len(n.Holders) > 0 {
-			// Past the lag bound these did not let go on their own: not mesh sidecars
-			// (an ingress controller's keep-alive pool, a client without a sidecar).
-			fields = append(fields, zap.Strings("clients_held_on", n.Holders))
-		}
 		if n.Named != nil {
 			fields = append(fields, n.Named.FinalFields()...)
 		}

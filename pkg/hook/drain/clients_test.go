@@ -37,7 +37,7 @@ func TestDrainWaitsForTheHoldingClient(t *testing.T) {
 	fake := clock.NewAutoFake(t0)
 	ev := &scriptedClients{clock: fake, counts: func(at time.Duration) (ClientCounts, error) {
 		if at < 15*time.Second {
-			return ClientCounts{Holding: 1, Left: 2, Holders: []string{"127.0.0.9"}}, nil
+			return ClientCounts{Holding: 1, Left: 2}, nil
 		}
 		return ClientCounts{Left: 3}, nil
 	}}

@@ -170,8 +170,6 @@ type ClientCounts struct {
 	// Stale: requests arrived since the table was last read, so the counts may not show
 	// who sent them (a client counted as left may have come back).
 	Stale bool
-	// Holders are the holding clients' addresses (a few, for the log).
-	Holders []string
 	// LastSent is the latest time a Sending client sent (sockets.Client.LastData); zero when
 	// none.
 	LastSent time.Time
@@ -181,7 +179,8 @@ type ClientCounts struct {
 	// Past the bound, the settled window runs from it. Zero: unknown.
 	LastLearning time.Time
 	// Named is the evidence source's own account of its clients, for the final event only
-	// (the kernel's clients past the lag bound, the app's own counter); nil: nothing more.
+	// (the socket table's holders, the kernel's clients past the lag bound, the app's own
+	// counter); nil: nothing more.
 	Named FinalFields
 }
 

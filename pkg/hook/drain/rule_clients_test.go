@@ -36,7 +36,7 @@ func TestHoldingClientHoldsLeftClientReleases(t *testing.T) {
 	closeAt := 20 * time.Second
 	clients := func(at time.Duration) *ClientCounts {
 		if at < closeAt {
-			return &ClientCounts{Holding: 1, Left: 1, Holders: []string{"10.0.0.7"}}
+			return &ClientCounts{Holding: 1, Left: 1}
 		}
 		return &ClientCounts{Left: 2}
 	}
@@ -67,7 +67,7 @@ func TestLagBound(t *testing.T) {
 	cfg := clientRuleConfig()
 	cfg.LagBound = 12 * time.Second
 	holdForever := func(time.Duration) *ClientCounts {
-		return &ClientCounts{Holding: 1, Left: 1, Holders: []string{"10.0.0.9"}}
+		return &ClientCounts{Holding: 1, Left: 1}
 	}
 	at, d := clientsRule(t, cfg, 8*time.Second, holdForever)
 	if at != 12*time.Second || d.Term != TermLagBound || d.Reason != ReasonQuiet {
@@ -147,7 +147,7 @@ func TestStaleCountsDoNotShortenTheWindow(t *testing.T) {
 // the clients of a persistent-session service, or without a sidecar, keep their idle
 // connections whatever they know. Silence decides, as without evidence.
 func TestHoldersWithoutAnyDepartureDoNotHold(t *testing.T) {
-	holders := func(time.Duration) *ClientCounts { return &ClientCounts{Holding: 50, Holders: []string{"10.0.0.9"}} }
+	holders := func(time.Duration) *ClientCounts { return &ClientCounts{Holding: 50} }
 	at, d := clientsRule(t, clientRuleConfig(), 8*time.Second, holders)
 	silence, ds := clientsRule(t, clientRuleConfig(), 8*time.Second, func(time.Duration) *ClientCounts { return nil })
 	if at != silence || d.Term != ds.Term || d.HeldBy != 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
+	"go.uber.org/zap"
 )
 
 // maxHolders is how many holding clients the counts name: enough for a log line.
@@ -266,12 +267,13 @@ func moved(now, then *float64) bool {
 // count sums the clients by state.
 func (t *Table) count() drain.ClientCounts {
 	var c drain.ClientCounts
+	var holders Holders
 	for _, cl := range t.table.clients() {
 		switch cl.State {
 		case sockets.Holding:
 			c.Holding++
-			if len(c.Holders) < maxHolders {
-				c.Holders = append(c.Holders, cl.Addr.String())
+			if len(holders) < maxHolders {
+				holders = append(holders, cl.Addr.String())
 			}
 		case sockets.Sending:
 			c.Sending++
@@ -284,7 +286,27 @@ func (t *Table) count() drain.ClientCounts {
 			c.NoEvidence++
 		}
 	}
+	if len(holders) > 0 {
+		c.Named = holders
+	}
 	return c
+}
+
+// Holders are the holding clients' addresses (a few, for the log), the socket table's own
+// account of its clients in the final event (drain.ClientCounts.Named).
+type Holders []string
+
+// FinalFields is the final event's clients_held_on.
+func (h Holders) FinalFields() []zap.Field {
+	// Past the lag bound these did not let go on their own: not mesh sidecars (an ingress
+	// controller's keep-alive pool, a client without a sidecar).
+	return []zap.Field{zap.Strings("clients_held_on", h)}
+}
+
+// HoldersOf are the holding clients the counts name; nil for none.
+func HoldersOf(c drain.ClientCounts) []string {
+	h, _ := c.Named.(Holders)
+	return h
 }
 
 // watched are the ports whose connections are the clients': the ones given, or the inbound

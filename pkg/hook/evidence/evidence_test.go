@@ -80,9 +80,9 @@ func TestTableOnTheRealKernel(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, h := range counts.Holders {
+	for _, h := range HoldersOf(counts) {
 		if a := netip.MustParseAddr(h); a.String() == "127.0.0.2" {
-			t.Errorf("the client that left is still named holding: %v", counts.Holders)
+			t.Errorf("the client that left is still named holding: %v", HoldersOf(counts))
 		}
 	}
 }

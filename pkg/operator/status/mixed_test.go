@@ -169,11 +169,12 @@ func wantStates(step evidencetest.Step) map[string]string {
 // countsOf is the ground truth of a step as prestop counts it.
 func countsOf(step evidencetest.Step) drain.ClientCounts {
 	var c drain.ClientCounts
+	var holders evidence.Holders
 	for _, ip := range evidencetest.Clients {
 		switch step.Want[ip] {
 		case sockets.Holding:
 			c.Holding++
-			c.Holders = append(c.Holders, ip)
+			holders = append(holders, ip)
 		case sockets.Sending:
 			c.Sending++
 		case sockets.Left:
@@ -182,11 +183,14 @@ func countsOf(step evidencetest.Step) drain.ClientCounts {
 			c.NoEvidence++
 		}
 	}
+	if len(holders) > 0 {
+		c.Named = holders
+	}
 	return c
 }
 
 func countsText(c drain.ClientCounts) string {
-	holders := slices.Clone(c.Holders)
+	holders := slices.Clone(evidence.HoldersOf(c))
 	slices.Sort(holders)
 	return fmt.Sprintf("holding %d %v, sending %d, left %d, no evidence %d", c.Holding, holders, c.Sending, c.Left, c.NoEvidence)
 }
