@@ -614,8 +614,8 @@ func TestTimeWaitNamedOnce(t *testing.T) {
 	if got := f.poll(); got != 1 {
 		t.Fatalf("a TIME_WAIT connection no read showed: activity %v, want 1", got)
 	}
-	c, ok := f.k.conns[sockets.KeyOf(tw)]
-	if !ok || !c.timeWait {
+	c, ok := f.k.conns.Lookup(sockets.KeyOf(tw))
+	if !ok || !c.TimeWait {
 		t.Fatalf("not kept as first seen in TIME_WAIT: %+v", c)
 	}
 	full := sock(t, "10.1.0.5:42000", 8080, 99, 120, 1) // its record, another cookie
