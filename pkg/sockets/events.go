@@ -63,6 +63,10 @@ type Conn[T any] struct {
 	Freed     bool
 	Final     Socket
 	FreedRead int
+	// Kept: the consumer follows it to the end. Gone from the table it stays, found again by
+	// its ends (a read that missed it, a record by its ends), until another connection takes
+	// them; no Gone is told of it.
+	Kept bool
 	// Of is what the consumer keeps of it.
 	Of T
 }
@@ -77,7 +81,8 @@ const (
 	Shown
 	// Freed: its destruction record came.
 	Freed
-	// Gone: the read no longer shows it (with its record, if that has come: Conn.Freed).
+	// Gone: the read no longer shows it (with its record, if that has come: Conn.Freed), and
+	// it is no longer followed (unless Kept).
 	Gone
 	// Brief: a record of a connection no read showed: opened and closed between two reads.
 	Brief
@@ -235,7 +240,7 @@ func (t *Conns[T]) byAddress(c *Conn[T], cookie uint64) bool {
 // gone (nil: not told), and those whose record is still to come are remembered.
 func (t *Conns[T]) EndRead(gone func(ConnEvent[T])) {
 	for key, c := range t.open {
-		if c.Seen == t.read {
+		if c.Seen == t.read || c.Kept {
 			continue
 		}
 		delete(t.open, key)
