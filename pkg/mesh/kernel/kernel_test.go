@@ -627,3 +627,20 @@ func TestTimeWaitNamedOnce(t *testing.T) {
 		t.Fatalf("a later connection on the same addresses was taken for the first (%d)", got)
 	}
 }
+
+// Read from /proc (no cookie), a connection is its ends: another inode on them is the same
+// connection, as this backend has always counted it (connPolicy), and names no accept.
+func TestProcConnectionIsItsEnds(t *testing.T) {
+	proc := func(inode uint64) sockets.Socket {
+		s := sock(t, "10.1.0.2:40000", 8080, 0, 0, 0)
+		s.Inode, s.HasTCPInfo = inode, false
+		return s
+	}
+	f := newFixture(t, 0)
+	f.traffic(1, proc(11))
+	counted := f.poll()
+	f.traffic(0, proc(12))
+	if got := f.poll(); got != counted {
+		t.Fatalf("another inode on the same ends: activity %v → %v, want no arrival", counted, got)
+	}
+}
