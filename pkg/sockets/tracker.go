@@ -126,7 +126,6 @@ type drainConn struct {
 // otherConn is any other connection: one that was not ESTABLISHED at drain start, or one
 // opened since. It is kept while reads show it, to count it once and see data on it.
 type otherConn struct {
-	conn   *trackedConn
 	client *clientEvidence
 	// sightings counts the reads that showed it ESTABLISHED; closed, that its close was
 	// seen (counted once).
@@ -178,7 +177,7 @@ func Begin(at time.Time, drainStart []Socket) *Tracker {
 			continue
 		}
 		if s.State != Established {
-			o := &otherConn{conn: ev.Conn}
+			o := &otherConn{}
 			if s.State == SynRecv || s.State == NewSynRecv {
 				// A client connecting as the drain begins; a connection already closing
 				// is no client's (it counts if it shows data, in Observe).
@@ -240,7 +239,7 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 func (t *Tracker) observeOtherConn(at time.Time, ev ConnEvent[tracked]) {
 	s, o := ev.Socket, ev.Conn.Of.other
 	if ev.Kind == Accepted {
-		o = &otherConn{conn: ev.Conn}
+		o = &otherConn{}
 		ev.Conn.Of = tracked{other: o}
 		o.client = t.client(s.Remote.Addr(), at)
 		o.client.newConns++
