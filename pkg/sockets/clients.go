@@ -147,7 +147,7 @@ func (t *Tracker) judge(at time.Time) {
 	for _, c := range t.clientList {
 		c.held, c.openUsed, c.openNew = 0, 0, 0
 	}
-	for _, o := range t.other {
+	for o := range t.otherConns() {
 		if !o.closed && o.client != nil && (o.state == Established || o.state == SynRecv || o.state == NewSynRecv) {
 			o.client.openNew++
 		}
@@ -166,7 +166,7 @@ func (t *Tracker) judge(at time.Time) {
 	if t.undrained {
 		// Nothing tells a client to close: an idle connection it keeps open, it still
 		// routes on.
-		for _, o := range t.other {
+		for o := range t.otherConns() {
 			if !o.closed && o.sightings > 0 && !o.busy {
 				o.client.held++
 			}
@@ -215,7 +215,7 @@ func (t *Tracker) Clients() []Client {
 		index[c] = len(out)
 		out = append(out, cl)
 	}
-	for _, o := range t.other {
+	for o := range t.otherConns() {
 		if o.client != nil && !o.closed && (o.state == Established || o.state == SynRecv || o.state == NewSynRecv) {
 			out[index[o.client]].Open++
 		}

@@ -1,6 +1,7 @@
 package sockets
 
 import (
+	"iter"
 	"net/netip"
 	"time"
 )
@@ -8,9 +9,10 @@ import (
 // Tracker turns successive reads of the socket table into per-client evidence. It does no
 // I/O and reads no clock: every read comes with its time. Not safe for concurrent use.
 type Tracker struct {
-	read    int // number of reads observed after Begin
-	drain   map[ConnKey]*drainConn
-	other   map[ConnKey]*otherConn
+	read int // number of reads observed after Begin
+	// conns are the connections the reads show, drain-start ones and others (tracked), as the
+	// sockets table's events tell them (trackerPolicy).
+	conns   *Conns[tracked]
 	clients map[netip.Addr]*clientEvidence
 	// The same drain-start connections and clients, in slices, which iterate faster.
 	drainList  []*drainConn
@@ -22,15 +24,9 @@ type Tracker struct {
 	// arrived: requests reached the pod since the previous read (RequestsArrived).
 	arrived bool
 	// final: the kernel's records of connections freed since the previous read (Closed), and
-	// finalComplete whether none was lost; goneOther: the other connections that vanished in
-	// the last reads (VanishedReads), so that a record coming a read late is not taken for a
-	// connection opened and closed unseen.
+	// finalComplete whether none was lost.
 	final         []Socket
 	finalComplete bool
-	goneOther     VanishedConns[struct{}]
-	// early: records of drain-start connections a read still showed (freed just after it,
-	// their records taken with it), kept for the read that finds them gone.
-	early []Socket
 	// drainBegins: the sidecar began to drain, for the next Observe (DrainBegins).
 	drainBegins bool
 	// lastAt is the time of the latest read, and begun that of the read that began the
@@ -78,6 +74,30 @@ func sentAt(at time.Time, s Socket) time.Time {
 // client: one busy client then hides every other client's departure (issue 27).
 func (t *Tracker) RequestsArrived() { t.arrived = true }
 
+// trackerPolicy is how the tracker follows connections (ConnPolicy): by cookie and inode, so
+// that two connections on the same ends that /proc shows are told apart; a connection a read
+// missed is a new one when shown again, unless it is a drain-start connection (Conn.Kept); a
+// record with another cookie on a connection's ends is its only if a read showed it without
+// a cookie (/proc). What is the sidecar's own (sidecarsOwn) never reaches the table.
+var trackerPolicy = ConnPolicy{RecordByAddress: MatchUncookied}
+
+// tracked is what the tracker keeps of a connection: a drain-start one or another.
+type tracked struct {
+	drain *drainConn
+	other *otherConn
+}
+
+type trackedConn = Conn[tracked]
+
+// recordOf is the destruction record of c, if one with its own cookie has come: one matched by
+// its ends to a connection read without a cookie says nothing of it.
+func recordOf(c *trackedConn) (Socket, bool) {
+	if c.Freed && c.ID.Cookie != 0 && c.Final.Cookie == c.ID.Cookie {
+		return c.Final, true
+	}
+	return Socket{}, false
+}
+
 type connFate uint8
 
 const (
@@ -88,9 +108,8 @@ const (
 
 // drainConn is a connection that was ESTABLISHED when the drain began.
 type drainConn struct {
-	id       ConnID
+	conn     *trackedConn // its identity, bytes received and record
 	client   *clientEvidence
-	recv     Received  // at the last read that had tcp_info
 	used     bool      // data arrived since the drain began
 	usedRead int       // read that first showed data (0: none, or the drain's start)
 	busy     bool      // a request was in flight at the last read (tcp_info)
@@ -98,7 +117,6 @@ type drainConn struct {
 	answered bool      // the last read showed it answered (see otherConn)
 	fate     connFate
 	start    Socket // as the drain began
-	seen     int    // last read that showed it
 	// goneRead: the read that found it gone while its kernel record had not come
 	// (Tracker.Closed), and arrivedThen whether requests had reached the pod by then.
 	goneRead    int
@@ -108,10 +126,7 @@ type drainConn struct {
 // otherConn is any other connection: one that was not ESTABLISHED at drain start, or one
 // opened since. It is kept while reads show it, to count it once and see data on it.
 type otherConn struct {
-	id     ConnID
 	client *clientEvidence
-	recv   Received
-	seen   int
 	// sightings counts the reads that showed it ESTABLISHED; closed, that its close was
 	// seen (counted once).
 	sightings int
@@ -120,11 +135,10 @@ type otherConn struct {
 	// answered: the last read showed it answered (tcp_info), so more bytes after it are a
 	// second request.
 	answered bool
-	// state at the last read; firstRead and dataRead the reads that first showed it and
-	// last showed data on it (DrainBegins).
-	state               State
-	firstRead, dataRead int
-	sentAt              time.Time
+	// state at the last read; dataRead the read that last showed data on it (DrainBegins).
+	state    State
+	dataRead int
+	sentAt   time.Time
 }
 
 // sidecarsOwn says whether s comes from the pod itself to one of the pod's own addresses,
@@ -151,31 +165,33 @@ var istioInboundBindIPv6 = netip.AddrFrom16([16]byte{15: 6})
 // are the drain-start connections whose fate is the evidence.
 func Begin(at time.Time, drainStart []Socket) *Tracker {
 	t := &Tracker{
-		drain:   make(map[ConnKey]*drainConn),
-		other:   make(map[ConnKey]*otherConn),
+		conns:   NewConns[tracked](trackerPolicy),
 		clients: make(map[netip.Addr]*clientEvidence),
 	}
 	for _, s := range drainStart {
 		if s.sidecarsOwn() {
 			continue
 		}
-		k := KeyOf(s)
+		ev := t.conns.Show(s)
+		if ev.Kind != Accepted {
+			continue
+		}
 		if s.State != Established {
-			o := &otherConn{id: IDOf(s), recv: ReceivedBy(s)}
+			o := &otherConn{}
 			if s.State == SynRecv || s.State == NewSynRecv {
 				// A client connecting as the drain begins; a connection already closing
 				// is no client's (it counts if it shows data, in Observe).
 				o.client = t.client(s.Remote.Addr(), at)
 			}
-			t.other[k] = o
+			ev.Conn.Of = tracked{other: o}
 			continue
 		}
 		c := t.client(s.Remote.Addr(), at)
 		c.heldAtStart++
 		// A request in flight as the drain begins is answered during it: the connection
 		// is not idle since the start.
-		d := &drainConn{id: IDOf(s), client: c, recv: ReceivedBy(s), used: s.InFlight(), busy: s.InFlight(), answered: answered(s), start: s, sentAt: sentAt(at, s)}
-		t.drain[k] = d
+		d := &drainConn{conn: ev.Conn, client: c, used: s.InFlight(), busy: s.InFlight(), answered: answered(s), start: s, sentAt: sentAt(at, s)}
+		ev.Conn.Of, ev.Conn.Kept = tracked{drain: d}, true
 		t.drainList = append(t.drainList, d)
 	}
 	t.lastAt, t.begun = at, at
@@ -194,22 +210,22 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 			}
 		}
 	}
+	t.conns.NextRead()
 	for _, s := range socks {
 		if s.sidecarsOwn() {
 			continue
 		}
-		k := KeyOf(s)
-		if d, ok := t.drain[k]; ok && d.id.Same(s) {
-			t.observeDrainConn(at, d, s)
+		ev := t.conns.Show(s)
+		if d := ev.Conn.Of.drain; d != nil {
+			t.observeDrainConn(at, d, ev)
 			continue
 		}
-		t.observeOtherConn(at, k, s)
+		t.observeOtherConn(at, ev)
 	}
-	final := t.finalByCookie()
-	t.drainConnsGone(at, final)
+	t.records(at)
+	t.drainConnsGone(at)
 	t.arrived = false
-	t.otherConnsGone(at, final)
-	t.briefConnections(at, final)
+	t.conns.EndRead(func(ev ConnEvent[tracked]) { t.otherConnGone(at, ev) })
 	if t.drainBegins {
 		t.rebase()
 		t.drainBegins, t.begun = false, at
@@ -218,18 +234,18 @@ func (t *Tracker) Observe(at time.Time, socks []Socket) {
 	t.judge(at)
 }
 
-// observeOtherConn takes a socket s of the read at that is no drain-start connection: a new
+// observeOtherConn takes a socket of the read at that is no drain-start connection: a new
 // connection of its client, or data on one seen before.
-func (t *Tracker) observeOtherConn(at time.Time, k ConnKey, s Socket) {
-	o, ok := t.other[k]
-	if !ok || !o.id.Same(s) {
-		o = &otherConn{id: IDOf(s), recv: ReceivedBy(s), firstRead: t.read}
-		t.other[k] = o
+func (t *Tracker) observeOtherConn(at time.Time, ev ConnEvent[tracked]) {
+	s, o := ev.Socket, ev.Conn.Of.other
+	if ev.Kind == Accepted {
+		o = &otherConn{}
+		ev.Conn.Of = tracked{other: o}
 		o.client = t.client(s.Remote.Addr(), at)
 		o.client.newConns++
 		o.client.lastNewConn = t.read
 		t.newConnSeen(o.client, s, at)
-	} else if o.recv.Grew(s) {
+	} else if ev.Data {
 		if o.client == nil {
 			o.client = t.client(s.Remote.Addr(), at)
 		}
@@ -239,45 +255,44 @@ func (t *Tracker) observeOtherConn(at time.Time, k ConnKey, s Socket) {
 		o.client.pools = o.client.pools || (t.undrained && o.answered)
 	}
 	o.answered = answered(s)
-	o.id.Update(s)
-	o.seen = t.read
 	o.state = s.State
 	if sent := sentAt(at, s); !sent.IsZero() {
 		o.sentAt = sent
 	}
-	switch s.State {
-	case Established:
+	if s.State == Established {
 		if o.client == nil {
 			o.client = t.client(s.Remote.Addr(), at)
 		}
 		o.sightings++
 		o.busy = s.InFlight()
 		o.client.pools = o.client.pools || (t.undrained && t.pooled(s))
-	case CloseWait, LastAck:
+	}
+	if ev.ClosedBy() == ClosedByClient {
 		t.closedOther(o, at)
 	}
 }
 
 // drainConnsGone judges the drain-start connections still open at the last read that the
-// read at no longer shows, with the records in final (those it matches leave final).
-func (t *Tracker) drainConnsGone(at time.Time, final map[uint64]Socket) {
+// read at no longer shows, with their records if they have come (this read's, or one that
+// came while a read still showed it).
+func (t *Tracker) drainConnsGone(at time.Time) {
 	for _, d := range t.drainList {
-		if d.fate != stillOpen || d.seen == t.read {
+		c := d.conn
+		if d.fate != stillOpen || c.Seen == t.read {
 			continue
 		}
 		// Gone without passing through FIN_WAIT or TIME_WAIT on our side: the client closed
 		// it (or one side reset it). Whether it carried a request before, its final bytes
 		// tell (Closed); without them, if requests arrived meanwhile, one may have been on it.
-		f, recorded := final[d.id.Cookie] // without a record, closedBy is this read
+		f, recorded := recordOf(c) // without a record, closedBy is this read
 		switch {
 		case recorded:
-			delete(final, d.id.Cookie)
-			d.client.pools = d.client.pools || t.pooledAtClose(d.answered, d.recv, f)
-			if !d.recv.Have || !f.HasTCPInfo || d.recv.InRecord(f) {
+			d.client.pools = d.client.pools || t.pooledAtClose(d.answered, c.Recv, f)
+			if !c.Recv.Have || !f.HasTCPInfo || c.Recv.InRecord(f) {
 				// Data, or nothing to tell: counted as data.
 				t.usedBeforeClose(d, f.DataAt(at))
 			}
-		case t.finalComplete && d.id.Cookie != 0 && d.goneRead == 0:
+		case t.finalComplete && c.ID.Cookie != 0 && d.goneRead == 0:
 			d.goneRead, d.arrivedThen = t.read, t.arrived
 			continue // judged at the next read, when its record has come
 		case (t.arrived || d.arrivedThen) && !t.undrained:
@@ -287,25 +302,24 @@ func (t *Tracker) drainConnsGone(at time.Time, final map[uint64]Socket) {
 	}
 }
 
-// otherConnsGone closes the other connections the read at no longer shows, with their
-// records in final (which stay there: briefConnections finds them remembered), and remembers
-// them (VanishedConns) for a record still to come.
-func (t *Tracker) otherConnsGone(at time.Time, final map[uint64]Socket) {
-	for k, o := range t.other {
-		if o.seen == t.read {
-			continue
+// otherConnGone closes an other connection the read at no longer shows, with its record if
+// it came with this read (one that came while a read still showed it says nothing more).
+func (t *Tracker) otherConnGone(at time.Time, ev ConnEvent[tracked]) {
+	o := ev.Conn.Of.other
+	if o == nil {
+		return
+	}
+	// Gone without TIME_WAIT on our side: closed by the client.
+	f, recorded := recordOf(ev.Conn)
+	if recorded = recorded && ev.Conn.FreedRead == t.read; !recorded {
+		f = Socket{} // without a record, closedBy is this read
+	}
+	t.closedOther(o, f.closedBy(at))
+	if recorded && o.client != nil {
+		o.client.pools = o.client.pools || t.pooledAtClose(o.answered, ev.Conn.Recv, f)
+		if ev.Conn.Recv.InRecord(f) {
+			t.activity(o.client, f.DataAt(at))
 		}
-		// Gone without TIME_WAIT on our side: closed by the client.
-		f, recorded := final[o.id.Cookie] // without a record, closedBy is this read
-		t.closedOther(o, f.closedBy(at))
-		delete(t.other, k)
-		if recorded && o.client != nil {
-			o.client.pools = o.client.pools || t.pooledAtClose(o.answered, o.recv, f)
-			if o.recv.InRecord(f) {
-				t.activity(o.client, f.DataAt(at))
-			}
-		}
-		t.goneOther.Remember(o.id.Cookie, struct{}{}, t.read)
 	}
 }
 
@@ -319,84 +333,68 @@ func (t *Tracker) usedBeforeClose(d *drainConn, when time.Time) {
 	t.activity(d.client, when)
 }
 
-// finalByCookie indexes the records Closed gave for this read, with those kept from the
-// last, and forgets them.
-func (t *Tracker) finalByCookie() map[uint64]Socket {
-	final := make(map[uint64]Socket, len(t.final)+len(t.early))
-	for _, f := range append(t.early, t.final...) {
-		if f.Cookie != 0 {
-			final[f.Cookie] = f
+// records takes the records Closed gave for this read: a record the table matches to no
+// connection a read showed is a brief one (briefConnection).
+func (t *Tracker) records(at time.Time) {
+	for _, f := range t.final {
+		if f.sidecarsOwn() {
+			continue
+		}
+		if ev, ok := t.conns.Record(f); ok && ev.Kind == Brief {
+			t.briefConnection(at, f)
 		}
 	}
-	t.final, t.early = nil, nil
-	return final
+	t.final = nil
 }
 
 // Vanished returns the cookies of the drain-start connections that socks, a read about to
 // be observed, no longer shows and whose records final does not hold: the records to wait
 // for (GoneWatch.Await) before judging that read.
 func (t *Tracker) Vanished(socks, final []Socket) []uint64 {
-	shown := make(map[uint64]bool, len(socks)+len(final)+len(t.early))
-	for _, list := range [][]Socket{socks, final, t.early} {
+	shown := make(map[uint64]bool, len(socks)+len(final))
+	for _, list := range [][]Socket{socks, final} {
 		for _, s := range list {
 			shown[s.Cookie] = true
 		}
 	}
 	var missing []uint64
 	for _, d := range t.drainList {
-		if d.fate == stillOpen && d.id.Cookie != 0 && !shown[d.id.Cookie] {
-			missing = append(missing, d.id.Cookie)
+		c := d.conn
+		if _, early := recordOf(c); d.fate == stillOpen && c.ID.Cookie != 0 && !shown[c.ID.Cookie] && !early {
+			missing = append(missing, c.ID.Cookie)
 		}
 	}
 	return missing
 }
 
-// briefConnections counts the records of connections no read showed: opened and closed
+// briefConnection counts the record f of a connection no read showed: opened and closed
 // between two reads, as a client opening a connection per request does while the pod drains.
-// A record of a connection a read did show (a drain-start one already judged, one still in the
-// table as TIME_WAIT, one gone in the last reads) is not one.
-func (t *Tracker) briefConnections(at time.Time, final map[uint64]Socket) {
-	for cookie, f := range final {
-		if t.goneOther.Has(cookie) || f.sidecarsOwn() {
-			continue
-		}
-		k := KeyOf(f)
-		// The same addresses without a cookie (read from /proc) cannot be told apart.
-		if d, ok := t.drain[k]; ok && (d.id.Cookie == cookie || d.id.Cookie == 0) {
-			if d.fate == stillOpen && d.seen == t.read {
-				t.early = append(t.early, f)
-			}
-			continue
-		}
-		if o, ok := t.other[k]; ok && (o.id.Cookie == cookie || o.id.Cookie == 0) {
-			continue
-		}
-		c := t.client(f.Remote.Addr(), at)
-		if t.undrained {
-			c.pools = c.pools || t.pooledAtClose(false, Received{}, f)
-		}
-		if f.DataBefore(t.begun) {
-			// Its data all came before the drain-start read, which did not show it: it
-			// closed just before that read, or as it walked the table. It was no connection
-			// of the drain, and what it carried was sent before the drain began (a client
-			// that lets go of it at the deletion shows no activity since).
-			continue
-		}
-		c.newConns++
-		c.lastNewConn = t.read
-		t.newConnSeen(c, f, at)
-		if t.undrained {
-			// Gone without TIME_WAIT on our side: its client closed it (Undrained).
-			c.lastUsedClose = t.read
-			c.closedAt(f.closedBy(at))
-		}
+// A record of a connection a read did show (a drain-start one, one still in the table as
+// TIME_WAIT, one gone in the last reads) is not one: the table matched it (Conns.Record).
+func (t *Tracker) briefConnection(at time.Time, f Socket) {
+	c := t.client(f.Remote.Addr(), at)
+	if t.undrained {
+		c.pools = c.pools || t.pooledAtClose(false, Received{}, f)
 	}
-	t.goneOther.Expire(t.read)
+	if f.DataBefore(t.begun) {
+		// Its data all came before the drain-start read, which did not show it: it
+		// closed just before that read, or as it walked the table. It was no connection
+		// of the drain, and what it carried was sent before the drain began (a client
+		// that lets go of it at the deletion shows no activity since).
+		return
+	}
+	c.newConns++
+	c.lastNewConn = t.read
+	t.newConnSeen(c, f, at)
+	if t.undrained {
+		// Gone without TIME_WAIT on our side: its client closed it (Undrained).
+		c.lastUsedClose = t.read
+		c.closedAt(f.closedBy(at))
+	}
 }
 
-func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
-	d.seen = t.read
-	d.id.Update(s)
+func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, ev ConnEvent[tracked]) {
+	s := ev.Socket
 	if d.fate != stillOpen {
 		return
 	}
@@ -405,7 +403,7 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 		d.sentAt = sent
 	}
 	d.client.pools = d.client.pools || (t.undrained && t.pooled(s))
-	if d.recv.Grew(s) {
+	if ev.Data {
 		d.used = true
 		if d.usedRead == 0 {
 			d.usedRead = t.read
@@ -414,10 +412,10 @@ func (t *Tracker) observeDrainConn(at time.Time, d *drainConn, s Socket) {
 		d.client.pools = d.client.pools || (t.undrained && d.answered)
 	}
 	d.answered = answered(s)
-	switch s.State {
-	case CloseWait, LastAck:
+	switch ev.ClosedBy() {
+	case ClosedByClient:
 		t.closed(d, closedByClient, at)
-	case FinWait1, FinWait2, TimeWait, Closing:
+	case ClosedByPod:
 		t.closed(d, closedByPod, at)
 		// The pod's Envoy closes a connection only after answering a request on it; the
 		// request may have come and gone between two reads, unseen in bytes received.
@@ -491,4 +489,15 @@ func (t *Tracker) client(addr netip.Addr, at time.Time) *clientEvidence {
 		t.clientList = append(t.clientList, c)
 	}
 	return c
+}
+
+// otherConns are the connections the tracker follows that are no drain-start ones.
+func (t *Tracker) otherConns() iter.Seq[*otherConn] {
+	return func(yield func(*otherConn) bool) {
+		for c := range t.conns.All() {
+			if o := c.Of.other; o != nil && !yield(o) {
+				return
+			}
+		}
+	}
 }

@@ -84,19 +84,19 @@ func (t *Tracker) rebase() {
 			d.used, d.usedRead = d.busy || d.sentAt.After(t.lastAt), 0
 		}
 	}
-	for k, o := range t.other {
-		if o.closed || o.state != Established || o.client == nil || o.firstRead == t.read {
+	for c := range t.conns.All() {
+		o := c.Of.other
+		if o == nil || o.closed || o.state != Established || o.client == nil || c.FirstRead == t.read {
 			continue
 		}
-		d := &drainConn{id: o.id, client: o.client, recv: o.recv, busy: o.busy,
-			answered: o.answered, seen: t.read, start: Socket{State: Established}, sentAt: o.sentAt}
+		d := &drainConn{conn: c, client: o.client, busy: o.busy,
+			answered: o.answered, start: Socket{State: Established}, sentAt: o.sentAt}
 		d.used = o.busy || o.dataRead == t.read || o.sentAt.After(t.lastAt)
 		if o.dataRead == t.read {
 			d.usedRead = t.read
 		}
-		t.drain[k] = d
+		c.Of, c.Kept = tracked{drain: d}, true
 		t.drainList = append(t.drainList, d)
 		o.client.heldAtStart++
-		delete(t.other, k)
 	}
 }

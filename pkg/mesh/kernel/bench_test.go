@@ -91,7 +91,7 @@ func BenchmarkPoll(b *testing.B) {
 				spent -= sends
 			}
 			b.ReportMetric(float64(spent)/float64(b.N)/1e3, "cpu-µs/poll")
-			b.ReportMetric(float64(len(k.conns)), "conns")
+			b.ReportMetric(float64(k.conns.Len()), "conns")
 			b.ReportMetric(float64(k.reads-reads)/float64(b.N), "reads/poll")
 		})
 	}

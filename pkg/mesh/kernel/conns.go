@@ -8,10 +8,17 @@ import (
 )
 
 // The connections on the ports the table is read on, from read to read: which are a
-// client's, when one is new (an accept named), when one is the same as before (restored from
-// the forgotten), and what their destruction records add. Identity, bytes received and the
-// memory of a gone connection are the sockets package's (sockets.ConnKey, Received,
-// VanishedConns), shared with the per-client evidence of the sidecar meshes.
+// client's, and what each event of the sockets package's table (sockets.Conns) counts: an
+// accept named, data on an open connection, a record of one opened and closed unseen. The
+// table's policy is this backend's: a connection is its cookie alone, one a read missed is
+// the same when shown again, and a record with another cookie is matched by its ends to a
+// connection first seen in TIME_WAIT (connPolicy).
+
+// connPolicy is how this backend follows connections (sockets.ConnPolicy). By cookie only: a
+// read from /proc (no cookie) shows the same connection as long as its ends stay, as this
+// backend has always counted it (the per-client evidence's tracker tells /proc connections
+// apart by inode too); an accept no read named is then PassiveOpens' unknown one.
+var connPolicy = sockets.ConnPolicy{CookieOnly: true, RestoreMissed: true, RecordByAddress: sockets.MatchFirstTimeWait}
 
 type connKind uint8
 
@@ -21,23 +28,14 @@ const (
 	otherPort                   // another listening port: not a client's (ztunnel's own, a metrics port)
 )
 
-// conn is a connection on a port the table is read on. Its identity is its cookie alone
-// (id): the backend does not tell apart, by inode, two connections on the same ends that a
-// read from /proc shows (see id).
+// conn is what this backend keeps of a connection on a port the table is read on (its
+// identity, bytes and record are the table's: sockets.Conn).
 type conn struct {
-	cookie    uint64
-	kind      connKind
-	port      uint16
-	client    *client
-	opened    time.Time
-	baseline  bool // open when the watch began
-	recv      sockets.Received
-	seen      int
-	destroyed bool
-	// timeWait: first seen as TIME_WAIT. A connection no read showed open carries no cookie
-	// of its own into TIME_WAIT (the kernel makes one only when asked), so its full socket's
-	// record, with another cookie, is matched by its addresses.
-	timeWait bool
+	kind     connKind
+	port     uint16
+	client   *client
+	opened   time.Time
+	baseline bool // open when the watch began
 }
 
 type client struct {
@@ -84,7 +82,7 @@ func (k *Kernel) ignored(addr netip.Addr) bool {
 }
 
 func (k *Kernel) newConn(now time.Time, s sockets.Socket) *conn {
-	c := &conn{cookie: s.Cookie, port: s.Local.Port(), opened: now, recv: sockets.ReceivedBy(s), seen: k.reads}
+	c := &conn{port: s.Local.Port(), opened: now}
 	switch {
 	case !k.watched[c.port] || k.own(s.Remote):
 		// The hook's own reads of the app's metrics are no client's, nor is their address:
@@ -122,8 +120,8 @@ func (k *Kernel) old(c *conn) bool {
 // that is not old (opened past the lag bound, or with none, since the watch began), nor a
 // caller's that addresses the pod directly.
 func (k *Kernel) countedOpen() bool {
-	for _, c := range k.conns {
-		if c.kind == clientConn && !c.destroyed && !c.timeWait && !k.old(c) && !k.notWaitedFor(c.client) {
+	for tc := range k.conns.All() {
+		if c := tc.Of; c.kind == clientConn && !tc.Freed && !tc.TimeWait && !k.old(c) && !k.notWaitedFor(c.client) {
 			return true
 		}
 	}
@@ -133,49 +131,27 @@ func (k *Kernel) countedOpen() bool {
 // observe takes one socket of the read r and returns 1 if it names an accept.
 func (k *Kernel) observe(r *readResult, s sockets.Socket) int {
 	now := r.at
-	key := sockets.KeyOf(s)
-	c, ok := k.conns[key]
-	if ok && !c.id().Same(s) {
-		// The same addresses, a later connection: the earlier one's record, if still to
-		// come, finds it among the forgotten and names nothing.
-		if !c.destroyed {
-			k.forgotten.Remember(c.cookie, c, k.reads)
-		}
-		ok = false
-	}
-	if !ok {
-		if gone, found := k.forgotten.Take(s.Cookie); found {
-			// A connection a read missed (a dump resumes a hash bucket by position, and can
-			// skip one when another in the bucket is freed meanwhile), shown again: the same.
-			c, ok = gone, true
-			k.conns[key] = c
-		}
-	}
-	if !ok {
+	ev := k.conns.Show(s)
+	if ev.Kind == sockets.Accepted {
 		// A TIME_WAIT socket no read showed open (the pod's side closed first, between two
 		// reads) is named here, at the read whose counters hold its accept; its full
 		// socket's record, now or at the next read, finds it and names nothing more.
-		c = k.newConn(now, s)
-		c.timeWait = s.State == sockets.TimeWait
-		k.conns[key] = c
-		c.seen = k.reads
+		c := k.newConn(now, s)
+		ev.Conn.Of = c
 		k.accepted(r, c)
 		k.countOpen(c, s)
 		k.inFlight(r, c, s)
 		return 1
 	}
-	c.seen = k.reads
-	if s.Cookie != 0 {
-		c.cookie = s.Cookie
-	}
+	c := ev.Conn.Of
 	if c.kind == clientConn && k.own(s.Remote) {
 		// The hook's own connection, recorded only once a read had shown it (a dial that
 		// finished after its request gave up): what it counted stays counted, nothing more.
 		c.kind, c.client = otherPort, nil
 	}
 	k.countOpen(c, s)
-	if segsBefore := c.recv.Segs; c.recv.Grew(s) {
-		k.data(r, c, s.DataAt(now), segments(segsBefore, s.DataSegsIn))
+	if ev.Data {
+		k.data(r, c, s.DataAt(now), segments(ev.Before.Segs, s.DataSegsIn))
 	}
 	k.inFlight(r, c, s)
 	return 0
@@ -198,35 +174,22 @@ func (k *Kernel) inFlight(r *readResult, c *conn, s sockets.Socket) {
 // no read showed.
 func (k *Kernel) record(r *readResult, f sockets.Socket) int {
 	now := r.at
-	if f.Cookie == 0 {
+	ev, ok := k.conns.Record(f)
+	switch {
+	case !ok:
 		return 0
-	}
-	var c *conn
-	if gone, ok := k.forgotten.Take(f.Cookie); ok {
-		c = gone
-	} else if known, ok := k.conns[sockets.KeyOf(f)]; ok && (known.cookie == f.Cookie || known.timeWait) {
-		// Matched once: a later connection on the same addresses is another.
-		c, known.timeWait = known, false
-	}
-	if c == nil {
+	case ev.Kind == sockets.Brief:
 		if f.DataBefore(k.baselineAt) {
 			// Freed just before the baseline read, its record late: an accept of before the
 			// watch, in the baseline's PassiveOpens, and no activity of the drain.
 			return 0
 		}
 		// Opened and closed between two reads.
-		c = k.newConn(now, f)
-		c.destroyed = true
-		k.accepted(r, c)
+		k.accepted(r, k.newConn(now, f))
 		return 1
-	}
-	if c.destroyed {
-		return 0
-	}
-	c.destroyed = true
-	// More than the FIN the record's count may hold: data since the last read.
-	if c.recv.InRecord(f) {
-		k.data(r, c, f.DataAt(now), segments(c.recv.Segs, f.DataSegsIn))
+	case ev.Data:
+		// More than the FIN the record's count may hold: data since the last read.
+		k.data(r, ev.Conn.Of, f.DataAt(now), segments(ev.Before.Segs, f.DataSegsIn))
 	}
 	return 0
 }
@@ -239,12 +202,6 @@ func segments(then, now uint32) int {
 	}
 	return 1
 }
-
-// id is c's identity for sockets.ConnID.Same, by cookie only: a read from /proc (no cookie)
-// shows the same connection as long as its ends stay, as this backend has always counted it
-// (the per-client evidence's tracker tells /proc connections apart by inode too); an accept
-// no read named is then PassiveOpens' unknown one.
-func (c *conn) id() sockets.ConnID { return sockets.ConnID{Cookie: c.cookie} }
 
 // observeTable takes the sockets of the read r and returns the accepts they name: namedNew
 // those the table shows for the first time, namedLate those that may be older. A connection
@@ -279,16 +236,5 @@ func (k *Kernel) observeTable(r *readResult, socks []sockets.Socket) (namedNew, 
 }
 
 // forgetUnseen drops the connections the latest read did not show, remembering those whose
-// record is still to come (forgotten).
-func (k *Kernel) forgetUnseen() {
-	for key, c := range k.conns {
-		if c.seen == k.reads {
-			continue
-		}
-		delete(k.conns, key)
-		if !c.destroyed {
-			k.forgotten.Remember(c.cookie, c, k.reads)
-		}
-	}
-	k.forgotten.Expire(k.reads)
-}
+// record is still to come (sockets.Conns.EndRead).
+func (k *Kernel) forgetUnseen() { k.conns.EndRead(nil) }

@@ -117,13 +117,12 @@ type Kernel struct {
 	credit     map[uint16]float64
 	creditPort uint16
 
-	conns map[sockets.ConnKey]*conn
-	// forgotten are the connections gone from the table whose destruction record has not come
-	// (sockets.VanishedReads); synRecv the full sockets a read skipped half open (a TCP Fast
-	// Open accept, counted at its SYN), by cookie, remembered as long.
-	forgotten sockets.VanishedConns[*conn]
-	synRecv   sockets.VanishedConns[struct{}]
-	clients   map[netip.Addr]*client
+	// conns are the connections on the ports the table is read on (conns.go); synRecv the
+	// full sockets a read skipped half open (a TCP Fast Open accept, counted at its SYN), by
+	// cookie, remembered as long as a gone connection (sockets.VanishedReads).
+	conns   *sockets.Conns[*conn]
+	synRecv sockets.VanishedConns[struct{}]
+	clients map[netip.Addr]*client
 	// pending are accepts PassiveOpens counted that no read or record has named yet, oldest
 	// first, and unattributed their sum.
 	pending      []unnamedAccepts
@@ -167,7 +166,7 @@ func New(o Options) (*Kernel, error) {
 	if o.Start.IsZero() {
 		o.Start = o.Now()
 	}
-	k := &Kernel{opts: o, watched: map[uint16]bool{}, conns: map[sockets.ConnKey]*conn{},
+	k := &Kernel{opts: o, watched: map[uint16]bool{}, conns: sockets.NewConns[*conn](connPolicy),
 		clients: map[netip.Addr]*client{}, activity: map[uint16]float64{}, active: map[uint16]float64{}, credit: map[uint16]float64{}, lastKind: ActivityNone}
 	for _, p := range o.Ports {
 		k.watched[uint16(p)] = true
@@ -279,9 +278,12 @@ func (k *Kernel) open() error {
 		if skipped(s) {
 			continue
 		}
+		ev := k.conns.Show(s) // read 0: the baseline
+		if ev.Kind != sockets.Accepted {
+			continue
+		}
 		c := k.newConn(now, s)
-		c.baseline, c.seen = true, 0
-		k.conns[sockets.KeyOf(s)] = c
+		c.baseline, ev.Conn.Of = true, c
 		if c.client != nil {
 			c.client.open++
 		}

@@ -614,8 +614,8 @@ func TestTimeWaitNamedOnce(t *testing.T) {
 	if got := f.poll(); got != 1 {
 		t.Fatalf("a TIME_WAIT connection no read showed: activity %v, want 1", got)
 	}
-	c, ok := f.k.conns[sockets.KeyOf(tw)]
-	if !ok || !c.timeWait {
+	c, ok := f.k.conns.Lookup(sockets.KeyOf(tw))
+	if !ok || !c.TimeWait {
 		t.Fatalf("not kept as first seen in TIME_WAIT: %+v", c)
 	}
 	full := sock(t, "10.1.0.5:42000", 8080, 99, 120, 1) // its record, another cookie
@@ -625,5 +625,22 @@ func TestTimeWaitNamedOnce(t *testing.T) {
 	later := sock(t, "10.1.0.5:42000", 8080, 100, 120, 1) // a later connection on the same addresses
 	if got := f.k.record(&readResult{at: f.now}, later); got != 1 {
 		t.Fatalf("a later connection on the same addresses was taken for the first (%d)", got)
+	}
+}
+
+// Read from /proc (no cookie), a connection is its ends: another inode on them is the same
+// connection, as this backend has always counted it (connPolicy), and names no accept.
+func TestProcConnectionIsItsEnds(t *testing.T) {
+	proc := func(inode uint64) sockets.Socket {
+		s := sock(t, "10.1.0.2:40000", 8080, 0, 0, 0)
+		s.Inode, s.HasTCPInfo = inode, false
+		return s
+	}
+	f := newFixture(t, 0)
+	f.traffic(1, proc(11))
+	counted := f.poll()
+	f.traffic(0, proc(12))
+	if got := f.poll(); got != counted {
+		t.Fatalf("another inode on the same ends: activity %v → %v, want no arrival", counted, got)
 	}
 }

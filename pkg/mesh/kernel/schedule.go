@@ -204,6 +204,7 @@ func (k *Kernel) readTable(now time.Time) (readResult, error) {
 	}
 	r := &readResult{at: now, countersAt: k.opts.Now()}
 	k.reads++
+	k.conns.NextRead()
 	namedNew, namedLate := k.observeTable(r, socks)
 	for _, f := range final {
 		namedLate += k.record(r, f)
