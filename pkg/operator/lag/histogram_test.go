@@ -46,16 +46,6 @@ func TestReadHistogramKubeProxyScrape(t *testing.T) {
 	}
 }
 
-func TestReadHistogramIstiodScrape(t *testing.T) {
-	h := readHistogramFile(t, "testdata/istiod-1.7.1.metrics", IstiodConvergence)
-	if len(h.Buckets) != 9 || h.Count() != 1 {
-		t.Fatalf("%d buckets, count %v; want 9, 1 (not pilot_proxy_queue_time's 41)", len(h.Buckets), h.Count())
-	}
-	if got, tail, err := h.Quantile(0.5); err != nil || tail || !near(got, 0.05) {
-		t.Errorf("Quantile(0.5) = %v, %v, %v; want 0.05 (half of the first bucket, 0.1 s)", got, tail, err)
-	}
-}
-
 func TestReadHistogramSumsSeries(t *testing.T) {
 	// Two nodes in one federated scrape: buckets add as sum by (le) would.
 	scrape := `# TYPE kubeproxy_network_programming_duration_seconds histogram
