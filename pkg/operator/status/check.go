@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -420,7 +421,7 @@ func signalItems(r Report, min MinSignal) []Item {
 			label := p.Name
 			if p.Port != nil {
 				label = fmt.Sprintf("port %d", *p.Port)
-				if containsInt(r.UnknownPorts, *p.Port) {
+				if slices.Contains(r.UnknownPorts, *p.Port) {
 					// Whatever --min-signal accepts, a port the sidecar does not have cannot be drained.
 					items = append(items, Item{Name: "signal", Status: Fail,
 						Message: fmt.Sprintf("%s: the sidecar has no inbound endpoint for this port; its inbound ports are %s", label, joinInts(r.InboundPorts)),

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -285,7 +286,7 @@ func sortedCauses(causes map[string]float64) []string {
 	}
 	var rest []string
 	for k := range causes {
-		if !containsString(failureFlags, k) {
+		if !slices.Contains(failureFlags, k) {
 			rest = append(rest, k)
 		}
 	}
@@ -361,15 +362,6 @@ func codesText(codes map[string]float64) string {
 		return "-"
 	}
 	return failuresText(codes)
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func ptrTo(v float64) *float64 { return &v }

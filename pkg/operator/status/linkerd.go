@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -207,7 +208,7 @@ func linkerdSignalItems(r Report, min MinSignal) []Item {
 		for _, p := range r.Inbound {
 			label := "port " + portText(p.Port)
 			switch {
-			case p.Port != nil && containsInt(r.SilentPorts, *p.Port):
+			case p.Port != nil && slices.Contains(r.SilentPorts, *p.Port):
 				items = append(items, Item{Name: "signal", Status: Fail,
 					Message: fmt.Sprintf("%s: the proxy has no series for this port: no request, probe or connection in the last 10 minutes, "+
 						"or not a port the pod receives on (%s)", label, seriesPorts(r.InboundPorts)),

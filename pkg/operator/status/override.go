@@ -6,10 +6,9 @@ import (
 	"path"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/operator/plan"
+	"go.yaml.in/yaml/v3"
 )
 
 // OverrideItem is the name of the item that says whether Istio's injector merged plan's

@@ -10,16 +10,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/hook/regime"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Admin is the part of Envoy's admin API that status and check read; *envoy.Client is
@@ -336,7 +336,7 @@ func (r *Report) askedPortsUnknown(ctx context.Context, admin Admin, snap mesh.S
 		return
 	}
 	for _, p := range missing {
-		if !containsInt(known, p) {
+		if !slices.Contains(known, p) {
 			r.UnknownPorts = append(r.UnknownPorts, p)
 		}
 	}
@@ -502,15 +502,6 @@ func hasAnyStat(e mesh.Endpoint) bool {
 	for _, v := range []*float64{e.HTTPRequestsTotal, e.HTTPRequestsActive, e.HTTPConnectionsActive,
 		e.ClusterRequestsTotal, e.ClusterRequestsActive, e.ClusterConnsActive, e.CompletedRequests} {
 		if v != nil {
-			return true
-		}
-	}
-	return false
-}
-
-func containsInt(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
 			return true
 		}
 	}

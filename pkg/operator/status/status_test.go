@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // scriptedAdmin answers each Inbound call with the next snapshot (or error) of its script,

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/meshdrain/meshdrain/pkg/mesh"
@@ -485,9 +486,9 @@ func (p *podRun) countSidecarErrors() {
 	for _, e := range errs {
 		p.res.Sidecar5xx++
 		switch {
-		case containsFlag(e.Flags, "UF"):
+		case strings.Contains(e.Flags, "UF"):
 			p.res.SidecarUF++
-		case containsFlag(e.Flags, "UC"):
+		case strings.Contains(e.Flags, "UC"):
 			p.res.SidecarUC++
 		}
 	}
@@ -506,15 +507,6 @@ func proxyName(spec SidecarSpec) string {
 		return "no sidecar"
 	}
 	return "istio-proxy"
-}
-
-func containsFlag(flags, flag string) bool {
-	for i := 0; i+len(flag) <= len(flags); i++ {
-		if flags[i:i+len(flag)] == flag {
-			return true
-		}
-	}
-	return false
 }
 
 // sleepUntil waits until at, or returns ctx's error.

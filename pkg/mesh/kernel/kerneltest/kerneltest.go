@@ -121,20 +121,11 @@ func (s *Server) AcceptsAfter(at time.Time, ignore ...netip.Addr) []Accept {
 	defer s.mu.Unlock()
 	var out []Accept
 	for _, a := range s.accepts {
-		if a.At.After(at) && !contains(ignore, a.From) {
+		if a.At.After(at) && !slices.Contains(ignore, a.From) {
 			out = append(out, a)
 		}
 	}
 	return out
-}
-
-func contains(list []netip.Addr, a netip.Addr) bool {
-	for _, x := range list {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }
 
 // Client sends from one loopback address; LastSend is when it last sent a request.
