@@ -66,17 +66,7 @@ func TestPrestopMeshNoneUnprivileged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prestop --mesh none as uid 65532: %v", err)
 	}
-	var final map[string]any
-	sc := bufio.NewScanner(&stderr)
-	for sc.Scan() {
-		var ev map[string]any
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev["msg"] == "drain finished" {
-			final = ev
-		}
-	}
-	if final == nil {
-		t.Fatal("no final event")
-	}
+	final := finalEvent(t, stderr.Bytes())
 	if final["reason"] != "quiet" || final["client_evidence"] != "socket-table" || final["signal"] != "kernel" {
 		t.Errorf("reason %v, client_evidence %v, signal %v: want quiet, socket-table, kernel", final["reason"], final["client_evidence"], final["signal"])
 	}
@@ -124,17 +114,7 @@ func TestPrestopMeshNoneMonitorPastTheBound(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prestop --mesh none beside a monitor: %v (want exit 0)", err)
 	}
-	var final map[string]any
-	sc := bufio.NewScanner(&stderr)
-	for sc.Scan() {
-		var ev map[string]any
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev["msg"] == "drain finished" {
-			final = ev
-		}
-	}
-	if final == nil {
-		t.Fatal("no final event")
-	}
+	final := finalEvent(t, stderr.Bytes())
 	if got, _ := final["clients_addressing_pod"].([]any); len(got) != 1 || got[0] != "127.0.0.3" {
 		t.Errorf("clients_addressing_pod %v, want the monitor 127.0.0.3", final["clients_addressing_pod"])
 	}
@@ -144,4 +124,21 @@ func TestPrestopMeshNoneMonitorPastTheBound(t *testing.T) {
 	if d := time.Duration(elapsed)*time.Millisecond - bound; final["reason"] != "quiet" || d > 3*period+time.Second+kerneltest.RunQueueWait() {
 		t.Errorf("reason %v, %v past the lag bound: want quiet within three of the monitor's periods and a second", final["reason"], d)
 	}
+}
+
+// finalEvent is the hook's final event ("drain finished") among its stderr lines.
+func finalEvent(t *testing.T, stderr []byte) map[string]any {
+	t.Helper()
+	var final map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(stderr))
+	for sc.Scan() {
+		var ev map[string]any
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev["msg"] == "drain finished" {
+			final = ev
+		}
+	}
+	if final == nil {
+		t.Fatal("no final event")
+	}
+	return final
 }
