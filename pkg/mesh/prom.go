@@ -47,6 +47,9 @@ type LineFilter struct {
 	KeptTooLarge error
 	// Keep is what to keep of a line (without its newline), nil to drop it.
 	Keep func(line []byte) []byte
+	// Check, if set, sees every line before Keep: an error ends the read with it, so that an
+	// answer in no metrics format is not read as one that holds nothing.
+	Check func(line []byte) error
 	// TooLong decides a line longer than MaxLine from its first MaxLine bytes: nil skips the
 	// line, an error ends the read with it.
 	TooLong func(head []byte) error
@@ -69,7 +72,13 @@ func (f LineFilter) Filter(r io.Reader) (*bytes.Buffer, error) {
 		case len(line) == 0:
 			// The end of r, right after a newline.
 		default:
-			keep := f.Keep(bytes.TrimSuffix(line, []byte("\n")))
+			line = bytes.TrimSuffix(line, []byte("\n"))
+			if f.Check != nil {
+				if bad := f.Check(line); bad != nil {
+					return nil, bad
+				}
+			}
+			keep := f.Keep(line)
 			if keep == nil {
 				break
 			}

@@ -34,7 +34,7 @@ func (n *normaliser) adminRequests(name string, fam *dto.MetricFamily) {
 // carry it.
 func AdminRequests(families map[string]*dto.MetricFamily) *float64 {
 	var n normaliser
-	for _, name := range []string{"envoy_http_admin_downstream_rq_total", "envoy_http_downstream_rq_total"} {
+	for _, name := range adminRequestFamilies {
 		if fam, ok := families[name]; ok {
 			n.adminRequests(name, fam)
 		}

@@ -119,12 +119,12 @@ func IsUnreachable(err error) bool { return localhttp.IsUnreachable(err) }
 // Stats fetches /stats/prometheus restricted by filter (an RE2 regex Envoy matches against
 // its own stat names) and returns the parsed families.
 func (c *Client) Stats(ctx context.Context, filter string) (map[string]*dto.MetricFamily, error) {
-	return c.stats(ctx, filter, false)
+	return c.stats(ctx, filter, false, nil)
 }
 
-// stats is Stats, with usedOnly adding Envoy's usedonly: only the stats whose "used" flag is
-// set are answered.
-func (c *Client) stats(ctx context.Context, filter string, usedOnly bool) (map[string]*dto.MetricFamily, error) {
+// stats is Stats, with usedOnly adding Envoy's usedonly (only the stats whose "used" flag is
+// set are answered), and parsing only what lines keeps of the answer (all of it when nil).
+func (c *Client) stats(ctx context.Context, filter string, usedOnly bool, lines *mesh.LineFilter) (map[string]*dto.MetricFamily, error) {
 	q := url.Values{}
 	if usedOnly {
 		q.Set("usedonly", "")
@@ -135,7 +135,7 @@ func (c *Client) stats(ctx context.Context, filter string, usedOnly bool) (map[s
 	var families map[string]*dto.MetricFamily
 	err := c.retry(ctx, http.MethodGet, "/stats/prometheus", q.Encode(), func(body io.Reader) error {
 		var err error
-		families, err = ReadStats(body)
+		families, err = readStats(body, lines)
 		return err
 	})
 	return families, err
@@ -150,7 +150,8 @@ func (c *Client) Inbound(ctx context.Context, sel mesh.Selector) (mesh.Snapshot,
 // otherwise they only replace a picture already kept of the same selection.
 func (c *Client) complete(ctx context.Context, sel mesh.Selector, keep bool) (mesh.Snapshot, error) {
 	filter := StatsFilter(sel)
-	families, err := c.Stats(ctx, filter)
+	lines := inboundLines(sel)
+	families, err := c.stats(ctx, filter, false, &lines)
 	if err != nil {
 		return mesh.Snapshot{}, err
 	}
@@ -286,12 +287,21 @@ func ReadResponse(method, endpoint string, resp *http.Response, read func(io.Rea
 // ReadStats is the reader of a /stats/prometheus answer: read whole through the cap first, so
 // that a too-long or cut answer is reported as such rather than as whatever the parser trips
 // on first, then parsed.
-func ReadStats(body io.Reader) (map[string]*dto.MetricFamily, error) {
+func ReadStats(body io.Reader) (map[string]*dto.MetricFamily, error) { return readStats(body, nil) }
+
+// readStats is ReadStats parsing only what lines keeps of the answer (all of it when nil).
+func readStats(body io.Reader, lines *mesh.LineFilter) (map[string]*dto.MetricFamily, error) {
 	raw, err := localhttp.ReadBody(body, maxStatsBody)
 	if err != nil {
 		return nil, err
 	}
-	return ParseFamilies(bytes.NewReader(raw))
+	var in io.Reader = bytes.NewReader(raw)
+	if lines != nil {
+		if in, err = lines.Filter(in); err != nil {
+			return nil, fmt.Errorf("parse prometheus stats: %w", err)
+		}
+	}
+	return ParseFamilies(in)
 }
 
 // backoffTimer adapts clock.Clock to backoff/v4's Timer so retries follow the injected clock.

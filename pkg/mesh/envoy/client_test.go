@@ -109,7 +109,7 @@ func TestTransientErrorsAreRetried(t *testing.T) {
 		case 1:
 			w.WriteHeader(http.StatusServiceUnavailable)
 		case 2:
-			fmt.Fprint(w, "# TYPE envoy_http_downstream_rq_total counter\nenvoy_http_downstream_rq_total{http_conn_manager_prefix=") // truncated
+			fmt.Fprint(w, "# TYPE envoy_http_downstream_rq_total counter\nenvoy_http_downstream_rq_total{http_conn_manager_prefix=\"inbound_0.0.0.0_8080") // truncated
 		default:
 			fmt.Fprint(w, istioBody)
 		}

@@ -99,88 +99,105 @@ type normaliser struct {
 	completedErrors    map[string]float64
 }
 
+// family reads one family, if Normalise reads it at all.
 func (n *normaliser) family(name string, fam *dto.MetricFamily) {
-	switch name {
-	case "envoy_http_downstream_rq_total", "envoy_http__downstream_rq_total":
-		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPRequestsTotal })
-	case "envoy_http_downstream_rq_active", "envoy_http__downstream_rq_active":
-		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPRequestsActive })
-	case "envoy_http_downstream_cx_active", "envoy_http__downstream_cx_active":
-		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPConnectionsActive })
-	case "envoy_http_downstream_cx_drain_close", "envoy_http__downstream_cx_drain_close":
-		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPDrainCloses })
-	case "envoy_cluster_upstream_rq_total":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsTotal })
-	case "envoy_cluster_upstream_rq_active":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsActive })
-	case "envoy_cluster_upstream_cx_active":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterConnsActive })
+	if r, ok := familyReaders[name]; ok {
+		r.read(n, fam)
+		return
+	}
+	if match := legacyHTTPName.FindStringSubmatch(name); match != nil {
+		n.legacyHTTP(fam, match)
+	}
+}
+
+// familyReader is how Normalise reads one family. A targeted family has a series per port,
+// cluster, HTTP prefix or listener, inbound and outbound alike, and Normalise reads only the
+// series of the selected targets: inboundLines may drop the others before the parse.
+type familyReader struct {
+	read     func(n *normaliser, fam *dto.MetricFamily)
+	targeted bool
+}
+
+// familyReaders are the families Normalise reads by name (the legacy Istio names, which carry
+// their port in the name, are matched by legacyHTTPName).
+var familyReaders = func() map[string]familyReader {
+	readers := map[string]familyReader{}
+	add := func(r familyReader, names ...string) {
+		for _, name := range names {
+			readers[name] = r
+		}
+	}
+	http := func(field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) familyReader {
+		return familyReader{targeted: true, read: func(n *normaliser, fam *dto.MetricFamily) { n.httpSeriesWhere(fam, field, keep) }}
+	}
+	cluster := func(field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) familyReader {
+		return familyReader{targeted: true, read: func(n *normaliser, fam *dto.MetricFamily) { n.clusterSeriesWhere(fam, field, keep) }}
+	}
+	listener := func(field func(*mesh.Listener) **float64) familyReader {
+		return familyReader{targeted: true, read: func(n *normaliser, fam *dto.MetricFamily) { n.listenerSeries(fam, field) }}
+	}
+	add(http(func(e *mesh.Endpoint) **float64 { return &e.HTTPRequestsTotal }, nil), "envoy_http_downstream_rq_total", "envoy_http__downstream_rq_total")
+	add(http(func(e *mesh.Endpoint) **float64 { return &e.HTTPRequestsActive }, nil), "envoy_http_downstream_rq_active", "envoy_http__downstream_rq_active")
+	add(http(func(e *mesh.Endpoint) **float64 { return &e.HTTPConnectionsActive }, nil), "envoy_http_downstream_cx_active", "envoy_http__downstream_cx_active")
+	add(http(func(e *mesh.Endpoint) **float64 { return &e.HTTPDrainCloses }, nil), "envoy_http_downstream_cx_drain_close", "envoy_http__downstream_cx_drain_close")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsTotal }, nil), "envoy_cluster_upstream_rq_total")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.ClusterRequestsActive }, nil), "envoy_cluster_upstream_rq_active")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.ClusterConnsActive }, nil), "envoy_cluster_upstream_cx_active")
 	// The failure stats, which only FailuresFilter asks for. The class-tagged families also
 	// hold the other classes (and, in Istio's naming, the per-code series of the same stat):
 	// only the 5xx class is read. A bootstrap without the class tag leaves _5xx in the name.
-	case "envoy_http_downstream_rq_xx", "envoy_http_downstream_rq", "envoy_http__downstream_rq":
-		n.httpSeriesWhere(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPServerErrorsTotal }, serverErrorClass)
-	case "envoy_http_downstream_rq_5xx", "envoy_http__downstream_rq_5xx":
-		n.httpSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.HTTPServerErrorsTotal })
-	case "envoy_cluster_upstream_rq_xx", "envoy_cluster_upstream_rq":
-		n.clusterSeriesWhere(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterServerErrorsTotal }, serverErrorClass)
-	case "envoy_cluster_upstream_rq_5xx":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ClusterServerErrorsTotal })
-	case "envoy_cluster_upstream_cx_connect_fail":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ConnectFailuresTotal })
-	case "envoy_cluster_upstream_cx_destroy_remote_with_active_rq":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.ConnectionTerminationsTotal })
-	case "envoy_cluster_upstream_rq_timeout":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.RequestTimeoutsTotal })
-	case "envoy_cluster_upstream_rq_rx_reset":
-		n.clusterSeries(fam, func(e *mesh.Endpoint) **float64 { return &e.RemoteResetsTotal })
-	case "envoy_listener_downstream_cx_active":
-		n.listenerSeries(fam, func(l *mesh.Listener) **float64 { return &l.ConnectionsActive })
-	case "envoy_listener_downstream_cx_total":
-		n.listenerSeries(fam, func(l *mesh.Listener) **float64 { return &l.ConnectionsTotal })
-	case "envoy_tcp_downstream_cx_total":
-		for _, m := range fam.GetMetric() {
-			prefix, labelName := firstLabel(m, tcpPrefixLabels)
-			if prefix == "" {
-				continue
-			}
-			n.noteLabel(labelName)
-			if n.genericSelection() {
-				continue // a generic Envoy's TCP port is watched through its --cluster
-			}
-			if e := n.clusterEndpoint(prefix); e != nil {
-				n.add(&e.TCPConnectionsTotal, mesh.Value(m))
-			}
+	add(http(func(e *mesh.Endpoint) **float64 { return &e.HTTPServerErrorsTotal }, serverErrorClass),
+		"envoy_http_downstream_rq_xx", "envoy_http_downstream_rq", "envoy_http__downstream_rq")
+	add(http(func(e *mesh.Endpoint) **float64 { return &e.HTTPServerErrorsTotal }, nil), "envoy_http_downstream_rq_5xx", "envoy_http__downstream_rq_5xx")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.ClusterServerErrorsTotal }, serverErrorClass), "envoy_cluster_upstream_rq_xx", "envoy_cluster_upstream_rq")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.ClusterServerErrorsTotal }, nil), "envoy_cluster_upstream_rq_5xx")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.ConnectFailuresTotal }, nil), "envoy_cluster_upstream_cx_connect_fail")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.ConnectionTerminationsTotal }, nil), "envoy_cluster_upstream_cx_destroy_remote_with_active_rq")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.RequestTimeoutsTotal }, nil), "envoy_cluster_upstream_rq_timeout")
+	add(cluster(func(e *mesh.Endpoint) **float64 { return &e.RemoteResetsTotal }, nil), "envoy_cluster_upstream_rq_rx_reset")
+	add(listener(func(l *mesh.Listener) **float64 { return &l.ConnectionsActive }), "envoy_listener_downstream_cx_active")
+	add(listener(func(l *mesh.Listener) **float64 { return &l.ConnectionsTotal }), "envoy_listener_downstream_cx_total")
+	add(familyReader{targeted: true, read: (*normaliser).tcpConnections}, "envoy_tcp_downstream_cx_total")
+	// Envoy releases without custom stat namespaces prefix every Prometheus name with
+	// envoy_, and Istio 1.7's stats plugin named the metric _istio_requests_total.
+	add(familyReader{read: (*normaliser).completions}, "istio_requests_total", "envoy_istio_requests_total", "envoy__istio_requests_total")
+	add(familyReader{read: func(n *normaliser, fam *dto.MetricFamily) { setLast(&n.serverState, fam) }}, "envoy_server_state", "server_state")
+	add(familyReader{read: func(n *normaliser, fam *dto.MetricFamily) { setLast(&n.serverUptime, fam) }}, "envoy_server_uptime", "server_uptime")
+	return readers
+}()
+
+func (n *normaliser) tcpConnections(fam *dto.MetricFamily) {
+	for _, m := range fam.GetMetric() {
+		prefix, labelName := firstLabel(m, tcpPrefixLabels)
+		if prefix == "" {
+			continue
 		}
-	case "istio_requests_total",
-		// Envoy releases without custom stat namespaces prefix every Prometheus name with
-		// envoy_, and Istio 1.7's stats plugin named the metric _istio_requests_total.
-		"envoy_istio_requests_total", "envoy__istio_requests_total":
-		for _, m := range fam.GetMetric() {
-			if mesh.Label(m, "reporter") == "destination" {
-				n.add(&n.completed, mesh.Value(m))
-				n.completedError(m)
-			}
+		n.noteLabel(labelName)
+		if n.genericSelection() {
+			continue // a generic Envoy's TCP port is watched through its --cluster
 		}
-	case "envoy_server_state", "server_state":
-		for _, m := range fam.GetMetric() {
-			v := mesh.Value(m)
-			n.serverState = &v
-		}
-	case "envoy_server_uptime", "server_uptime":
-		for _, m := range fam.GetMetric() {
-			v := mesh.Value(m)
-			n.serverUptime = &v
-		}
-	default:
-		if match := legacyHTTPName.FindStringSubmatch(name); match != nil {
-			n.legacyHTTP(fam, match)
+		if e := n.clusterEndpoint(prefix); e != nil {
+			n.add(&e.TCPConnectionsTotal, mesh.Value(m))
 		}
 	}
 }
 
-func (n *normaliser) httpSeries(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64) {
-	n.httpSeriesWhere(fam, field, nil)
+func (n *normaliser) completions(fam *dto.MetricFamily) {
+	for _, m := range fam.GetMetric() {
+		if mesh.Label(m, "reporter") == "destination" {
+			n.add(&n.completed, mesh.Value(m))
+			n.completedError(m)
+		}
+	}
+}
+
+// setLast sets *to to the value of a family's last series, if it has one: a server stat has
+// one series.
+func setLast(to **float64, fam *dto.MetricFamily) {
+	for _, m := range fam.GetMetric() {
+		v := mesh.Value(m)
+		*to = &v
+	}
 }
 
 // httpSeriesWhere is httpSeries for the series keep accepts (all when nil).
@@ -264,10 +281,6 @@ func (n *normaliser) completedError(m *dto.Metric) {
 	n.completedErrors[flags] += v
 }
 
-func (n *normaliser) clusterSeries(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64) {
-	n.clusterSeriesWhere(fam, field, nil)
-}
-
 // clusterSeriesWhere is clusterSeries for the series keep accepts (all when nil).
 func (n *normaliser) clusterSeriesWhere(fam *dto.MetricFamily, field func(*mesh.Endpoint) **float64, keep func(*dto.Metric) bool) {
 	n.series(fam, clusterLabels, n.clusterEndpoint, field, keep)
@@ -324,9 +337,11 @@ func (n *normaliser) clusterEndpoint(cluster string) *mesh.Endpoint {
 	return n.endpointForPort(port)
 }
 
-func (n *normaliser) genericSelection() bool {
-	return len(n.sel.Clusters) > 0 || len(n.sel.HTTPPrefixes) > 0
-}
+func (n *normaliser) genericSelection() bool { return generic(n.sel) }
+
+// generic says that sel names a generic Envoy's clusters and HTTP prefixes, rather than
+// Istio's inbound ports.
+func generic(sel mesh.Selector) bool { return len(sel.Clusters) > 0 || len(sel.HTTPPrefixes) > 0 }
 
 func (n *normaliser) portSelected(port int) bool {
 	if len(n.sel.Ports) == 0 {

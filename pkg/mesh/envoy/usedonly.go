@@ -36,7 +36,8 @@ func (c *Client) InboundUsed(ctx context.Context, sel mesh.Selector) (mesh.Snaps
 	if picture == nil {
 		return c.complete(ctx, sel, true)
 	}
-	answer, err := c.stats(ctx, filter, true)
+	lines := inboundLines(sel)
+	answer, err := c.stats(ctx, filter, true, &lines)
 	if err != nil {
 		return mesh.Snapshot{}, err
 	}
