@@ -131,3 +131,23 @@ func TestReadHistogramRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A real istiod page: the convergence histogram among istiod's other families, read by name.
+func TestReadHistogramIstiodScrape(t *testing.T) {
+	h := readHistogramFile(t, "testdata/istiod-1.5.metrics", IstiodConvergence)
+	// 0.1, 0.5, 1, 3, 5, 10, 20, 30, +Inf: istiod's buckets.
+	if len(h.Buckets) != 9 || h.Count() != 6 || len(h.SeriesCounts) != 1 {
+		t.Fatalf("%d buckets, count %v, %d series; want 9, 6, 1", len(h.Buckets), h.Count(), len(h.SeriesCounts))
+	}
+	got, tail, err := h.Quantile(0.5)
+	if err != nil || tail || !near(got, 0.05) {
+		t.Errorf("Quantile(0.5) = %v, tail %v, %v; want 0.05 (all six pushes under 0.1 s)", got, tail, err)
+	}
+	page, err := os.ReadFile("testdata/istiod-1.5.metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadHistogram(strings.NewReader(string(page)), KubeProxyProgramming); err == nil {
+		t.Error("an istiod page read as kube-proxy's histogram")
+	}
+}
