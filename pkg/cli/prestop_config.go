@@ -228,6 +228,7 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		LagBound:       o.edsLagBound,
 		SettledQuiet:   o.settledQuiet,
 		DrainAtEnd:     o.drainAt == drainAtEnd,
+		Mesh:           string(o.mesh),
 		Poll:           o.poll,
 		ConnectTimeout: o.connectTimeout,
 		FallbackWait:   o.fallbackWait,

@@ -43,6 +43,9 @@ type Config struct {
 	LagBound time.Duration
 	// SettledQuiet: RuleConfig.SettledQuiet (--settled-quiet).
 	SettledQuiet time.Duration
+	// Mesh is --mesh as given, for the final event: a learner of the fleet's lag groups
+	// drains by it ("" leaves it out).
+	Mesh string
 	// Clients, when set, gives per-client evidence at every poll (ClientEvidence).
 	Clients ClientEvidence
 	// Reads, when set, sees every read of the watch and adds to the final event

@@ -543,6 +543,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		fields = append(fields, zap.String("action_error", c.result.ActionErr.Error()))
 	}
 	fields = append(fields, c.clientFields()...)
+	fields = append(fields, c.learntFields()...)
 	if c.cfg.Reads != nil {
 		fields = append(fields, c.cfg.Reads.FinalFields()...)
 	}

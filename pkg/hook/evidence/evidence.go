@@ -161,6 +161,26 @@ func (t *Table) unconfirmed(c drain.ClientCounts) drain.ClientCounts {
 	return c
 }
 
+var _ drain.Learners = (*Table)(nil)
+
+// Learnt are the clients that let go of a pooled connection they had when the drain began,
+// each at the read that first saw it (a read interval late at most). None while
+// drainedBefore: their closes may have followed the sidecar's Connection: close. A client
+// that sent and then stopped shows no learning here, however quiet it fell: silence is not
+// evidence of a route.
+func (t *Table) Learnt() []drain.Learnt {
+	if t.table.tracker == nil || t.drainedBefore() {
+		return nil
+	}
+	var out []drain.Learnt
+	for _, cl := range t.table.clients() {
+		if cl.State == sockets.Left && !cl.LeftAt.IsZero() {
+			out = append(out, drain.Learnt{Client: cl.Addr.String(), At: cl.LeftAt, Evidence: drain.EvidenceLetGo})
+		}
+	}
+	return out
+}
+
 // Close stops watching the kernel's records of freed connections; Begin's context ending
 // does it too.
 func (t *Table) Close() { t.table.close() }

@@ -35,6 +35,43 @@ func (k Kernel) Counts(context.Context, drain.Traffic) (drain.ClientCounts, erro
 	return KernelCounts(k.Kernel.Clients(), k.Kernel.Summary()), nil
 }
 
+var _ drain.Learners = Kernel{}
+
+// Learnt is, per client, its last new connection or its last request (KernelLearnt).
+func (k Kernel) Learnt() []drain.Learnt { return KernelLearnt(k.Kernel.Clients()) }
+
+// KernelLearnt is, per client the kernel saw, the latest activity that says when its routing
+// learnt of the removal. A client seen to never learn (it sent past the lag bound on a
+// connection opened before it: routed per connection) learnt after its last new
+// connection, if it opened any; its old connections say nothing. Any other client learnt
+// after its latest activity: its last request on a connection it kept (a pool routing per
+// request) or its last new connection (routed per connection, or one connection per
+// request), whichever came later, named by that kind. Without a lag bound a per-connection
+// client that keeps sending on an old connection cannot be told from a pool, and its last
+// request is taken: an over-estimate. Clients addressing the pod directly never learn and
+// are left out, as are ignored sources and clients with no activity since the start.
+func KernelLearnt(clients []kernel.Client) []drain.Learnt {
+	var out []drain.Learnt
+	for _, cl := range clients {
+		if cl.Ignored || cl.AddressesPod {
+			continue
+		}
+		l := drain.Learnt{Client: cl.Addr.String()}
+		switch {
+		case cl.NeverLearns():
+			l.At, l.Evidence = cl.LastNewConn, drain.EvidenceLastNewConnection
+		case cl.LastData.After(cl.LastNewConn):
+			l.At, l.Evidence = cl.LastData, drain.EvidenceLastRequest
+		default:
+			l.At, l.Evidence = cl.LastNewConn, drain.EvidenceLastNewConnection
+		}
+		if !l.At.IsZero() {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // KernelCounts sums a kernel's clients for the rule, and names for the final event the ones
 // the kernel showed past the lag bound (kernelNamed).
 func KernelCounts(clients []kernel.Client, s kernel.Summary) drain.ClientCounts {

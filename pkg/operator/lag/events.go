@@ -17,23 +17,43 @@ import (
 	"strings"
 )
 
-// EvidenceLastArrival is the only per-drain evidence today's final event carries: the last
-// moment a request (or a new connection, without a mesh) reached the pod, from the preStop's
-// start. It is an upper bound on when the last client learnt for an uncensored drain.
+// EvidenceLastArrival is the per-drain evidence every final event carries: the last moment a
+// request (or a new connection, without a mesh) reached the pod, from the preStop's start. It
+// is an upper bound on when the last client learnt for an uncensored drain, and the only
+// sample of a drain whose event lists no client (written before clients_learnt, or by a
+// backend that cannot name its clients' learning: Linkerd).
 const EvidenceLastArrival = "last-arrival"
 
-// What cut a drain's wait before the clients could show they had learnt: its sample is then
-// censored, a lower bound on the lag rather than a measure of it.
+// The per-client evidence of the final event's clients_learnt (pkg/hook/drain's Evidence*,
+// the one definition; a test holds these to it): when one client learnt, from the preStop's
+// start.
+const (
+	EvidenceLetGo             = "let-go"              // it closed its idle pooled connection itself (a sidecar's socket table)
+	EvidenceLastNewConnection = "last-new-connection" // no mesh: its last new connection (routed per connection)
+	EvidenceLastRequest       = "last-request"        // no mesh: its last request on a kept connection (a pool routing per request)
+)
+
+// What cut a drain's wait before the clients could show they had learnt: its samples are then
+// censored, lower bounds on the lag rather than measures of it.
 const (
 	CutDeadline = "deadline"  // reason=deadline: the deadline came first
 	CutLagBound = "lag-bound" // window_term=lag-bound: the stop came from --eds-lag-bound, not from the clients
 )
 
-// Sample is one drain's lag: the seconds from the preStop's start to the last evidence that a
-// client learnt of the removal.
+// Sample is one client's lag, or one drain's where the event lists no client: the seconds
+// from the preStop's start to the evidence that it learnt of the removal.
 type Sample struct {
 	Seconds  float64
 	Evidence string
+	// Drain says which drain the sample is of: the final events' order in the export, from 0.
+	// A drain's clients share it.
+	Drain int
+	// Client is the client's address; "" for a drain's last-arrival sample and for Unlisted.
+	Client string
+	// Unlisted: a client the event counted (clients_learnt_total) but did not list (only the
+	// latest are), taken at its drain's earliest listed value. It learnt no later than that:
+	// an over-estimate of its lag.
+	Unlisted bool
 	// Censored is true when CutBy is set: the clients might have sent later had the wait gone on.
 	Censored bool
 	CutBy    string
@@ -48,7 +68,8 @@ type Sample struct {
 	Source string
 }
 
-// Samples are the drains read from one or more exports, in the order they were read.
+// Samples are the clients and drains read from one or more exports, in the order they were
+// read.
 type Samples []Sample
 
 // Skipped counts the records that gave no sample, so that a summary can say how much of the
@@ -58,7 +79,7 @@ type Skipped struct {
 	NotMeshdrain int
 	// OtherEvents: meshdrain's events other than the final one (phases, "drain started").
 	OtherEvents int
-	// Malformed: final events without a usable last_arrival_ms.
+	// Malformed: final events with neither a listed client nor a usable last_arrival_ms.
 	Malformed int
 }
 
@@ -83,6 +104,8 @@ type reader struct {
 	skipped Skipped
 	// meshBySource is the --mesh of the last "drain started" event seen on each stream.
 	meshBySource map[string]string
+	// drains counts the final events read: the next one's Sample.Drain.
+	drains int
 }
 
 // ReadEvents reads meshdrain's final events from a log export: `kubectl logs` with or without
@@ -232,31 +255,84 @@ func (rd *reader) event(ev map[string]any, source string) {
 		rd.skipped.OtherEvents++
 		return
 	}
+	drain := Sample{Drain: rd.drains, Source: source}
+	drain.Reason, _ = ev["reason"].(string)
+	drain.CutBy = cutOf(ev, drain.Reason)
+	drain.Censored = drain.CutBy != ""
+	if mesh, ok := ev["mesh"].(string); ok {
+		drain.Mesh = mesh
+	} else {
+		drain.Mesh = rd.meshBySource[source]
+	}
+	if bound, ok := number(ev["lag_bound_ms"]); ok {
+		drain.LagBound = bound / 1000
+	} else if bound, ok := number(ev["eds_lag_bound_ms"]); ok {
+		drain.LagBound = bound / 1000
+	}
+	if clients := learnt(ev, drain); len(clients) > 0 {
+		rd.samples = append(rd.samples, clients...)
+		rd.drains++
+		return
+	}
 	lastMs, ok := number(ev["last_arrival_ms"])
 	if !ok || lastMs < 0 {
 		rd.skipped.Malformed++
 		return
 	}
-	s := Sample{Seconds: lastMs / 1000, Evidence: EvidenceLastArrival, Source: source}
-	s.Reason, _ = ev["reason"].(string)
+	drain.Seconds, drain.Evidence = lastMs/1000, EvidenceLastArrival
+	rd.samples = append(rd.samples, drain)
+	rd.drains++
+}
+
+// cutOf is what cut a drain's wait: the event's cut_by where it has one, else what its reason
+// and window term say (events written before cut_by).
+func cutOf(ev map[string]any, reason string) string {
+	if cut, ok := ev["cut_by"].(string); ok {
+		return cut
+	}
 	switch {
-	case s.Reason == CutDeadline:
-		s.CutBy = CutDeadline
+	case reason == CutDeadline:
+		return CutDeadline
 	case ev["window_term"] == CutLagBound:
-		s.CutBy = CutLagBound
+		return CutLagBound
 	}
-	s.Censored = s.CutBy != ""
-	if mesh, ok := ev["mesh"].(string); ok {
-		s.Mesh = mesh
-	} else {
-		s.Mesh = rd.meshBySource[source]
+	return ""
+}
+
+// learnt is one sample per client of the event's clients_learnt, each a copy of drain with
+// its seconds, evidence and address, and, for the clients counted but not listed
+// (clients_learnt_total beyond the list), one each at the earliest listed value: the event
+// keeps the latest learners, so the others learnt no later than that. None when the event
+// lists no client with a usable time (the caller then takes last_arrival_ms).
+func learnt(ev map[string]any, drain Sample) Samples {
+	list, _ := ev["clients_learnt"].([]any)
+	var out Samples
+	earliest, earliestEvidence := math.Inf(1), ""
+	for _, entry := range list {
+		c, _ := entry.(map[string]any)
+		seconds, ok := number(c["s"])
+		if !ok || seconds < 0 {
+			continue
+		}
+		s := drain
+		s.Seconds = seconds
+		s.Client, _ = c["client"].(string)
+		s.Evidence, _ = c["evidence"].(string)
+		out = append(out, s)
+		if seconds < earliest {
+			earliest, earliestEvidence = seconds, s.Evidence
+		}
 	}
-	if bound, ok := number(ev["lag_bound_ms"]); ok {
-		s.LagBound = bound / 1000
-	} else if bound, ok := number(ev["eds_lag_bound_ms"]); ok {
-		s.LagBound = bound / 1000
+	if len(out) == 0 {
+		return nil
 	}
-	rd.samples = append(rd.samples, s)
+	total, _ := number(ev["clients_learnt_total"])
+	for range max(int(total)-len(list), 0) {
+		s := drain
+		s.Seconds, s.Evidence, s.Unlisted = earliest, earliestEvidence, true
+		out = append(out, s)
+	}
+	return out
 }
 
 // startedMesh is the --mesh recorded in a "drain started" event's settings.
@@ -289,6 +365,19 @@ func (s Samples) Censored() int {
 	return n
 }
 
+// drainsOf are the drains the samples come from, each once, in the order read.
+func (s Samples) drainsOf() []Sample {
+	var drains []Sample
+	seen := map[int]bool{}
+	for _, x := range s {
+		if !seen[x.Drain] {
+			seen[x.Drain] = true
+			drains = append(drains, x)
+		}
+	}
+	return drains
+}
+
 // Quantile is the empirical q-quantile of the samples' seconds (the smallest value with at
 // least q of the samples at or below it), censored samples counted at their cut value: a
 // lower bound on the fleet's quantile when any are censored.
@@ -308,12 +397,34 @@ func (s Samples) Quantile(q float64) (float64, error) {
 	return values[max(rank, 0)], nil
 }
 
-// Summary says how much evidence there was for the quantile asked.
+// Summary says how much evidence there was for the quantile asked: drains and clients apart,
+// since a drain that lists its clients gives one sample each, and one that does not gives one
+// sample of its last arrival.
 func (s Samples) Summary(q float64, skipped Skipped) string {
+	drains := s.drainsOf()
+	var clients, unlisted, byArrival int
+	perClient := map[int]bool{}
+	for _, x := range s {
+		switch {
+		case x.Evidence == EvidenceLastArrival:
+			byArrival++
+		default:
+			clients++
+			perClient[x.Drain] = true
+			if x.Unlisted {
+				unlisted++
+			}
+		}
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d drains read (%d samples of %s, %d censored: %d by the deadline, %d by the lag bound); %d records skipped (%d not meshdrain's, %d other meshdrain events, %d malformed)",
-		len(s), len(s), EvidenceLastArrival, s.Censored(), s.cutBy(CutDeadline), s.cutBy(CutLagBound),
-		skipped.Total(), skipped.NotMeshdrain, skipped.OtherEvents, skipped.Malformed)
+	fmt.Fprintf(&b, "%d drains read (%d censored: %d by the deadline, %d by the lag bound); %d samples: %d clients of %d drains from clients_learnt",
+		len(drains), Samples(drains).Censored(), Samples(drains).cutBy(CutDeadline), Samples(drains).cutBy(CutLagBound),
+		len(s), clients, len(perClient))
+	if unlisted > 0 {
+		fmt.Fprintf(&b, " (%d not listed, counted at their drain's earliest listed time: an over-estimate)", unlisted)
+	}
+	fmt.Fprintf(&b, ", %d drains by their %s; %d records skipped (%d not meshdrain's, %d other meshdrain events, %d malformed)",
+		byArrival, EvidenceLastArrival, skipped.Total(), skipped.NotMeshdrain, skipped.OtherEvents, skipped.Malformed)
 	if v, err := s.Quantile(q); err == nil {
 		fmt.Fprintf(&b, "; p%s %.3gs", percent(q), v)
 		if s.Censored() > 0 {
