@@ -24,6 +24,12 @@ func TestHelpExamples(t *testing.T) {
 		podSpecYAML  = "a line of the pod spec around the command, not a command"
 		inPodSidecar = "runs in the pod, against its sidecar's admin API"
 	)
+	// The examples run in a directory of their own: the fixtures --lag-from's example reads are
+	// found from here first.
+	lagFixtures, err := filepath.Abs(filepath.Join("..", "operator", "lag", "testdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	clitest.Runner{
 		Program: "meshdrain",
 		NewRoot: func() *cobra.Command {
@@ -48,7 +54,8 @@ func TestHelpExamples(t *testing.T) {
 			"image: auto":         podSpecYAML,
 			"- { name: meshdrain, mountPath: /meshdrain, readOnly: true }": podSpecYAML,
 			// plan
-			"kubectl patch deployment web --type strategic --patch-file patch.yaml": "kubectl, against a cluster",
+			"kubectl patch deployment web --type strategic --patch-file patch.yaml":   "kubectl, against a cluster",
+			"kubectl logs -l app=web --prefix --timestamps --since=168h > drains.log": "kubectl, against a cluster (the example after it reads pkg/operator/lag's fixture of that shape)",
 			// status
 			"kubectl exec deploy/web -c web -- /meshdrain/meshdrain status":                                                            inPodSidecar,
 			"kubectl exec web-7d9f -c web -- /meshdrain/meshdrain status --port 8080 --watch --interval 500ms":                         inPodSidecar + ", until Ctrl-C",
@@ -74,6 +81,16 @@ func TestHelpExamples(t *testing.T) {
 			}
 			if err := os.MkdirAll(filepath.Join(dir, "meshdrain"), 0o755); err != nil {
 				t.Fatal(err)
+			}
+			// What --lag-from reads: the fixtures of real output of those shapes.
+			for name, fixture := range map[string]string{"drains.log": "kubectl-logs-prefix-timestamps.log", "kube-proxy.metrics": "kube-proxy-1.29.metrics"} {
+				data, err := os.ReadFile(filepath.Join(lagFixtures, fixture))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			return args
 		},

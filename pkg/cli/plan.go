@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
+	"github.com/meshdrain/meshdrain/pkg/operator/lag"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/operator/plan"
 	"github.com/spf13/cobra"
@@ -22,8 +23,12 @@ import (
 // planOptions are `meshdrain plan`'s inputs: the workload facts of plan.Input, plus the
 // output format, the workload file and the names the YAML needs.
 type planOptions struct {
-	in       plan.Input
-	edsLag   string
+	in     plan.Input
+	edsLag string
+	// lagFrom are the --lag-from sources (paths, or - for stdin) and risk the --risk the
+	// fitted distribution is used at.
+	lagFrom  []string
+	risk     float64
 	mesh     mesh.Mesh
 	sidecar  string
 	output   string
@@ -62,6 +67,7 @@ func defaultPlanOptions() planOptions {
 		mesh:    mesh.Istio,
 		sidecar: string(plan.Classic),
 		output:  outputText,
+		risk:    plan.DefaultRisk,
 		patch:   plan.PatchOptions{Image: plan.DefaultImage, Dir: "/meshdrain"},
 	}
 }
@@ -72,7 +78,7 @@ func defaultPlanOptions() planOptions {
 func newPlanCommand(s streams) *cobra.Command {
 	opts := defaultPlanOptions()
 	cmd := &cobra.Command{
-		Use:     "plan --p99 D --eds-lag D|p50=D,p99=D [--clients N] [-f FILE] [flags]",
+		Use:     "plan --p99 D (--eds-lag D|p50=D,p99=D [--clients N] | --lag-from SOURCE... [--risk P]) [-f FILE] [flags]",
 		Short:   "Derive terminationGracePeriodSeconds, meshdrain's flags and the sidecar settings, and apply them to a workload",
 		Long:    planLong,
 		Example: planExample,
@@ -140,6 +146,18 @@ later than one client's p99, and the plan sizes the deadline so that it covers t
 client in 99 deletions out of 100. It only sizes the deadline: meshdrain returns as soon as
 the clients actually stop.
 
+--lag-from SOURCE (repeatable; a file or - for stdin) learns the lag instead of --eds-lag: from
+meshdrain's own final events in any log export (kubectl logs with or without --prefix and
+--timestamps, Loki, CloudWatch, Elasticsearch), or a Prometheus histogram of
+kubeproxy_network_programming_duration_seconds or pilot_proxy_convergence_time (a /metrics
+scrape, or the HTTP API's JSON answer for the _bucket series); each source's kind is read from
+its content, and mixed sources pool. plan fits one client's lag distribution, sets --eds-lag to
+the lag one client exceeds with probability --risk P (default 0.001), writes the distribution
+and P into the hook (--lag-dist, --risk; --min-wait 0 unless given: the hook's risk figure
+guards instead), and with -f the annotation meshdrain.io/lag-from that says what it was learnt
+from. Too little evidence for the quantile needed is warned about; the settings are written all
+the same. A re-plan without --lag-from keeps the hook's --lag-dist, --risk and the annotation.
+
 -f FILE (or - for stdin) reads your Deployment, StatefulSet or DaemonSet (multi-document YAML
 or JSON): its terminationGracePeriodSeconds, containers, ports, annotations and preStop. The
 plan then merges into its proxy.istio.io/config and statsInclusionPrefixes (every other key
@@ -187,6 +205,10 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
   meshdrain plan --mesh none --port 8080 --p99 450ms --eds-lag 5s --app-drain 5s
   meshdrain plan --mesh ambient --port 8080 --p99 450ms --eds-lag p50=1.5s,p99=12s --clients 50
 
+  # learn the lag from past drains and kube-proxy's histogram, at a risk of 1 in 1,000 per drain
+  kubectl logs -l app=web --prefix --timestamps --since=168h > drains.log
+  meshdrain plan --mesh none --port 8080 --p99 450ms --lag-from drains.log --lag-from kube-proxy.metrics --risk 1e-3
+
   # change your own Deployment (again: what you set there is kept), or get a patch for it;
   # plan reads the mesh from the manifest, and asks for --mesh where it names none
   meshdrain plan --mesh none --p99 450ms --eds-lag 5s -f deploy.yaml -o yaml > deploy.meshdrain.yaml
@@ -197,18 +219,11 @@ const planExample = `  # native sidecars (Kubernetes >= 1.29, Istio >= 1.21), cl
 
 // complete checks the flags that go together and reads --eds-lag, before any work.
 func (opts *planOptions) complete(changed func(string) bool) error {
-	for _, name := range []string{"p99", "eds-lag"} {
-		if !changed(name) {
-			return usageError("plan needs --%s", name)
-		}
+	if !changed("p99") {
+		return usageError("plan needs --p99")
 	}
-	lag, err := plan.ParseDist(opts.edsLag)
-	if err != nil {
-		return usageError("--eds-lag: %v", err)
-	}
-	opts.in.EDSLag = lag.P99
-	if !lag.Constant() {
-		opts.in.EDSLagMedian = lag.Median
+	if err := opts.completeLag(changed); err != nil {
+		return err
 	}
 	if !slices.Contains(outputFormats, opts.output) {
 		return usageError("-o %q: want %s", opts.output, strings.Join(outputFormats, ", "))
@@ -228,6 +243,79 @@ func (opts *planOptions) complete(changed func(string) bool) error {
 		return usageError("-o yaml without -f needs --container NAME, the app container's name: a patch with a name your workload does not have adds a container with no image (or pass -f FILE)")
 	}
 	return nil
+}
+
+// completeLag reads where the lag comes from: --eds-lag as stated, or --lag-from as learnt.
+// Both together are refused rather than one silently winning: they are two answers to the
+// same question, and the plan would write only one of them.
+func (opts *planOptions) completeLag(changed func(string) bool) error {
+	if len(opts.lagFrom) == 0 {
+		if !changed("eds-lag") {
+			return usageError("plan needs --eds-lag (the lag as you know it) or --lag-from SOURCE (the lag learnt from past drains or a histogram)")
+		}
+		if changed("risk") {
+			return usageError("--risk goes with --lag-from: it is the risk the learnt distribution is used at")
+		}
+		lag, err := plan.ParseDist(opts.edsLag)
+		if err != nil {
+			return usageError("--eds-lag: %v", err)
+		}
+		opts.in.EDSLag = lag.P99
+		if !lag.Constant() {
+			opts.in.EDSLagMedian = lag.Median
+		}
+		return nil
+	}
+	if changed("eds-lag") {
+		return usageError("--lag-from and --eds-lag both give the lag: --lag-from learns it from the evidence, --eds-lag states it; give one of them")
+	}
+	if changed("clients") {
+		return usageError("--clients goes with --eds-lag p50=D,p99=D, not with --lag-from: with a lag distribution the hook counts the clients it sees")
+	}
+	if err := plan.CheckRisk(opts.risk); err != nil {
+		return usageError("%v", err)
+	}
+	stdin := 0
+	for _, src := range opts.lagFrom {
+		if src == "-" {
+			stdin++
+		}
+	}
+	if stdin > 1 || (stdin == 1 && opts.file == "-") {
+		return usageError("--lag-from - and -f - would both read stdin: give one of them a file")
+	}
+	if !changed("min-wait") {
+		// The hook's risk figure guards its stop; a --min-wait given (or in the workload's
+		// preStop) stays a floor.
+		opts.in.MinWait = 0
+	}
+	return nil
+}
+
+// readLagFrom reads the --lag-from sources and fits them at --risk.
+func readLagFrom(stdin io.Reader, opts planOptions) (*plan.LagFrom, error) {
+	var sources []lag.Source
+	for _, name := range opts.lagFrom {
+		var r io.Reader = stdin
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return nil, usageError("--lag-from: %v", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		read, err := lag.ReadSource(name, r)
+		if err != nil {
+			return nil, usageError("--lag-from %v", err)
+		}
+		sources = append(sources, read...)
+	}
+	l, err := plan.NewLagFrom(sources, opts.risk)
+	if err != nil {
+		return nil, usageError("plan: %v", err)
+	}
+	return l, nil
 }
 
 // zeroFlag is a duration flag whose zero value would mean "the default", its value, and what
@@ -254,7 +342,7 @@ func (opts *planOptions) zeroMeansDefault() []zeroFlag {
 // refuseZeros refuses a duration flag given as 0 where 0 would silently become its default.
 func (opts *planOptions) refuseZeros(changed func(string) bool) error {
 	for _, z := range opts.zeroMeansDefault() {
-		if changed(z.flag) && z.v == 0 {
+		if changed(z.flag) && z.v == 0 && !(z.flag == "min-wait" && len(opts.lagFrom) > 0) {
 			return usageError("--%s 0s: %s", z.flag, z.instead)
 		}
 	}
@@ -265,6 +353,9 @@ func (opts *planOptions) refuseZeros(changed func(string) bool) error {
 func (opts *planOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&opts.in.P99, "p99", 0, "the app's 99th-percentile request latency (required)")
 	f.StringVar(&opts.edsLag, "eds-lag", "", "how late clients stop sending after the pod's deletion (required): the last client's lag, or one client's p50=D,p99=D with --clients")
+	f.StringArrayVar(&opts.lagFrom, "lag-from", nil, "learn the lag instead of --eds-lag (repeatable): a file or - holding meshdrain's final events (any log export) or a Prometheus histogram of "+
+		"kubeproxy_network_programming_duration_seconds or pilot_proxy_convergence_time (a scrape, or the HTTP API's JSON answer)")
+	f.Float64Var(&opts.risk, "risk", opts.risk, "with --lag-from: the probability accepted that a drain stops before its last client has learnt (0 < P <= 0.5); --eds-lag becomes the fitted lag one client exceeds with probability P")
 	f.IntVar(&opts.in.Clients, "clients", 0, "with --eds-lag p50=D,p99=D: the number of client proxies sending to the workload")
 	f.DurationVar(&opts.in.Quiet, "quiet", opts.in.Quiet, "meshdrain's quiet window: no new inbound request for this long = clients stopped (with -f: the preStop's --quiet)")
 	f.DurationVar(&opts.in.Poll, "poll", opts.in.Poll, "meshdrain's stats polling interval (with -f: the preStop's --poll)")
@@ -332,6 +423,14 @@ func runPlan(s streams, opts planOptions, changed func(string) bool) error {
 		if err := fromWorkload(&opts, workload, changed); err != nil {
 			return err
 		}
+	}
+	if len(opts.lagFrom) > 0 {
+		if opts.in.LagFrom, err = readLagFrom(s.in, opts); err != nil {
+			return err
+		}
+	} else if workload != nil {
+		raw, ok := workload.PrestopFlag("lag-dist")
+		opts.in.KeepsLagDist = ok && raw != ""
 	}
 	if !opts.lowerGracePeriod && (changed("grace-period") || (workload != nil && workload.GracePeriodSet)) {
 		opts.in.KeepLonger.GracePeriod = opts.in.CurrentGracePeriod
@@ -468,7 +567,7 @@ func planError(err error, from string) error {
 func checkWrittenPrestop(edit *plan.Edit, workload *plan.Workload, file string) error {
 	var lines []string
 	kept := edit.KeptPrestopArgs()
-	for _, p := range prestopOffline(edit.PrestopCommand()[2:]) { // after the binary and "prestop"
+	for _, p := range prestopOffline(withoutUnknownLagFlags(edit.PrestopCommand()[2:])) { // after the binary and "prestop"
 		lines = append(lines, fmt.Sprintf("plan: -f %s: %s/%s: prestop would refuse the preStop with the flags plan keeps from it (%s): %v",
 			file, workload.Kind, workload.Name, strings.Join(kept, " "), p))
 	}
@@ -484,6 +583,28 @@ func checkWrittenPrestop(edit *plan.Edit, workload *plan.Workload, file string) 
 	}
 	lines = append(lines, "plan: fix or remove those flags in the manifest, then plan again")
 	return usageError("%s", strings.Join(lines, "\n"))
+}
+
+// withoutUnknownLagFlags leaves out the --lag-dist and --risk that a plan from --lag-from
+// writes, where this build's prestop does not take them yet (they come with issue 39's hook
+// change): the offline check then checks everything else rather than refusing the plan.
+// Once prestop takes them, they are checked like every other flag.
+func withoutUnknownLagFlags(args []string) []string {
+	fs := pflag.NewFlagSet("prestop", pflag.ContinueOnError)
+	o := defaultPrestopOptions()
+	prestopFlags(fs, &o)
+	var out []string
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...) // the program --exec runs, and its arguments
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if strings.HasPrefix(a, "--") && (name == "lag-dist" || name == "risk") && fs.Lookup(name) == nil {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // holdOffline checks hold's arguments as the hook does at start, without what only the pod
@@ -569,7 +690,14 @@ func fromPrestop(opts *planOptions, workload *plan.Workload, changed func(string
 		*targets[name] = d
 		opts.fromPrestop = append(opts.fromPrestop, "--"+name+"="+raw)
 	}
+	lagGuards := len(opts.lagFrom) > 0
+	if raw, ok := workload.PrestopFlag("lag-dist"); ok && raw != "" {
+		lagGuards = true
+	}
 	for _, z := range opts.zeroMeansDefault() {
+		if z.flag == "min-wait" && lagGuards {
+			continue // the hook's risk figure guards its stop: 0 is what a plan from --lag-from writes
+		}
 		if raw, ok := workload.PrestopFlag(z.flag); ok && !changed(z.flag) && z.v == 0 {
 			return usageError("%s/%s: its preStop's --%s %s: %s; or pass --%s", workload.Kind, workload.Name, z.flag, raw, z.instead, z.flag)
 		}

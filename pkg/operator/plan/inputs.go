@@ -24,7 +24,11 @@ func normalize(in Input) (Input, error) {
 	if in.P99 == 0 {
 		errs = append(errs, errors.New("p99 must be > 0: the app's 99th-percentile latency bounds its drain"))
 	}
-	if in.EDSLag == 0 {
+	if in.LagFrom != nil {
+		errs = append(errs, in.LagFrom.inputProblems(in)...)
+		_, in.EDSLag = in.LagFrom.quantileLag()
+	}
+	if in.EDSLag == 0 && in.LagFrom == nil {
 		errs = append(errs, errors.New("eds-lag must be > 0: the worst time until the last client stops sending"))
 	}
 	switch {
@@ -45,7 +49,7 @@ func normalize(in Input) (Input, error) {
 	if in.Poll == 0 {
 		in.Poll = DefaultPoll
 	}
-	if in.MinWait == 0 {
+	if in.MinWait == 0 && !in.lagGuards() {
 		in.MinWait = drain.DefaultMinWait
 	}
 	if in.RPSPerClient < 0 {

@@ -57,6 +57,82 @@ type jsonPlan struct {
 	Warnings            []string      `json:"warnings"`
 	Kept                []jsonKept    `json:"kept,omitempty"`
 	Workload            *jsonWorkload `json:"workload,omitempty"`
+	// Lag is the evidence and the fit of a plan from --lag-from.
+	Lag *jsonLag `json:"lag,omitempty"`
+}
+
+// jsonLag is what --lag-from read and fitted, and the arithmetic that turns it into settings.
+type jsonLag struct {
+	Sources    []jsonLagSource `json:"sources"`
+	Summary    jsonLagSummary  `json:"summary"`
+	Points     []jsonLagPoint  `json:"points"`
+	LagDist    string          `json:"lag_dist"`
+	Risk       float64         `json:"risk"`
+	Arithmetic []jsonLine      `json:"arithmetic"`
+	Warnings   []string        `json:"warnings"`
+	Annotation string          `json:"annotation"`
+}
+
+type jsonLagSource struct {
+	Name         string  `json:"name"`
+	Kind         string  `json:"kind"`
+	Drains       int     `json:"drains,omitempty"`
+	Censored     int     `json:"censored,omitempty"`
+	Skipped      int     `json:"skipped,omitempty"`
+	Observations float64 `json:"observations,omitempty"`
+	Series       int     `json:"series,omitempty"`
+	Nodes        int     `json:"nodes,omitempty"`
+	Summary      string  `json:"summary"`
+}
+
+type jsonLagSummary struct {
+	Drains       int     `json:"drains"`
+	Clients      int     `json:"clients"`
+	Nodes        int     `json:"nodes"`
+	Observations float64 `json:"observations"`
+	Censored     int     `json:"censored"`
+	Tail         float64 `json:"tail"`
+	Skipped      int     `json:"skipped"`
+	// Needed is the quantile the settings rest on (1 − risk), TooFew the warning when the
+	// observations are fewer than it needs.
+	Needed float64 `json:"needed_quantile"`
+	TooFew string  `json:"too_few,omitempty"`
+}
+
+type jsonLagPoint struct {
+	Share float64 `json:"share"`
+	Lag   string  `json:"lag"`
+	From  string  `json:"from"`
+}
+
+// lagJSON is the lag object of a plan from --lag-from; nil without.
+func lagJSON(p Plan) *jsonLag {
+	l := p.Input.LagFrom
+	if l == nil {
+		return nil
+	}
+	s := l.Fit.Summary
+	out := &jsonLag{
+		Summary: jsonLagSummary{Drains: s.Drains, Clients: s.Clients, Nodes: s.Nodes, Observations: s.Observations, Censored: s.Censored,
+			Tail: s.Tail, Skipped: s.Skipped.Total(), Needed: s.Need, TooFew: s.TooFew},
+		LagDist: l.Dist().String(), Risk: l.Risk, Warnings: append([]string{}, l.Fit.Warnings...), Annotation: l.annotation(p.Input.EDSLag),
+	}
+	for _, src := range l.Sources {
+		js := jsonLagSource{Name: src.Name, Kind: src.Kind, Summary: sourceLine(src)}
+		if h := src.Histogram; h != nil {
+			js.Observations, js.Series, js.Nodes = h.Count(), len(h.SeriesCounts), len(h.Nodes())
+		} else {
+			js.Drains, js.Censored, js.Skipped = len(src.Samples), src.Samples.Censored(), src.Skipped.Total()
+		}
+		out.Sources = append(out.Sources, js)
+	}
+	for _, pt := range l.Fit.Points {
+		out.Points = append(out.Points, jsonLagPoint{pt.Q, fmtD(pt.At), pt.From})
+	}
+	for _, line := range p.lagArithmetic() {
+		out.Arithmetic = append(out.Arithmetic, jsonLine{line.Name, fmtD(line.Value), line.Why})
+	}
+	return out
 }
 
 // jsonKept is a value of the pod's that the plan keeps although a shorter one suffices.
@@ -122,6 +198,7 @@ func WriteJSON(w io.Writer, p Plan, dir string, e *Edit) error {
 		Annotations:                 map[string]string{},
 		PrestopCommand:              append([]string{strings.TrimRight(dir, "/") + "/meshdrain"}, p.PrestopArgs()...),
 		Warnings:                    append([]string{}, p.Warnings...),
+		Lag:                         lagJSON(p),
 	}
 	p.mesh().writeJSON(p, strings.TrimRight(dir, "/")+"/meshdrain", e, &out)
 	for _, a := range p.Annotations() {
@@ -187,6 +264,10 @@ func jsonInputs(p Plan) map[string]any {
 	}
 	if in.CurrentGracePeriod > 0 {
 		inputs["current_grace_period"] = fmtD(in.CurrentGracePeriod)
+	}
+	if l := in.LagFrom; l != nil {
+		inputs["lag_from"] = SourceNames(l.Sources)
+		inputs["risk"] = l.Risk
 	}
 	return inputs
 }

@@ -142,6 +142,9 @@ func (e *Edit) writePatchHeader(w io.Writer) error {
 		lag = fmt.Sprintf("p50=%s,p99=%s, %d clients (the last by %s)", fmtD(p.Input.EDSLagMedian), fmtD(p.Input.EDSLag), p.Input.Clients, lag)
 	}
 	ew.printf("# meshdrain plan: sidecar %s, p99 %s, eds-lag %s, app-drain %s.\n", p.sidecarName(), fmtD(p.Input.P99), lag, fmtD(p.AppDrain))
+	if l := p.Input.LagFrom; l != nil {
+		ew.printf("# eds-lag from --lag-from %s at --risk %s: %s.\n", strings.Join(SourceNames(l.Sources), " "), l.RiskFlag(), l.Fit.Summary)
+	}
 	ew.printf("# Apply with: kubectl patch %s %s%s --type strategic --patch-file FILE\n", kind, name, ns)
 	ew.printf("# grace %s = meshdrain deadline %s + app-drain %s + %s.\n", fmtD(p.GracePeriod), fmtD(p.Deadline), fmtD(p.AppDrain), fmtD(KillMargin))
 	for _, k := range p.Kept {

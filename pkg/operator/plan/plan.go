@@ -144,6 +144,13 @@ type Input struct {
 	// sets it unless --defer-sidecar-drain=false; the zero value is regime (a), Istio's
 	// default, where the proxy drains at the deletion.
 	DeferSidecarDrain bool
+	// LagFrom is the lag learnt from the fleet (plan --lag-from); nil without. It sets
+	// EDSLag, and the hook gets its distribution and risk (--lag-dist, --risk) with a
+	// --min-wait of 0 unless MinWait is given.
+	LagFrom *LagFrom
+	// KeepsLagDist: the workload's preStop has a --lag-dist that a re-plan without --lag-from
+	// keeps as written, so its --min-wait of 0 is the figure's, not a mistake.
+	KeepsLagDist bool
 }
 
 // Bounds are the settings of a pod that bound its termination and that plan writes: the grace
@@ -283,6 +290,10 @@ func Recommend(in Input) (Plan, error) {
 	p := Plan{Input: in, Poll: in.Poll, AppDrain: in.AppDrain}
 	lag, typical, lagWhy := lastClientLag(in)
 	p.LastClientLag = lag
+	if in.LagFrom != nil {
+		p.Arithmetic = append(p.Arithmetic, p.lagArithmetic()...)
+		p.Attention = append(p.Attention, in.LagFrom.lagAttention()...)
+	}
 	var quietWhy string
 	p.Quiet, quietWhy = quietWindow(in)
 	if quietWhy != "" {

@@ -23,6 +23,9 @@ import (
 var plannedFlags = []string{"grace-period", "app-drain", "quiet", "min-wait", "eds-lag-bound", "client-period", "rps-per-client", "poll", "deadline",
 	"app-metrics", "app-requests", "fallback-wait"}
 
+// lagFlags are the hook's distribution and risk, which a plan from --lag-from writes.
+var lagFlags = []string{"lag-dist", "risk"}
+
 // defaultedFlags are flags plan writes where the preStop has none: where the hook logs and
 // where it reads the sidecar are the user's to point elsewhere.
 var defaultedFlags = []string{"log-file", "admin", "port"}
@@ -75,7 +78,7 @@ func splitPrestopArgs(args []string) (items []prestopToken, tail []string, hasTa
 
 // isPlanFlag: plan writes this flag (in some plan), and it takes a value.
 func isPlanFlag(name string) bool {
-	return slices.Contains(plannedFlags, name) || slices.Contains(defaultedFlags, name) || slices.Contains(additiveFlags, name) || name == "mesh" || name == "drain-at"
+	return slices.Contains(plannedFlags, name) || slices.Contains(defaultedFlags, name) || slices.Contains(additiveFlags, name) || slices.Contains(lagFlags, name) || name == "mesh" || name == "drain-at"
 }
 
 // plannedHoldFlags are the flags of istio-proxy's `meshdrain hold` whose values are the plan's:
@@ -138,6 +141,11 @@ func (p Plan) mergePrestop(old []string) prestopMerge {
 	owned := func(it prestopToken) bool {
 		if slices.Contains(plannedFlags, it.name) {
 			return true
+		}
+		if slices.Contains(lagFlags, it.name) {
+			// The plan's only when it fits a distribution: a re-plan without --lag-from
+			// keeps the hook's own.
+			return p.Input.LagFrom != nil
 		}
 		return p.mesh().ownsFlag(p, it)
 	}

@@ -34,7 +34,13 @@ const (
 type Annotation struct{ Key, Value string }
 
 // Annotations are the pod-template annotations the plan needs.
-func (p Plan) Annotations() []Annotation { return p.mesh().annotations(p) }
+func (p Plan) Annotations() []Annotation {
+	anns := p.mesh().annotations(p)
+	if l := p.Input.LagFrom; l != nil {
+		anns = append(anns, Annotation{LagFromAnnotation, l.annotation(p.Input.EDSLag)})
+	}
+	return anns
+}
 
 // PrestopArgs are the arguments of `meshdrain prestop` that realise the plan. --deadline is
 // left out on purpose: prestop derives it as grace − app-drain − 1s, which is the plan's
@@ -54,6 +60,10 @@ func (p Plan) PrestopArgs() []string {
 		// How late the last client learns: past it, prestop needs only --quiet of silence
 		// (never slower than the sleep the same knowledge would give, plus one window).
 		args = append(args, "--eds-lag-bound="+fmtD(p.LastClientLag))
+	}
+	if l := p.Input.LagFrom; l != nil {
+		// The fleet's lag and the risk accepted: the hook's figure guards its stop.
+		args = append(args, "--lag-dist="+l.Dist().String(), "--risk="+l.RiskFlag())
 	}
 	if p.Input.ClientPeriod > 0 {
 		// The schedule replaces the rule's guess from the pauses it sees (--quiet above
@@ -116,6 +126,8 @@ func WriteText(w io.Writer, p Plan) error {
 		ew.printf("                                 injector merges it into the proxy it injects, in initContainers for native sidecars)\n")
 	}
 	p.mesh().writeSettings(ew, p)
+
+	writeLag(ew, p)
 
 	ew.printf("\nArithmetic\n\n")
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
