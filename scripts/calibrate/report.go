@@ -25,9 +25,9 @@ func ratio(c cell) string {
 	}
 	if c.lost == 0 {
 		// No loss in n drains: the share is below 3/n with 95% confidence.
-		return "< " + strconv.FormatFloat(3/float64(c.drains)/c.meanStated(), 'f', 2, 64)
+		return "< " + strconv.FormatFloat(3/float64(c.drains)/c.meanStated(), 'g', 2, 64)
 	}
-	return strconv.FormatFloat(c.lossShare()/c.meanStated(), 'f', 2, 64)
+	return strconv.FormatFloat(c.lossShare()/c.meanStated(), 'g', 2, 64)
 }
 
 func sci(v float64) string {

@@ -9,7 +9,7 @@ import (
 // drawSVG is the reliability diagram: for each shape, family and risk, the share of drains
 // that lost a request (y) against the mean risk stated at the stop (x), both on log scales
 // from 10⁻⁵ to 1, with the diagonal and the factor-2 band around it. A cell without a loss
-// is drawn at the bottom edge, hollow.
+// is drawn hollow at the share's 95% upper bound (3/n), with a line down to the bottom.
 func drawSVG(cells []cell) string {
 	const (
 		width, height       = 760.0, 560.0
@@ -37,7 +37,7 @@ func drawSVG(cells []cell) string {
 	}
 	fmt.Fprintf(&b, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n", left, top, plot, plot)
 	fmt.Fprintf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">mean risk stated at the stop (Decision.Risk)</text>\n", left+plot/2, top+plot+36)
-	fmt.Fprintf(&b, "<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">share of drains with a request after the stop (0: at the bottom, hollow)</text>\n", top+plot/2)
+	fmt.Fprintf(&b, "<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">share of drains with a request after the stop (hollow: none, at 3/n)</text>\n", top+plot/2)
 	colours := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"}
 	shapesSeen, familiesSeen := order(cells, func(c cell) string { return c.shape }), order(cells, func(c cell) string { return c.family })
 	for _, c := range cells {
@@ -49,7 +49,13 @@ func drawSVG(cells []cell) string {
 		if c.lost == 0 {
 			fill = "white"
 		}
-		cx, cy := x(clamp(c.meanStated())), y(clamp(c.lossShare()))
+		share := c.lossShare()
+		cx := x(clamp(c.meanStated()))
+		if c.lost == 0 {
+			share = 3 / float64(c.drains)
+			fmt.Fprintf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-opacity=\"0.4\"/>\n", cx, y(clamp(share)), cx, top+plot, colour)
+		}
+		cy := y(clamp(share))
 		b.WriteString(marker(index(familiesSeen, c.family), cx, cy, colour, fill))
 	}
 	lx, ly := left+plot+20, top+10
