@@ -14,7 +14,7 @@ FUZZTIME ?= 30s
 # Each fuzz target as package:Name. Their seeds (testdata/fuzz) run with every `go test`.
 FUZZ_TARGETS := ./pkg/mesh/envoy:FuzzParse ./pkg/mesh/envoy:FuzzStatsFilter ./pkg/mesh/envoy:FuzzReadResponse ./pkg/cli:FuzzPrestopConfig
 
-.PHONY: help build test test-race test-loaded lint subjects demo clean image faults fuzz bench
+.PHONY: help build test test-race test-loaded lint subjects demo clean image faults fuzz bench calibrate
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -117,6 +117,9 @@ image-push: image ## Push IMAGE as one multi-platform image (IMAGE_DEST=oci-arch
 
 bench: build ## The benchmark matrix: every traffic shape x preStop strategy, then poll costs (several minutes)
 	$(GO) run ./scripts/bench --meshdrain-bin $(BIN) --sim-bin $(SIM_BIN) $(BENCH_FLAGS)
+
+calibrate: ## Replay 10,000 seeded drains per shape, lag family and --risk through the rule: the risk figure's reliability table, and docs/calibration.svg (a few minutes)
+	$(GO) run ./scripts/calibrate --svg docs/calibration.svg $(CALIBRATE_FLAGS)
 
 clean: ## Remove build output
 	rm -rf bin

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -147,6 +148,13 @@ type RuleConfig struct {
 	// long. Zero: nobody stated the clients' rhythm, and such a client keeps the window the
 	// traffic's own terms set.
 	ClientQuiet time.Duration
+	// Lag, when set, is the fleet's lag distribution (--lag-dist): the lag bound becomes the
+	// first moment the risk figure (the probability that some client the evidence cannot rule
+	// out still routes to the pod) is at most Risk (--risk), and the app never stops before
+	// it. It replaces LagBound. MinWait still holds as a floor (its default is 0 with Lag:
+	// the figure guards instead).
+	Lag  risk.Distribution
+	Risk float64
 }
 
 // ClientQuiet is the longest silence of one client that still sends, from what the operator
@@ -225,6 +233,10 @@ type Decision struct {
 	HeldBy int
 	// Change is what this observation changed, for the coordinator's accounting.
 	Change Change
+	// Risk is the risk figure at this observation (nil without RuleConfig.Lag), and RiskFrom
+	// the clients it came from.
+	Risk     *float64
+	RiskFrom RiskFrom
 }
 
 // Change describes the movement of the counter since the previous observation.
@@ -267,6 +279,11 @@ type Rule struct {
 	// movement (or the baseline); 0 when nothing was measured.
 	rate       float64
 	rateWindow time.Duration
+	// arrived: the counter has moved with arrivals during the watch (a sender was seen).
+	arrived bool
+	// riskGroups are the clients the risk figure counts at the latest observation (with
+	// RuleConfig.Lag).
+	riskGroups []sinceGroup
 }
 
 // NewRule starts the rule at the first observation of the watch.
@@ -297,6 +314,10 @@ func (r *Rule) Observe(o Observation) Decision {
 		r.lastStill = o.At
 	}
 	r.prev = o
+	var riskFrom RiskFrom
+	if !r.cfg.Lag.IsZero() {
+		riskFrom, r.riskGroups = r.riskClients(o)
+	}
 
 	window, term := r.window()
 	capped := r.cfg.Deadline > 0 && r.lastMove+window > r.cfg.Deadline
@@ -309,6 +330,9 @@ func (r *Rule) Observe(o Observation) Decision {
 		LongestGap:  max(r.longestGap, o.At-r.lastMove),
 		Change:      change,
 	}
+	if !r.cfg.Lag.IsZero() {
+		d.Risk, d.RiskFrom = ptr(r.figure(o.At, r.riskGroups)), riskFrom
+	}
 	end := max(r.settledFrom(o)+window, r.cfg.MinWait)
 	if o.Clients != nil && holdsBeyondRequests(o) && !r.pastLagBound(o.At) {
 		// A client that keeps its idle drain-start connection open still routes here:
@@ -317,6 +341,15 @@ func (r *Rule) Observe(o Observation) Decision {
 		return d
 	}
 	if capped {
+		return d
+	}
+	if !r.cfg.Lag.IsZero() && !r.pastLagBound(o.At) {
+		// The figure guards what --min-wait guards without it: a client that may not have
+		// learnt yet. The wait may end once it is at most Risk, if nothing changes meanwhile.
+		// From then on the window is the settled one.
+		if within, ok := r.riskWithin(o.At, r.riskGroups); ok {
+			d.Ends = max(r.lastMove+r.settledWindow(), r.cfg.MinWait, within)
+		}
 		return d
 	}
 	d.Ends = end
@@ -373,6 +406,7 @@ func (r *Rule) moved(o Observation, c Change) {
 		r.longestGap = max(r.longestGap, o.At-r.beforeMove)
 	}
 	r.lastMove, r.beforeMove = o.At, r.prev.At
+	r.arrived = r.arrived || c.Arrivals > 0
 	if c.SignalChanged || c.Reset || o.Arrivals == nil || r.prev.Arrivals == nil {
 		// Another counter: its history says nothing about this one's rate.
 		r.rebase(o)
@@ -482,8 +516,13 @@ func (r *Rule) settledFrom(o Observation) time.Duration {
 // since is t on the rule's clock: the time since the start of the drain.
 func (r *Rule) since(t time.Time) time.Duration { return t.Sub(r.cfg.Start) }
 
-// pastLagBound says whether at is past the lag bound, when there is one.
+// pastLagBound says whether at is past the lag bound, when there is one. With a lag
+// distribution, the bound is where the risk figure of the clients at the latest observation
+// is at most Risk.
 func (r *Rule) pastLagBound(at time.Duration) bool {
+	if !r.cfg.Lag.IsZero() {
+		return r.figure(at, r.riskGroups) <= r.cfg.Risk
+	}
 	return r.cfg.LagBound > 0 && at >= r.cfg.LagBound
 }
 
@@ -492,18 +531,9 @@ func (r *Rule) pastLagBound(at time.Duration) bool {
 // lag bound passed).
 func (r *Rule) window() (time.Duration, WindowTerm) {
 	window, term := r.cfg.Quiet, TermQuiet
-	if r.prev.Signal == mesh.SignalCompletedRequests {
-		window += r.cfg.LatencyAllowance
-	}
-	// Once no client may still be on its way, the ordinary quiet window is enough: a --quiet
-	// raised for sparse clients (plan --rps-per-client) guards against a client that has not
-	// learnt yet, and there is none.
-	settledQuiet := r.cfg.SettledQuiet
-	if settledQuiet <= 0 {
-		settledQuiet = DefaultQuiet
-	}
-	allowance := window - r.cfg.Quiet // the latency allowance, when only completions count
-	settled := min(window, settledQuiet+allowance)
+	allowance := r.allowance()
+	window += allowance
+	settled := r.settledWindow()
 	if r.pastLagBound(r.prev.At) {
 		return settled, TermLagBound
 	}
@@ -531,6 +561,25 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 		}
 	}
 	return window, term
+}
+
+// allowance is the latency allowance, when only completions are counted.
+func (r *Rule) allowance() time.Duration {
+	if r.prev.Signal == mesh.SignalCompletedRequests {
+		return r.cfg.LatencyAllowance
+	}
+	return 0
+}
+
+// settledWindow is the window once no client may still be on its way: the ordinary quiet
+// window is enough then. A --quiet raised for sparse clients (plan --rps-per-client) guards
+// against a client that has not learnt yet, and there is none.
+func (r *Rule) settledWindow() time.Duration {
+	settledQuiet := r.cfg.SettledQuiet
+	if settledQuiet <= 0 {
+		settledQuiet = DefaultQuiet
+	}
+	return min(r.cfg.Quiet, settledQuiet) + r.allowance()
 }
 
 func ptr(v float64) *float64 { return &v }

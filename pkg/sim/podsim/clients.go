@@ -53,9 +53,13 @@ func (p clientPlan) toPod(warmup time.Duration) []time.Duration {
 
 // planClients draws the clients' lags and requests. Each client has its own random stream,
 // so the draws do not depend on the order in which anything runs.
-func planClients(sc Scenario) []clientPlan {
+func planClients(sc Scenario) []clientPlan { return planClientsWith(sc, nil) }
+
+// planClientsWith is planClients with the lags drawn by lags instead of the scenario's
+// lognormals (nil: the scenario's), as the calibration replays them (PlanDrain).
+func planClientsWith(sc Scenario, lags LagModel) []clientPlan {
 	if sc.meshless() {
-		return planMeshless(sc)
+		return planMeshless(sc, lags)
 	}
 	latency := latencyDist(sc.P99)
 	perClient := sc.QPS / float64(sc.Clients)
@@ -64,7 +68,7 @@ func planClients(sc Scenario) []clientPlan {
 	plans := make([]clientPlan, sc.Clients, sc.Clients+1)
 	for i := range plans {
 		r := rand.New(rand.NewPCG(sc.Seed, uint64(i)+1))
-		p := clientPlan{lag: min(sc.EDSLag.Sample(r), maxLag)}
+		p := clientPlan{lag: min(drawLag(lags, sc.EDSLag, r, i), maxLag)}
 		end := sc.Warmup + p.lag
 		switch sc.Shape {
 		case ShapeBursts:

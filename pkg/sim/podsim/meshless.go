@@ -214,11 +214,11 @@ func (sc Scenario) validateMeshless() []error {
 // holder's requests go on after its node's lag (it never learns): they are drawn up to the
 // grace period, and the client stops once its connections to the pod are gone and a new
 // one would go elsewhere (fleet.runClient).
-func planMeshless(sc Scenario) []clientPlan {
+func planMeshless(sc Scenario, lags LagModel) []clientPlan {
 	m := sc.Meshless
 	nodes := make([]time.Duration, m.Nodes)
 	for n := range nodes {
-		nodes[n] = min(sc.EDSLag.Sample(rand.New(rand.NewPCG(sc.Seed, 1<<32+uint64(n)))), maxLag)
+		nodes[n] = min(drawLag(lags, sc.EDSLag, rand.New(rand.NewPCG(sc.Seed, 1<<32+uint64(n))), n), maxLag)
 	}
 	latency := latencyDist(sc.P99)
 	perClient := sc.QPS / float64(m.total())
@@ -229,7 +229,7 @@ func planMeshless(sc Scenario) []clientPlan {
 		end := sc.Warmup
 		switch p.kind {
 		case kindIngress:
-			p.lag = min(m.IngressLag.Sample(r), maxLag)
+			p.lag = min(drawLag(lags, m.IngressLag, r, i), maxLag)
 			end += p.lag
 		case kindHolder:
 			p.lag = nodes[i%m.Nodes]

@@ -1,0 +1,123 @@
+package drain
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
+)
+
+// riskRuleConfig is clientRuleConfig with a lag distribution: every client learns at a lag
+// drawn uniformly from 0 to 10s, and a risk of 0.1, so that each crossing is exact
+// arithmetic. --min-wait is 0, its default with a distribution.
+func riskRuleConfig(t *testing.T) RuleConfig {
+	t.Helper()
+	lag, err := risk.Parse("0:0s,1:10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientRuleConfig()
+	cfg.Start = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg.MinWait, cfg.Lag, cfg.Risk = 0, lag, 0.1
+	return cfg
+}
+
+// Nothing arrives: only the unseen client counts, 1 − at/10, at most 0.1 from 9s. Without a
+// distribution and without --min-wait the same drain ends at 1s, one quiet window.
+func TestRiskFigureGuardsAnUnseenClient(t *testing.T) {
+	cfg := riskRuleConfig(t)
+	at, d := clientsRule(t, cfg, 0, func(time.Duration) *ClientCounts { return nil })
+	if at != 9*time.Second || d.Reason != ReasonQuiet || d.Term != TermLagBound {
+		t.Fatalf("stopped at %v with %+v; want 9s, term lag-bound", at, d)
+	}
+	if d.Risk == nil || math.Abs(*d.Risk-0.1) > 1e-9 || d.RiskFrom != (RiskFrom{Unseen: 1}) {
+		t.Errorf("risk %v from %+v; want 0.1 from the unseen client", d.Risk, d.RiskFrom)
+	}
+	// Before the crossing, the decision says when the wait may end: at 9s.
+	r := NewRule(cfg, Observation{Signal: "http-requests", Arrivals: f(0), Active: f(0)})
+	d = r.Observe(Observation{At: 200 * ms, Signal: "http-requests", Arrivals: f(0), Active: f(0)})
+	if d.Reason != "" || d.Ends != 9*time.Second || d.Risk == nil || math.Abs(*d.Risk-0.98) > 1e-9 {
+		t.Errorf("at 200ms: %+v (risk %v); want no stop, ends 9s, risk 0.98", d, *d.Risk)
+	}
+	cfg.Lag = risk.Distribution{}
+	if at, d := clientsRule(t, cfg, 0, func(time.Duration) *ClientCounts { return nil }); at != time.Second || d.Risk != nil {
+		t.Errorf("without a distribution: stopped at %v, risk %v; want 1s, no risk", at, d.Risk)
+	}
+}
+
+// One request a second until 4s, no per-client evidence: one sender not learnt by 4s and the
+// unseen client: 1 − (at/10)·(at−4)/6 ≤ 0.1 from 2+√58 = 9.616s, seen at the 9.8s poll.
+func TestRiskFigureCountsTheLastSender(t *testing.T) {
+	at, d := clientsRule(t, riskRuleConfig(t), 4*time.Second, func(time.Duration) *ClientCounts { return nil })
+	if at != 9800*ms || d.Reason != ReasonQuiet || d.RiskFrom != (RiskFrom{Unseen: 1, Sending: 1}) {
+		t.Fatalf("stopped at %v with %+v; want 9.8s, from one unseen and one sender", at, d)
+	}
+	want := 1 - 0.98*(9.8-4)/6
+	if math.Abs(*d.Risk-want) > 1e-9 {
+		t.Errorf("risk %v, want %v", *d.Risk, want)
+	}
+	cfg := riskRuleConfig(t)
+	r := NewRule(cfg, Observation{Signal: "http-requests", Arrivals: f(0), Active: f(0)})
+	d = r.Observe(Observation{At: 4 * time.Second, Signal: "http-requests", Arrivals: f(4), Active: f(0)})
+	if d.Ends != 9616*ms {
+		t.Errorf("ends %v, want 9.616s (2+√58 to the millisecond)", d.Ends)
+	}
+}
+
+// The socket table's sender says when it last sent (2s, before the last arrival the counter
+// showed at 4s): 1 − (at/10)·(at−2)/8 ≤ 0.1 from 1+√73 = 9.544s, the 9.6s poll.
+func TestRiskFigureTakesTheSendersLastSend(t *testing.T) {
+	cfg := riskRuleConfig(t)
+	clients := func(time.Duration) *ClientCounts {
+		return &ClientCounts{Sending: 1, Left: 3, LastSent: cfg.Start.Add(2 * time.Second)}
+	}
+	at, d := clientsRule(t, cfg, 4*time.Second, clients)
+	if at != 9600*ms || d.Reason != ReasonQuiet || d.RiskFrom != (RiskFrom{Unseen: 1, Sending: 1}) {
+		t.Errorf("stopped at %v with %+v; want 9.6s, left clients out", at, d)
+	}
+}
+
+// Two clients hold drain-start connections and one left: the holders hold the app while the
+// figure, 1 − (at/10)³, is above 0.1 (until 9.655s, the 9.8s poll), then release it; once
+// they have left (at 5s), only the unseen client is left to count (9s).
+func TestRiskFigureCountsHolders(t *testing.T) {
+	cfg := riskRuleConfig(t)
+	hold := func(time.Duration) *ClientCounts { return &ClientCounts{Holding: 2, Left: 1} }
+	at, d := clientsRule(t, cfg, 0, hold)
+	if at != 9800*ms || d.Term != TermLagBound || d.RiskFrom != (RiskFrom{Unseen: 1, Holding: 2}) {
+		t.Errorf("holders: stopped at %v with %+v; want 9.8s, lag-bound", at, d)
+	}
+	r := NewRule(cfg, Observation{Signal: "http-requests", Arrivals: f(0), Active: f(0)})
+	if d := r.Observe(Observation{At: 9600 * ms, Signal: "http-requests", Arrivals: f(0), Active: f(0), Clients: hold(0)}); d.HeldBy != 2 {
+		t.Errorf("at 9.6s: held by %d, want 2", d.HeldBy)
+	}
+	leave := func(at time.Duration) *ClientCounts {
+		if at < 5*time.Second {
+			return hold(at)
+		}
+		return &ClientCounts{Left: 3}
+	}
+	if at, d := clientsRule(t, cfg, 0, leave); at != 9*time.Second || d.RiskFrom != (RiskFrom{Unseen: 1}) {
+		t.Errorf("holders left at 5s: stopped at %v from %+v; want 9s from the unseen client", at, d.RiskFrom)
+	}
+}
+
+// A lag bound is the distribution's degenerate case: the figure is 1 before it, 0 from it.
+// --min-wait still holds as a floor; a client sending past the distribution's last lag is
+// one it is wrong about, and only the deadline ends the wait.
+func TestRiskFigureOfABound(t *testing.T) {
+	cfg := clientRuleConfig()
+	cfg.MinWait, cfg.Lag, cfg.Risk = 0, risk.Bound(12*time.Second), 1e-3
+	none := func(time.Duration) *ClientCounts { return nil }
+	if at, d := clientsRule(t, cfg, 8*time.Second, none); at != 12*time.Second || d.Term != TermLagBound || *d.Risk != 0 {
+		t.Errorf("traffic until 8s: stopped at %v (%s, risk %v); want the bound, 12s", at, d.Term, *d.Risk)
+	}
+	if at, d := clientsRule(t, cfg, 15*time.Second, none); at != cfg.Deadline || d.Reason != "" {
+		t.Errorf("traffic until 15s: stopped at %v (%s); want the deadline", at, d.Reason)
+	}
+	cfg.Lag, cfg.MinWait = risk.Bound(2*time.Second), 5*time.Second
+	if at, _ := clientsRule(t, cfg, 0, none); at != 5*time.Second {
+		t.Errorf("bound 2s, --min-wait 5s: stopped at %v; want 5s", at)
+	}
+}
