@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -147,6 +148,8 @@ type RuleConfig struct {
 	// long. Zero: nobody stated the clients' rhythm, and such a client keeps the window the
 	// traffic's own terms set.
 	ClientQuiet time.Duration
+	Lag         risk.Distribution
+	Risk        float64
 }
 
 // ClientQuiet is the longest silence of one client that still sends, from what the operator
@@ -224,7 +227,9 @@ type Decision struct {
 	// the drain, so they have not applied the removal yet (before the lag bound).
 	HeldBy int
 	// Change is what this observation changed, for the coordinator's accounting.
-	Change Change
+	Change   Change
+	Risk     *float64
+	RiskFrom RiskFrom
 }
 
 // Change describes the movement of the counter since the previous observation.
