@@ -64,6 +64,7 @@ var freeFormFlags = map[string]bool{
 	"bind-address": true, "filename": true, "workload": true, "container": true, "image": true, "dir": true,
 	"probe-path": true, "channel": true, "hold-channel": true, "drain-url": true, "ignore-source": true,
 	"app-metrics": true, "app-requests": true, "pod-spec": true,
+	"lag-dist": true,
 }
 
 // TestEveryEnumFlagCompletes: every string flag of every command either completes its values
