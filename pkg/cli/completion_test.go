@@ -63,7 +63,7 @@ var freeFormFlags = map[string]bool{
 	"log-file": true, "source": true, "eds-lag": true, "meshdrain-bin": true, "inbound": true, "inclusion-prefix": true,
 	"bind-address": true, "filename": true, "workload": true, "container": true, "image": true, "dir": true,
 	"probe-path": true, "channel": true, "hold-channel": true, "drain-url": true, "ignore-source": true,
-	"app-metrics": true, "app-requests": true, "pod-spec": true, "lag-from": true,
+	"app-metrics": true, "app-requests": true, "pod-spec": true, "lag-from": true, "lag-dist": true,
 }
 
 // TestEveryEnumFlagCompletes: every string flag of every command either completes its values

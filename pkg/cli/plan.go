@@ -567,7 +567,7 @@ func planError(err error, from string) error {
 func checkWrittenPrestop(edit *plan.Edit, workload *plan.Workload, file string) error {
 	var lines []string
 	kept := edit.KeptPrestopArgs()
-	for _, p := range prestopOffline(withoutUnknownLagFlags(edit.PrestopCommand()[2:])) { // after the binary and "prestop"
+	for _, p := range prestopOffline(edit.PrestopCommand()[2:]) { // after the binary and "prestop"
 		lines = append(lines, fmt.Sprintf("plan: -f %s: %s/%s: prestop would refuse the preStop with the flags plan keeps from it (%s): %v",
 			file, workload.Kind, workload.Name, strings.Join(kept, " "), p))
 	}
@@ -583,28 +583,6 @@ func checkWrittenPrestop(edit *plan.Edit, workload *plan.Workload, file string) 
 	}
 	lines = append(lines, "plan: fix or remove those flags in the manifest, then plan again")
 	return usageError("%s", strings.Join(lines, "\n"))
-}
-
-// withoutUnknownLagFlags leaves out the --lag-dist and --risk that a plan from --lag-from
-// writes, where this build's prestop does not take them yet (they come with issue 39's hook
-// change): the offline check then checks everything else rather than refusing the plan.
-// Once prestop takes them, they are checked like every other flag.
-func withoutUnknownLagFlags(args []string) []string {
-	fs := pflag.NewFlagSet("prestop", pflag.ContinueOnError)
-	o := defaultPrestopOptions()
-	prestopFlags(fs, &o)
-	var out []string
-	for i, a := range args {
-		if a == "--" {
-			return append(out, args[i:]...) // the program --exec runs, and its arguments
-		}
-		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if strings.HasPrefix(a, "--") && (name == "lag-dist" || name == "risk") && fs.Lookup(name) == nil {
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
 }
 
 // holdOffline checks hold's arguments as the hook does at start, without what only the pod

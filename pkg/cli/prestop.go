@@ -15,6 +15,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/clock"
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 	"github.com/meshdrain/meshdrain/pkg/localhttp"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/appmetrics"
@@ -40,6 +41,8 @@ type prestopOptions struct {
 	clientPeriod     time.Duration
 	rpsPerClient     float64
 	edsLagBound      time.Duration
+	lagDist          string
+	risk             float64
 	settledQuiet     time.Duration
 	drainAt          string
 	clientEvidence   string
@@ -92,6 +95,7 @@ func defaultPrestopOptions() prestopOptions {
 		drainMode:        string(mesh.DrainGraceful),
 		appRequests:      appmetrics.DefaultCounter,
 		holdChannel:      hold.DefaultChannel,
+		risk:             risk.DefaultLevel,
 		hookOutput:       hookOutput{logFormat: "json"},
 	}
 }
@@ -118,6 +122,8 @@ func prestopFlags(f *pflag.FlagSet, o *prestopOptions) {
 	f.DurationVar(&o.clientPeriod, "client-period", 0, "clients that send on a schedule send at least this often: the window then ignores the traffic's own pauses (--quiet must be at least this + --poll; meshdrain plan --client-period writes both)")
 	f.Float64Var(&o.rpsPerClient, "rps-per-client", 0, "one client's request rate, requests a second (meshdrain plan --rps-per-client writes it): a client that sent during the drain without showing a pooled connection, so that its close says nothing, has stopped once silent for the pause its arrivals exceed once in 10,000 (9.2 / rate, at least --quiet); --client-period does the same with --quiet")
 	f.DurationVar(&o.edsLagBound, "eds-lag-bound", 0, "how late the last client applies the endpoint removal, from the deletion (plan writes its last-client --eds-lag): past it, one --quiet of silence is enough and idle connections still open do not hold the app")
+	f.StringVar(&o.lagDist, "lag-dist", "", "the fleet's lag distribution, SHARE:LAG,... from the preStop's start (plan --lag-from writes it, e.g. 0:400ms,0.5:1.2s,0.99:3.5s,1:6s): the wait ends once the probability that some client still routes here is at most --risk, and --min-wait defaults to 0")
+	f.Float64Var(&o.risk, "risk", o.risk, "with --lag-dist: the risk the stop may take, 0 < P <= 0.5; the final event states the figure at the stop (risk)")
 	f.DurationVar(&o.settledQuiet, "settled-quiet", 0, "the silence asked for once no client may still be on its way (past --eds-lag-bound, or every client left): the ordinary quiet window, not a --quiet raised for sparse clients (default 1s, at least two polls)")
 	f.StringVar(&o.drainAt, "drain-at", o.drainAt, "start: call /drain_listeners when the hook starts; end: when the clients have let go, just before the app stops (for a sidecar whose own drain at the deletion is turned off: docs/decision-rule.md)")
 	f.StringVar(&o.clientEvidence, "client-evidence", o.clientEvidence, "auto: read the pod's socket table to see which clients have let go (Envoy sidecars); off: silence alone decides")
@@ -209,6 +215,10 @@ func prestopLong() string {
   4. then returns (the kubelet sends SIGTERM to the app), or signals / calls / runs what you
      configure, always by --deadline (default: grace-period - app-drain - 1s); the actions'
      own timeout is cut so that they end before the grace period.
+
+--lag-dist SHARE:LAG,... (plan --lag-from writes it): the wait may end once the probability
+that some client still routes here is at most --risk (default 0.001); --min-wait then defaults
+to 0, and the final event states the figure at the stop (risk, risk_from).
 
 --mesh none is a pod without a sidecar: the kernel is the sidecar. It watches the app's own
 listening ports (--port, required) in the pod's socket table and /proc/net/snmp: every
@@ -363,6 +373,9 @@ func (setup *prestopSetup) plan() []string {
 		fmt.Sprintf("wait      quiet %v, poll %v, min-wait %v, fallback %v", cfg.Quiet, cfg.Poll, cfg.MinWait, cfg.FallbackWait),
 		"actions   "+actions,
 		"hold      "+holdReport)
+	if !cfg.Lag.IsZero() {
+		lines = append(lines, fmt.Sprintf("risk      stop once the risk figure is at most %v, from --lag-dist %s", cfg.Risk, cfg.Lag))
+	}
 	if o.drainAt == drainAtEnd {
 		// The pod's spec, where the injector merged the override or not, is not visible here.
 		lines = append(lines, "override  whether the injector merged istio-proxy's meshdrain hold cannot be seen from this container; "+

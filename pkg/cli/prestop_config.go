@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 )
@@ -68,6 +69,14 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 	o.deadlineSet = sources["deadline"] != sourceDefault
 	o.minWaitSet = sources["min-wait"] != sourceDefault
 	o.appRequestsSet = sources["app-requests"] != sourceDefault
+	if o.lagDist != "" && !o.minWaitSet {
+		// The figure guards the early stop that --min-wait's guess guards without one; a
+		// --min-wait that was asked for still holds as a floor.
+		o.minWait = 0
+	}
+	if o.lagDist == "" && sources["risk"] != sourceDefault {
+		setup.warnings = append(setup.warnings, "--risk is used only with --lag-dist: without a lag distribution the hook has no figure to hold to it")
+	}
 
 	if rest := fs.Args(); len(rest) > 0 {
 		if o.exec == "" {
@@ -97,6 +106,10 @@ func loadPrestopFrom(ctx context.Context, from prestopOptions, args, environ []s
 			value = strings.Join(setup.adminURLs(), ",")
 		case f.Name == "drain-mode" && o.mesh == mesh.Linkerd && value != string(mesh.DrainNone):
 			value += " (not used: a Linkerd proxy gets no drain call)"
+		case f.Name == "min-wait" && o.lagDist != "" && !o.minWaitSet:
+			value += " (the default with --lag-dist: the risk figure guards instead)"
+		case f.Name == "risk" && o.lagDist == "":
+			value += " (not used: no --lag-dist)"
 		}
 		cfg.Settings = append(cfg.Settings, drain.Setting{Name: f.Name, Value: redactedValue(f.Name, value), Source: sources[f.Name]})
 	})
@@ -193,6 +206,13 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 	if o.edsLagBound < 0 {
 		add("--eds-lag-bound must not be negative, got %v", o.edsLagBound)
 	}
+	lag, err := parseLagDist(o.lagDist)
+	if err != nil {
+		add("--lag-dist %q: %v", o.lagDist, err)
+	}
+	if err := risk.CheckLevel(o.risk); err != nil {
+		add("--risk %v", err)
+	}
 	if o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
 		add("--drain-at %q: want %s or %s", o.drainAt, drainAtStart, drainAtEnd)
 	}
@@ -226,6 +246,8 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		ClientPeriod:   o.clientPeriod,
 		RPSPerClient:   o.rpsPerClient,
 		LagBound:       o.edsLagBound,
+		Lag:            lag,
+		Risk:           o.risk,
 		SettledQuiet:   o.settledQuiet,
 		DrainAtEnd:     o.drainAt == drainAtEnd,
 		Mesh:           string(o.mesh),
@@ -237,6 +259,14 @@ func (o *prestopOptions) check(ctx context.Context) (drain.Config, []error) {
 		ActionTimeout:  max(o.appDrain, 2*time.Second),
 		GracePeriod:    o.gracePeriod,
 	}, problems
+}
+
+// parseLagDist reads --lag-dist: empty is no distribution, the hook as without the flag.
+func parseLagDist(s string) (risk.Distribution, error) {
+	if s == "" {
+		return risk.Distribution{}, nil
+	}
+	return risk.Parse(s)
 }
 
 // timing checks the durations and how they fit in the grace period, and works out the

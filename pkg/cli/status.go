@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/backends"
 	"github.com/meshdrain/meshdrain/pkg/mesh/envoy"
@@ -109,6 +110,8 @@ type statusOptions struct {
 	clients       bool
 	listenerPorts []int
 	drainAt       string
+	lagDist       string
+	risk          float64
 }
 
 // statusLong is status's help text.
@@ -154,6 +157,11 @@ read, so without --watch status reads twice, --interval apart (1s by default), a
 second read: what the clients did in between. --ignore-source leaves the kubelet's probes out,
 as prestop's.
 
+--lag-dist (and --risk), copied from the pod's prestop, add the risk figure the hook would
+state: the probability that some client still routes here, from the clients as shown and one
+not seen yet. status cannot see when the preStop started: the figure counts from status's first
+sample, as a hook started then would; start status --watch at the deletion to follow a drain.
+
 --admin must be the loopback (127.0.0.0/8, [::1], localhost) or a unix socket, as prestop's:
 run status in the pod (kubectl exec), or through kubectl port-forward, which listens on your
 loopback. --allow-remote lets it name another host, e.g. a pod IP from a debug pod.
@@ -182,7 +190,7 @@ const statusExamples = `  # Inside the pod, against the Istio sidecar:
   meshdrain status --admin http://127.0.0.1:19000 --cluster local_app --http-prefix public_listener -o json`
 
 func newStatusCommand(s streams) *cobra.Command {
-	o := statusOptions{sidecar: defaultSidecarFlags(), output: status.OutputText, interval: time.Second}
+	o := statusOptions{sidecar: defaultSidecarFlags(), output: status.OutputText, interval: time.Second, risk: risk.DefaultLevel}
 	cmd := &cobra.Command{
 		Use:     "status [flags]",
 		Short:   "Show what the sidecar's inbound side is doing now: state, signal, requests per port",
@@ -204,6 +212,8 @@ func newStatusCommand(s streams) *cobra.Command {
 	f.BoolVar(&o.clients, "clients", true, "show the inbound listener's clients from this network namespace's socket table (run status in the pod)")
 	f.IntSliceVar(&o.listenerPorts, "inbound-listener-port", nil, "the sidecar's inbound listener port(s) whose clients to show (default: the listener its stats name, Istio's 15006)")
 	f.StringVar(&o.drainAt, "drain-at", "", "the pod's prestop --drain-at: start is regime (a) by design; end or empty: the regime line says whether the sidecar drains on its own before meshdrain's call")
+	f.StringVar(&o.lagDist, "lag-dist", "", "the pod's prestop --lag-dist: each sample shows the risk figure the hook would state, counted from status's first sample")
+	f.Float64Var(&o.risk, "risk", o.risk, "the pod's prestop --risk (with --lag-dist): the figure a hook may stop at")
 	return cmd
 }
 
@@ -217,6 +227,13 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 	}
 	if o.drainAt != "" && o.drainAt != drainAtStart && o.drainAt != drainAtEnd {
 		return usageError("--drain-at %q: want %s or %s, as the pod's prestop", o.drainAt, drainAtStart, drainAtEnd)
+	}
+	lag, err := parseLagDist(o.lagDist)
+	if err != nil {
+		return usageError("--lag-dist %q: %v", o.lagDist, err)
+	}
+	if err := risk.CheckLevel(o.risk); err != nil {
+		return usageError("--risk %v", err)
 	}
 	o.sidecar.given = backends.Given{InboundListenerPorts: len(o.listenerPorts) > 0}
 	sc, admin, sel, err := o.sidecar.sidecar()
@@ -238,6 +255,8 @@ func runStatus(cmd *cobra.Command, s streams, o statusOptions) error {
 		Terminal:      isTerminal(s.out),
 		Clients:       clients,
 		DrainAtStart:  o.drainAt == drainAtStart,
+		Lag:           lag,
+		Risk:          o.risk,
 	})
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: err}

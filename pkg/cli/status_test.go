@@ -152,3 +152,21 @@ func TestStatusAndCheckHelpHaveExamples(t *testing.T) {
 		}
 	}
 }
+
+// status --lag-dist and --risk are checked as prestop checks them, and the figure is shown
+// for a live sidecar: one sample, so the figure of a preStop that started now.
+func TestStatusCommandRisk(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "--lag-dist", "0.5:1s"},
+		{"status", "--lag-dist", planLagArgs[0][len("--lag-dist="):], "--risk", "0.6"},
+	} {
+		if code, _, errOut := runMain(t, args...); code != ExitUsage || !strings.Contains(errOut, args[len(args)-2]) {
+			t.Errorf("%v: exit %d (stderr %q), want %d naming %s", args, code, errOut, ExitUsage, args[len(args)-2])
+		}
+	}
+	sim := startSim(t, envoysim.Config{}, 1)
+	code, out, errOut := runMain(t, append([]string{"status", "--admin", sim.AdminURL(), "--clients=false"}, planLagArgs...)...)
+	if code != ExitOK || !strings.Contains(out, "risk:    1 (above --risk 0.001: a hook would not stop yet)") {
+		t.Errorf("exit %d:\n%s%s", code, out, errOut)
+	}
+}

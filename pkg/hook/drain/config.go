@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/meshdrain/meshdrain/pkg/clock"
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 )
 
@@ -46,6 +47,10 @@ type Config struct {
 	// Mesh is --mesh as given, for the final event: a learner of the fleet's lag groups
 	// drains by it ("" leaves it out).
 	Mesh string
+	// Lag is the fleet's lag distribution (--lag-dist) and Risk the figure the drain accepts
+	// (--risk): RuleConfig.Lag and RuleConfig.Risk. A zero Lag: the rule without a figure.
+	Lag  risk.Distribution
+	Risk float64
 	// Clients, when set, gives per-client evidence at every poll (ClientEvidence).
 	Clients ClientEvidence
 	// Reads, when set, sees every read of the watch and adds to the final event

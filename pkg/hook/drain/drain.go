@@ -308,7 +308,7 @@ func (c *coordinator) watch(ctx, parent context.Context, snap mesh.Snapshot, fir
 	c.beginClients(ctx, snap)
 	c.rule = NewRule(RuleConfig{Start: c.start, Quiet: c.cfg.Quiet, LatencyAllowance: c.cfg.LatencyAllowance, MinWait: c.cfg.MinWait, ClientPeriod: c.cfg.ClientPeriod,
 		Deadline: c.cfg.Deadline, StreamsWait: c.cfg.StreamsWait, LagBound: c.cfg.LagBound, SettledQuiet: SettledQuiet(c.cfg.SettledQuiet, c.cfg.Poll),
-		ClientQuiet: ClientQuiet(c.cfg.Quiet, c.cfg.ClientPeriod, c.cfg.RPSPerClient)}, c.observation(ctx, snap, first))
+		ClientQuiet: ClientQuiet(c.cfg.Quiet, c.cfg.ClientPeriod, c.cfg.RPSPerClient), Lag: c.cfg.Lag, Risk: c.cfg.Risk}, c.observation(ctx, snap, first))
 	c.result.LastArrival = c.clock.Now().Sub(c.start)
 	c.result.RequestsAfterDrain = new(float64)
 	c.result.ActiveAtEnd = first.Active
@@ -435,6 +435,7 @@ func (c *coordinator) account(d Decision) {
 	c.result.LastArrival, c.result.LongestGap = d.LastArrival, d.LongestGap
 	c.result.Window, c.result.WindowTerm, c.result.WindowCapped, c.result.Rate = d.Window, d.Term, d.Capped, d.Rate
 	c.result.OpenStreams = d.OpenStreams
+	c.result.Risk, c.result.RiskFrom = d.Risk, d.RiskFrom
 }
 
 func (c *coordinator) fetch(ctx context.Context) (mesh.Snapshot, error) {
@@ -548,6 +549,7 @@ func (c *coordinator) finish(parent context.Context, reason Reason) Result {
 		fields = append(fields, c.cfg.Reads.FinalFields()...)
 	}
 	fields = append(fields, c.outcomeFields()...)
+	fields = append(fields, c.riskFields()...)
 	if c.result.WindowTerm == TermGaps || c.result.WindowTerm == TermRate {
 		c.log.Warn("inbound traffic is sparse: its own pauses stretched the quiet window beyond --quiet; a sparse client that learns of the deletion later than --min-wait can still send after the app stopped",
 			zap.Int64("window_ms", c.result.Window.Milliseconds()), zap.String("window_term", string(c.result.WindowTerm)),

@@ -92,6 +92,10 @@ type Result struct {
 	// there was none ("off", "unavailable: ..."); Clients is the last poll's.
 	ClientEvidence string
 	Clients        *ClientCounts
+	// Risk is the last poll's figure and RiskFrom its clients (Decision); nil without a lag
+	// distribution or before any poll was judged.
+	Risk     *float64
+	RiskFrom RiskFrom
 }
 
 // ExitCode is the process exit code for the outcome: the reason's, or 1 when the wait ended

@@ -44,7 +44,8 @@ func (c *coordinator) progress(now time.Time, r mesh.Reading) {
 		zap.Int64("still_for_ms", now.Sub(c.start.Add(c.result.LastArrival)).Milliseconds()),
 		zap.Int64("elapsed_ms", now.Sub(c.start).Milliseconds()),
 		zap.Int64("left_ms", c.deadline.Sub(now).Milliseconds()),
-		zap.Int("admin_errors", c.result.AdminErrors))
+		zap.Int("admin_errors", c.result.AdminErrors),
+		c.riskNow())
 	c.progressAt = progressState{last: now, arrivals: copyPtr(r.Arrivals)}
 }
 

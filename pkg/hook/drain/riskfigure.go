@@ -1,9 +1,6 @@
 package drain
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // The risk figure (RuleConfig.Lag, --lag-dist and --risk): with a distribution of when
 // clients learn of the pod's removal, the lag bound is no longer one guessed moment but the
@@ -25,56 +22,61 @@ type RiskFrom struct {
 	Holding, Sending, NoEvidence int
 }
 
-// sinceGroup is n clients, each known not to have learnt by since.
-type sinceGroup struct {
-	since time.Duration
-	n     int
-}
-
-// riskClients are the clients the figure counts at observation o, grouped by since.
-func (r *Rule) riskClients(o Observation) (RiskFrom, []sinceGroup) {
-	lastSent := r.lastMove
-	if c := o.Clients; c != nil {
-		if !c.LastSent.IsZero() {
-			lastSent = max(0, r.since(c.LastSent))
-		}
-		from := RiskFrom{Unseen: 1, Holding: c.Holding, Sending: c.Sending, NoEvidence: c.NoEvidence}
-		return from, []sinceGroup{{0, from.Unseen + from.Holding + from.NoEvidence}, {lastSent, from.Sending}}
-	}
+// RiskClients are the clients the figure counts at a poll, each with the moment (since the
+// start of the drain) by which it is known not to have learnt: one unseen client (0), the
+// holders and the clients without evidence (0), and the senders (since ClientCounts.LastSent,
+// or lastArrival when the table does not say). Without per-client evidence (c nil) they are
+// the unseen client and, once anything arrived, one sender since lastArrival. status counts
+// with it too, so that it shows what the hook would state for the same evidence.
+func RiskClients(start time.Time, c *ClientCounts, lastArrival time.Duration, arrived bool) ([]time.Duration, RiskFrom) {
 	from := RiskFrom{Unseen: 1}
-	if r.arrived {
-		from.Sending = 1
-	}
-	return from, []sinceGroup{{0, from.Unseen}, {lastSent, from.Sending}}
-}
-
-// figure is the probability that some client of groups still routes to the pod at at:
-// 1 − Π (1 − StillRouting)ⁿ, as risk.Distribution.Figure counts them one by one.
-func (r *Rule) figure(at time.Duration, groups []sinceGroup) float64 {
-	none := 1.0
-	for _, g := range groups {
-		if g.n > 0 {
-			none *= math.Pow(1-r.cfg.Lag.StillRouting(at, g.since), float64(g.n))
+	lastSent := max(lastArrival, 0)
+	if c == nil {
+		if arrived {
+			from.Sending = 1
 		}
+	} else {
+		if !c.LastSent.IsZero() {
+			lastSent = max(0, c.LastSent.Sub(start))
+		}
+		from.Holding, from.Sending, from.NoEvidence = c.Holding, c.Sending, c.NoEvidence
 	}
-	return 1 - none
+	since := make([]time.Duration, 0, from.Unseen+from.Holding+from.NoEvidence+from.Sending)
+	for range from.Unseen + from.Holding + from.NoEvidence {
+		since = append(since, 0)
+	}
+	for range from.Sending {
+		since = append(since, lastSent)
+	}
+	return since, from
 }
 
-// riskWithin is the earliest moment from at on at which the figure of groups is at most
+// riskClients are RiskClients at observation o, on the rule's clock.
+func (r *Rule) riskClients(o Observation) (RiskFrom, []time.Duration) {
+	since, from := RiskClients(r.cfg.Start, o.Clients, r.lastMove, r.arrived)
+	return from, since
+}
+
+// figure is the probability that some client of since still routes to the pod at at.
+func (r *Rule) figure(at time.Duration, since []time.Duration) float64 {
+	return r.cfg.Lag.Figure(at, since)
+}
+
+// riskWithin is the earliest moment from at on at which the figure of since is at most
 // RuleConfig.Risk, to a millisecond; ok is false when it never is (a client known not to have
 // learnt by the distribution's last lag: nothing bounds it).
-func (r *Rule) riskWithin(at time.Duration, groups []sinceGroup) (time.Duration, bool) {
-	if r.figure(at, groups) <= r.cfg.Risk {
+func (r *Rule) riskWithin(at time.Duration, since []time.Duration) (time.Duration, bool) {
+	if r.figure(at, since) <= r.cfg.Risk {
 		return at, true
 	}
 	// On whole milliseconds: lo's figure is above Risk, hi's at most Risk.
 	lo, hi := at.Truncate(time.Millisecond), max(at, r.cfg.Lag.Last()).Truncate(time.Millisecond)+time.Millisecond
-	if r.figure(hi, groups) > r.cfg.Risk {
+	if r.figure(hi, since) > r.cfg.Risk {
 		return 0, false
 	}
 	for hi-lo > time.Millisecond {
 		mid := lo + (hi-lo)/2/time.Millisecond*time.Millisecond
-		if r.figure(mid, groups) <= r.cfg.Risk {
+		if r.figure(mid, since) <= r.cfg.Risk {
 			hi = mid
 		} else {
 			lo = mid

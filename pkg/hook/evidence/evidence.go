@@ -284,17 +284,30 @@ func moved(now, then *float64) bool {
 	return now == nil || then == nil || *now != *then
 }
 
-// count sums the clients by state.
+// count sums the clients by state, and names a few holders for the final event.
 func (t *Table) count() drain.ClientCounts {
-	var c drain.ClientCounts
+	clients := t.table.clients()
+	c := CountClients(clients)
 	var holders Holders
-	for _, cl := range t.table.clients() {
+	for _, cl := range clients {
+		if cl.State == sockets.Holding && len(holders) < maxHolders {
+			holders = append(holders, cl.Addr.String())
+		}
+	}
+	if len(holders) > 0 {
+		c.Named = holders
+	}
+	return c
+}
+
+// CountClients sums clients by state as the rule reads them: prestop's table at each read,
+// and status's Watch at each sample, so that both judge the same evidence alike.
+func CountClients(clients []sockets.Client) drain.ClientCounts {
+	var c drain.ClientCounts
+	for _, cl := range clients {
 		switch cl.State {
 		case sockets.Holding:
 			c.Holding++
-			if len(holders) < maxHolders {
-				holders = append(holders, cl.Addr.String())
-			}
 		case sockets.Sending:
 			c.Sending++
 			if cl.LastData.After(c.LastSent) {
@@ -305,9 +318,6 @@ func (t *Table) count() drain.ClientCounts {
 		default:
 			c.NoEvidence++
 		}
-	}
-	if len(holders) > 0 {
-		c.Named = holders
 	}
 	return c
 }

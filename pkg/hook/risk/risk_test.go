@@ -86,3 +86,16 @@ func TestFigure(t *testing.T) {
 		t.Errorf("no client: %v", got)
 	}
 }
+
+func TestCheckLevel(t *testing.T) {
+	for _, ok := range []float64{DefaultLevel, 1e-9, 0.1, MaxLevel} {
+		if err := CheckLevel(ok); err != nil {
+			t.Errorf("CheckLevel(%v) = %v", ok, err)
+		}
+	}
+	for _, bad := range []float64{0, -1e-3, 0.6, 1, math.NaN(), math.Inf(1)} {
+		if err := CheckLevel(bad); err == nil {
+			t.Errorf("CheckLevel(%v) accepted", bad)
+		}
+	}
+}

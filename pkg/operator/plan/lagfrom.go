@@ -18,10 +18,7 @@ const LagFromAnnotation = "meshdrain.io/lag-from"
 
 // DefaultRisk is plan's and prestop's --risk: the probability the operator accepts that one
 // drain's stop comes before some client has learnt (issue 39).
-const DefaultRisk = 1e-3
-
-// MaxRisk is the highest --risk prestop takes: past one drain in two the figure guards nothing.
-const MaxRisk = 0.5
+const DefaultRisk = risk.DefaultLevel
 
 // LagFrom is the lag the plan learnt from the fleet (plan --lag-from): the sources read, the
 // fitted distribution, and the risk the operator accepts. With it, the plan's EDSLag is the
@@ -48,8 +45,8 @@ func NewLagFrom(sources []lag.Source, riskP float64) (*LagFrom, error) {
 
 // CheckRisk refuses a --risk prestop would refuse.
 func CheckRisk(p float64) error {
-	if !(p > 0 && p <= MaxRisk) {
-		return fmt.Errorf("--risk %v: want 0 < P <= %g, the probability one drain stops before its last client has learnt", p, MaxRisk)
+	if err := risk.CheckLevel(p); err != nil {
+		return fmt.Errorf("--risk %w: the probability one drain stops before its last client has learnt", err)
 	}
 	return nil
 }

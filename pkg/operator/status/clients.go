@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
 )
 
@@ -48,6 +49,8 @@ func withClients(r *Report, w ClientWatch, now time.Time) {
 		r.ClientsError = err.Error()
 		return
 	}
+	counts := evidence.CountClients(clients)
+	r.counts = &counts
 	r.Clients = make([]Client, 0, len(clients))
 	for _, c := range clients {
 		row := Client{Address: c.Addr.String(), State: c.State.String(), Open: c.Open, Since: c.FirstSeen}

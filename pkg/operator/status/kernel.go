@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/mesh/kernel"
 )
@@ -67,7 +68,10 @@ func (s *kernelSampler) Sample(ctx context.Context, _ string, sel mesh.Selector,
 	if sum.UnknownAccepts > 0 {
 		r.Hints = append(r.Hints, fmt.Sprintf("%d accepted connection(s) no read of the socket table could name: counted as an unknown client's", sum.UnknownAccepts))
 	}
-	r.Clients = kernelClients(s.k.Clients())
+	clients := s.k.Clients()
+	r.Clients = kernelClients(clients)
+	counts := evidence.KernelCounts(clients, sum)
+	r.counts = &counts
 	return r, nil
 }
 
@@ -119,6 +123,7 @@ func writeKernelText(w io.Writer, r Report) error {
 	}
 	fmt.Fprintf(&b, "\n* connections accepted from clients + data segments received on open connections, %s\n", countedSince(r))
 	writeKernelClients(&b, r)
+	writeRisk(&b, r)
 	for _, h := range r.Hints {
 		fmt.Fprintf(&b, "\nhint: %s\n", h)
 	}

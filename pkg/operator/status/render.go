@@ -86,6 +86,7 @@ func WriteText(w io.Writer, r Report) error {
 			num(r.CompletedServerErrorsTotal), perSecond, failuresText(r.CompletedServerErrors))
 	}
 	writeClients(&b, r)
+	writeRisk(&b, r)
 	b.WriteString("\n* the sidecar's own failures to reach the app, by the response flag it answered with: UF connect failed,\n" +
 		"  UC the app closed the connection under a request, UT route timeout, UR the app reset the stream\n")
 	for _, h := range r.Hints {
@@ -137,6 +138,9 @@ func WriteLine(w io.Writer, r Report) error {
 		counts := clientCounts(r.Clients)
 		fmt.Fprintf(&b, " | clients holding=%d sending=%d left=%d no_evidence=%d", counts["holding"], counts["sending"], counts["left"], counts["no-evidence"])
 	}
+	if k := r.Risk; k != nil {
+		fmt.Fprintf(&b, " | risk=%s level=%s", riskText(k.Figure), strconv.FormatFloat(k.Level, 'g', -1, 64))
+	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -169,6 +173,7 @@ func writeLinkerdText(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "\nclient connections (tcp_open_connections, peer=\"src\"): %s open, %s opened\n",
 			num(r.Listener.ConnectionsActive), num(r.Listener.ConnectionsTotal))
 	}
+	writeRisk(&b, r)
 	for _, h := range r.Hints {
 		fmt.Fprintf(&b, "\nhint: %s\n", h)
 	}

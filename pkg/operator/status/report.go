@@ -110,10 +110,14 @@ type Report struct {
 	// could not be read.
 	Clients      []Client `json:"clients,omitempty"`
 	ClientsError string   `json:"clients_error,omitempty"`
+	// Risk is the figure prestop --lag-dist would state (status --lag-dist); nil without.
+	Risk *Risk `json:"risk,omitempty"`
 
 	// traffic and drainSeen are what the stats say for the clients' judgement.
 	traffic   drain.Traffic
 	drainSeen evidence.DrainSeen
+	// counts are the clients as the hook's rule counts them, nil when none were read.
+	counts *drain.ClientCounts
 	// regimeSeen is what DrainRegime was judged from.
 	regimeSeen regime.Seen
 	// generic records that --cluster/--http-prefix were given, for the hints and the check.

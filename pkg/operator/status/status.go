@@ -10,6 +10,7 @@ import (
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/evidence"
 	"github.com/meshdrain/meshdrain/pkg/hook/regime"
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 	"github.com/meshdrain/meshdrain/pkg/mesh"
 	"github.com/meshdrain/meshdrain/pkg/operator/output"
 	"github.com/meshdrain/meshdrain/pkg/sockets"
@@ -42,6 +43,10 @@ type Options struct {
 	// pod is in regime (a) by its configuration. Otherwise the regime line judges whether the
 	// sidecar drains on its own before meshdrain's drain call, which regime (b) forbids.
 	DrainAtStart bool
+	// Lag is the pod's prestop --lag-dist and Risk its --risk: each sample then shows the
+	// figure the hook would state (Report.Risk). A zero Lag: no figure.
+	Lag  risk.Distribution
+	Risk float64
 }
 
 // ClientWatch follows the inbound listener's clients (evidence.Watch in the pod), judged as
@@ -79,12 +84,14 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 		o.Clock = clock.Real{}
 	}
 	regime := regimeWatch{drainAtEnd: !o.DrainAtStart}
+	figure := riskWatch{lag: o.Lag, level: o.Risk}
 	if !o.Watch {
 		r, err := oneShot(ctx, sc, o)
 		if err != nil {
 			return err
 		}
 		regime.fill(&r)
+		figure.fill(&r)
 		return write(out, r, o)
 	}
 
@@ -104,6 +111,7 @@ func Run(ctx context.Context, sc Sampler, out io.Writer, o Options) error {
 			r = withRates(prev, r)
 			drainSince.fill(&r)
 			regime.fill(&r)
+			figure.fill(&r)
 			prev = &r
 			if werr := write(out, r, o); werr != nil {
 				return werr

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshdrain/meshdrain/pkg/hook/drain"
 	"github.com/meshdrain/meshdrain/pkg/hook/hold"
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
 )
 
 // Defaults of meshdrain hold that plan leaves to it, passed explicitly so that they are
@@ -108,18 +109,39 @@ func planArgs(base, planned []string, sc Scenario) []string {
 	return out
 }
 
-// scaledFlag is a flag's value at the time scale: durations shrink by it, and a rate
-// (--rps-per-client) grows by as much.
+// scaledFlag is a flag's value at the time scale: durations shrink by it (the lags of a
+// --lag-dist too), and a rate (--rps-per-client) grows by as much.
 func scaledFlag(sc Scenario, name, value string) string {
 	if name == "rps-per-client" {
 		if r, err := strconv.ParseFloat(value, 64); err == nil {
 			return strconv.FormatFloat(r/sc.TimeScale, 'g', -1, 64)
 		}
 	}
+	if name == "lag-dist" {
+		return scaledLagDist(sc, value)
+	}
 	if d, err := time.ParseDuration(value); err == nil {
 		return sc.scale(d).String()
 	}
 	return value
+}
+
+// scaledLagDist is a --lag-dist with every lag at the time scale (shares unchanged); a value
+// that does not parse is passed on for prestop to refuse.
+func scaledLagDist(sc Scenario, value string) string {
+	dist, err := risk.Parse(value)
+	if err != nil {
+		return value
+	}
+	points := dist.Points()
+	for i := range points {
+		points[i].At = sc.scale(points[i].At)
+	}
+	scaled, err := risk.New(points)
+	if err != nil {
+		return value
+	}
+	return scaled.String()
 }
 
 // holdGracePeriod is the --grace-period given to hold at the time scale: hold stops by the

@@ -343,7 +343,7 @@ func (p *podRun) recordHold() *HoldEvent {
 func (p *podRun) preStopReturned(now time.Time) {
 	if ev := p.hook.event; ev != nil {
 		p.res.Meshdrain = ev
-		p.log(now, "meshdrain", "drain finished: reason=%s after %.2fs, exit %d", ev.Reason, ev.ElapsedPodS, ev.ExitCode)
+		p.log(now, "meshdrain", "drain finished: reason=%s after %.2fs, exit %d%s", ev.Reason, ev.ElapsedPodS, ev.ExitCode, ev.statedRisk())
 	}
 	if p.hook.err != nil {
 		p.res.PreStopError = p.hook.err.Error()

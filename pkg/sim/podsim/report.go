@@ -269,7 +269,7 @@ func (r Report) verdict(rows []Result) string {
 	byKind := strategyRowsOf(rows)
 	var parts []string
 	if md := byKind.meshdrain; md != nil {
-		parts = append(parts, fmt.Sprintf("meshdrain %s, app stopped at %.2fs", cost(*md), md.AppStopS))
+		parts = append(parts, fmt.Sprintf("meshdrain %s, app stopped at %.2fs%s", cost(*md), md.AppStopS, md.Meshdrain.statedRisk()))
 	}
 	parts = append(parts, byKind.sleepParts()...)
 	if oracle := byKind.oracle; oracle != nil {

@@ -604,7 +604,7 @@ func stopCause(res Result) string {
 		case StrategyMeshdrain:
 			by = "meshdrain returned"
 			if res.Meshdrain != nil {
-				by = fmt.Sprintf("meshdrain returned (%s)", res.Meshdrain.Reason)
+				by = fmt.Sprintf("meshdrain returned (%s%s)", res.Meshdrain.Reason, res.Meshdrain.statedRisk())
 			}
 		case StrategySleep:
 			by = "sleep " + fmtD(strat.Sleep) + " over"
