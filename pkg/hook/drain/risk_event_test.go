@@ -103,8 +103,9 @@ func encodeFields(t *testing.T, fields []zap.Field) string {
 }
 
 // The clients the figure counts: every holding and evidence-less client since the drain's
-// start, every sender since the latest send, one client nobody has seen; the clients that
-// left are out.
+// start with a silence that says nothing, every sender since the latest send (the table's or
+// the counter's, whichever is later) at its share of the rate, one client nobody has seen;
+// the clients that left are out.
 func TestRiskClients(t *testing.T) {
 	start := time.Unix(1000, 0)
 	for _, tc := range []struct {
@@ -112,18 +113,20 @@ func TestRiskClients(t *testing.T) {
 		counts      *ClientCounts
 		lastArrival time.Duration
 		arrived     bool
-		since       []time.Duration
+		clients     []risk.Client
 		from        RiskFrom
 	}{
-		{"no evidence, nothing arrived", nil, 0, false, []time.Duration{0}, RiskFrom{Unseen: 1}},
-		{"no evidence, arrivals", nil, 2 * time.Second, true, []time.Duration{0, 2 * time.Second}, RiskFrom{Unseen: 1, Sending: 1}},
-		{"per client", &ClientCounts{Holding: 1, Sending: 2, Left: 5, NoEvidence: 1, LastSent: start.Add(1500 * time.Millisecond)}, 3 * time.Second, true,
-			[]time.Duration{0, 0, 0, 1500 * time.Millisecond, 1500 * time.Millisecond}, RiskFrom{Unseen: 1, Holding: 1, Sending: 2, NoEvidence: 1}},
-		{"every client left", &ClientCounts{Left: 3}, time.Second, true, []time.Duration{0}, RiskFrom{Unseen: 1}},
+		{"no evidence, nothing arrived", nil, 0, false, []risk.Client{{}}, RiskFrom{Unseen: 1}},
+		{"no evidence, arrivals", nil, 2 * time.Second, true, []risk.Client{{}, {Since: 2 * time.Second, Rate: 8}}, RiskFrom{Unseen: 1, Sending: 1}},
+		{"per client", &ClientCounts{Holding: 1, Sending: 2, Left: 5, NoEvidence: 1, LastSent: start.Add(3500 * time.Millisecond)}, 3 * time.Second, true,
+			[]risk.Client{{}, {}, {}, {Since: 3500 * time.Millisecond, Rate: 4}, {Since: 3500 * time.Millisecond, Rate: 4}}, RiskFrom{Unseen: 1, Holding: 1, Sending: 2, NoEvidence: 1}},
+		{"the counter's arrival is later", &ClientCounts{Sending: 1, LastSent: start.Add(time.Second)}, 3 * time.Second, true,
+			[]risk.Client{{}, {Since: 3 * time.Second, Rate: 8}}, RiskFrom{Unseen: 1, Sending: 1}},
+		{"every client left", &ClientCounts{Left: 3}, time.Second, true, []risk.Client{{}}, RiskFrom{Unseen: 1}},
 	} {
-		since, from := RiskClients(start, tc.counts, tc.lastArrival, tc.arrived)
-		if !slices.Equal(since, tc.since) || from != tc.from {
-			t.Errorf("%s: since %v from %+v, want %v %+v", tc.name, since, from, tc.since, tc.from)
+		clients, from := RiskClients(start, tc.counts, tc.lastArrival, tc.arrived, 8)
+		if !slices.Equal(clients, tc.clients) || from != tc.from {
+			t.Errorf("%s: clients %v from %+v, want %v %+v", tc.name, clients, from, tc.clients, tc.from)
 		}
 	}
 }

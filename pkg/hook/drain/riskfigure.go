@@ -1,6 +1,10 @@
 package drain
 
-import "time"
+import (
+	"time"
+
+	"github.com/meshdrain/meshdrain/pkg/hook/risk"
+)
 
 // The risk figure (RuleConfig.Lag, --lag-dist and --risk): with a distribution of when
 // clients learn of the pod's removal, the lag bound is no longer one guessed moment but the
@@ -22,13 +26,16 @@ type RiskFrom struct {
 	Holding, Sending, NoEvidence int
 }
 
-// RiskClients are the clients the figure counts at a poll, each with the moment (since the
-// start of the drain) by which it is known not to have learnt: one unseen client (0), the
-// holders and the clients without evidence (0), and the senders (since ClientCounts.LastSent,
-// or lastArrival when the table does not say). Without per-client evidence (c nil) they are
-// the unseen client and, once anything arrived, one sender since lastArrival. status counts
-// with it too, so that it shows what the hook would state for the same evidence.
-func RiskClients(start time.Time, c *ClientCounts, lastArrival time.Duration, arrived bool) ([]time.Duration, RiskFrom) {
+// RiskClients are the clients the figure counts at a poll: one unseen client, the holders and
+// the clients without evidence, each known not to have learnt by the drain's start (0) and
+// whose silence says nothing (an idle connection, no connection at all); and the senders,
+// each known not to have learnt by the last arrival (or ClientCounts.LastSent, whichever is
+// later: for the senders that sent earlier this overstates the figure) and silent since,
+// each sending at rate / senders a second while it routes here (rate: the arrival rate the
+// rule measured, 0 when none). Without per-client evidence (c nil) they are the unseen
+// client and, once anything arrived, one sender. status counts with it too, so that it
+// shows what the hook would state for the same evidence.
+func RiskClients(start time.Time, c *ClientCounts, lastArrival time.Duration, arrived bool, rate float64) ([]risk.Client, RiskFrom) {
 	from := RiskFrom{Unseen: 1}
 	lastSent := max(lastArrival, 0)
 	if c == nil {
@@ -37,35 +44,35 @@ func RiskClients(start time.Time, c *ClientCounts, lastArrival time.Duration, ar
 		}
 	} else {
 		if !c.LastSent.IsZero() {
-			lastSent = max(0, c.LastSent.Sub(start))
+			lastSent = max(lastSent, c.LastSent.Sub(start))
 		}
 		from.Holding, from.Sending, from.NoEvidence = c.Holding, c.Sending, c.NoEvidence
 	}
-	since := make([]time.Duration, 0, from.Unseen+from.Holding+from.NoEvidence+from.Sending)
+	clients := make([]risk.Client, 0, from.Unseen+from.Holding+from.NoEvidence+from.Sending)
 	for range from.Unseen + from.Holding + from.NoEvidence {
-		since = append(since, 0)
+		clients = append(clients, risk.Client{})
 	}
 	for range from.Sending {
-		since = append(since, lastSent)
+		clients = append(clients, risk.Client{Since: lastSent, Rate: max(rate, 0) / float64(from.Sending)})
 	}
-	return since, from
+	return clients, from
 }
 
 // riskClients are RiskClients at observation o, on the rule's clock.
-func (r *Rule) riskClients(o Observation) (RiskFrom, []time.Duration) {
-	since, from := RiskClients(r.cfg.Start, o.Clients, r.lastMove, r.arrived)
-	return from, since
+func (r *Rule) riskClients(o Observation) (RiskFrom, []risk.Client) {
+	clients, from := RiskClients(r.cfg.Start, o.Clients, r.lastMove, r.arrived, r.rate)
+	return from, clients
 }
 
-// figure is the probability that some client of since still routes to the pod at at.
-func (r *Rule) figure(at time.Duration, since []time.Duration) float64 {
-	return r.cfg.Lag.Figure(at, since)
+// figure is the probability that some of the clients still routes to the pod at at.
+func (r *Rule) figure(at time.Duration, clients []risk.Client) float64 {
+	return r.cfg.Lag.Figure(at, clients)
 }
 
 // riskWithin is the earliest moment from at on at which the figure of since is at most
 // RuleConfig.Risk, to a millisecond; ok is false when it never is (a client known not to have
 // learnt by the distribution's last lag: nothing bounds it).
-func (r *Rule) riskWithin(at time.Duration, since []time.Duration) (time.Duration, bool) {
+func (r *Rule) riskWithin(at time.Duration, since []risk.Client) (time.Duration, bool) {
 	if r.figure(at, since) <= r.cfg.Risk {
 		return at, true
 	}

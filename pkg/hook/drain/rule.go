@@ -281,9 +281,9 @@ type Rule struct {
 	rateWindow time.Duration
 	// arrived: the counter has moved with arrivals during the watch (a sender was seen).
 	arrived bool
-	// riskSince are the clients the risk figure counts at the latest observation (with
+	// atRisk are the clients the risk figure counts at the latest observation (with
 	// RuleConfig.Lag).
-	riskSince []time.Duration
+	atRisk []risk.Client
 }
 
 // NewRule starts the rule at the first observation of the watch.
@@ -316,7 +316,7 @@ func (r *Rule) Observe(o Observation) Decision {
 	r.prev = o
 	var riskFrom RiskFrom
 	if !r.cfg.Lag.IsZero() {
-		riskFrom, r.riskSince = r.riskClients(o)
+		riskFrom, r.atRisk = r.riskClients(o)
 	}
 
 	window, term := r.window()
@@ -331,7 +331,7 @@ func (r *Rule) Observe(o Observation) Decision {
 		Change:      change,
 	}
 	if !r.cfg.Lag.IsZero() {
-		d.Risk, d.RiskFrom = ptr(r.figure(o.At, r.riskSince)), riskFrom
+		d.Risk, d.RiskFrom = ptr(r.figure(o.At, r.atRisk)), riskFrom
 	}
 	end := max(r.settledFrom(o)+window, r.cfg.MinWait)
 	if o.Clients != nil && holdsBeyondRequests(o) && !r.pastLagBound(o.At) {
@@ -347,7 +347,7 @@ func (r *Rule) Observe(o Observation) Decision {
 		// The figure guards what --min-wait guards without it: a client that may not have
 		// learnt yet. The wait may end once it is at most Risk, if nothing changes meanwhile.
 		// From then on the window is the settled one.
-		if within, ok := r.riskWithin(o.At, r.riskSince); ok {
+		if within, ok := r.riskWithin(o.At, r.atRisk); ok {
 			d.Ends = max(r.lastMove+r.settledWindow(), r.cfg.MinWait, within)
 		}
 		return d
@@ -521,7 +521,7 @@ func (r *Rule) since(t time.Time) time.Duration { return t.Sub(r.cfg.Start) }
 // is at most Risk.
 func (r *Rule) pastLagBound(at time.Duration) bool {
 	if !r.cfg.Lag.IsZero() {
-		return r.figure(at, r.riskSince) <= r.cfg.Risk
+		return r.figure(at, r.atRisk) <= r.cfg.Risk
 	}
 	return r.cfg.LagBound > 0 && at >= r.cfg.LagBound
 }

@@ -144,38 +144,111 @@ func (d Distribution) Quantile(q float64) time.Duration {
 	return d.Last()
 }
 
-// StillRouting is the probability that a client still routes to the pod at at, given that it
-// had not learnt by since (it sent then, or it was there when the drain began: 0).
+// Client is one client the figure counts: known not to have learnt by Since (it sent then,
+// or it was there when the drain began: 0), and silent from Since on. Rate is how often it
+// sends while it still routes to the pod (per second): its silence since then is evidence
+// that it has learnt. Zero: its silence says nothing (an idle pooled connection, a client
+// nobody has seen).
+type Client struct {
+	Since time.Duration
+	Rate  float64
+}
+
+// StillRouting is the probability that a client still routes to the pod at at, given that
+// it had not learnt by since: the distribution's survival from since to at.
 func (d Distribution) StillRouting(at, since time.Duration) float64 {
-	left := 1 - d.CDF(since)
-	if left <= 0 {
-		// The distribution says every client had learnt by since, and this one had not:
+	return d.stillRouting(at, Client{Since: since})
+}
+
+// stillRouting is the probability that c still routes to the pod at at, given what is known
+// of it: not learnt by c.Since, and silent since then. A client that sends at rate r while it
+// routes stays silent for s with probability e^(−r·s) only if it still routes; once it has
+// learnt, it is silent for sure. So, by Bayes, with S the survival and the learning moment l
+// between Since and at:
+//
+//	S(at) / (S(at) + ∫ e^(r·(at−l)) dF(l))
+//
+// which is S(at)/S(Since) when r is 0 (silence says nothing).
+func (d Distribution) stillRouting(at time.Duration, c Client) float64 {
+	if at <= c.Since {
+		return 1
+	}
+	if 1-d.CDF(c.Since) <= 0 {
+		// The distribution says every client had learnt by Since, and this one had not:
 		// the distribution is wrong for it, and nothing bounds when it will.
 		return 1
 	}
-	return math.Max(0, math.Min(1, (1-d.CDF(at))/left))
+	survival := 1 - d.CDF(at)
+	if survival <= 0 {
+		return 0
+	}
+	learnt := d.weighedLearning(c.Since, at, c.Rate)
+	return math.Max(0, math.Min(1, survival/(survival+learnt)))
 }
 
-// Figure is the probability that at least one of the clients still routes to the pod at at,
-// each known not to have learnt by its since: 1 − Π(1 − StillRouting).
-func (d Distribution) Figure(at time.Duration, since []time.Duration) float64 {
+// weighedLearning is ∫ e^(r·(at−l)) dF(l) over since < l ≤ at: the share of clients that
+// learnt in that span, each weighed by how much likelier its silence since then is than a
+// routing client's. F is linear between points (density q/Δ) and may jump at a point.
+func (d Distribution) weighedLearning(since, at time.Duration, rate float64) float64 {
+	weigh := func(l time.Duration) float64 { return math.Exp(rate * (at - l).Seconds()) }
+	total := 0.0
+	prev := Point{}
+	for i, p := range d.points {
+		lo, hi := max(prev.At, since), min(p.At, at)
+		if i > 0 && hi > lo && p.At > prev.At {
+			density := (p.Q - prev.Q) / (p.At - prev.At).Seconds()
+			if rate == 0 {
+				total += density * (hi - lo).Seconds()
+			} else {
+				// ∫ e^(r·(at−l)) dl over [lo, hi], in a form that overflows to +Inf (the
+				// silence rules the client out) rather than to Inf − Inf.
+				total += density / rate * weigh(hi) * math.Expm1(rate*(hi-lo).Seconds())
+			}
+		}
+		// A jump: the first point's share is reached at once at its lag, as is a share at
+		// a lag equal to the previous point's.
+		jump := p.Q
+		if i > 0 {
+			jump = 0
+			if p.At == prev.At {
+				jump = p.Q - prev.Q
+			}
+		}
+		if jump > 0 && p.At > since && p.At <= at {
+			total += jump * weigh(p.At)
+		}
+		prev = p
+	}
+	return total
+}
+
+// Figure is the probability that at least one of the clients still routes to the pod at at:
+// 1 − Π(1 − still routing). Alike clients in a row are worked out once: a hook counts its
+// clients by kind, and polls the figure a few times a poll.
+func (d Distribution) Figure(at time.Duration, clients []Client) float64 {
 	none := 1.0
-	for _, s := range since {
-		none *= 1 - d.StillRouting(at, s)
+	for i := 0; i < len(clients); {
+		run := 1
+		for i+run < len(clients) && clients[i+run] == clients[i] {
+			run++
+		}
+		none *= math.Pow(1-d.stillRouting(at, clients[i]), float64(run))
+		i += run
 	}
 	return 1 - none
 }
 
-// Within is the earliest moment from at on at which Figure(·, since) is at most p, found
-// on the distribution's own points and between them to a millisecond; d.Last() at the latest.
-func (d Distribution) Within(p float64, at time.Duration, since []time.Duration) time.Duration {
-	if d.Figure(at, since) <= p {
+// Within is the earliest moment from at on at which Figure(·, clients) is at most p, to a
+// millisecond; d.Last() at the latest (the figure only falls with time, as long as the
+// clients stay silent).
+func (d Distribution) Within(p float64, at time.Duration, clients []Client) time.Duration {
+	if d.Figure(at, clients) <= p {
 		return at
 	}
 	lo, hi := at, max(at, d.Last())
 	for hi-lo > time.Millisecond {
 		mid := lo + (hi-lo)/2
-		if d.Figure(mid, since) <= p {
+		if d.Figure(mid, clients) <= p {
 			hi = mid
 		} else {
 			lo = mid

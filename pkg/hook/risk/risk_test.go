@@ -48,7 +48,7 @@ func TestCDFAndQuantile(t *testing.T) {
 // today's rule.
 func TestBoundIsTodaysRule(t *testing.T) {
 	b := Bound(10 * time.Second)
-	since := []time.Duration{0, 3 * time.Second}
+	since := []Client{{Since: 0}, {Since: 3 * time.Second}}
 	if got := b.Figure(9999*time.Millisecond, since); got != 1 {
 		t.Errorf("before the bound: %v", got)
 	}
@@ -64,21 +64,21 @@ func TestBoundIsTodaysRule(t *testing.T) {
 // seen sending late is less likely to have learnt.
 func TestFigure(t *testing.T) {
 	d, _ := Parse("0:0s,0.9:2s,0.99:4s,1:8s")
-	one := d.Figure(2*time.Second, []time.Duration{0})
+	one := d.Figure(2*time.Second, []Client{{}})
 	if math.Abs(one-0.1) > 1e-9 {
 		t.Errorf("one client at p90: %v, want 0.1", one)
 	}
-	three := d.Figure(2*time.Second, []time.Duration{0, 0, 0})
+	three := d.Figure(2*time.Second, []Client{{}, {}, {}})
 	if want := 1 - math.Pow(0.9, 3); math.Abs(three-want) > 1e-9 {
 		t.Errorf("three clients: %v, want %v", three, want)
 	}
-	if late := d.Figure(2*time.Second, []time.Duration{time.Second}); late <= one {
+	if late := d.Figure(2*time.Second, []Client{{Since: time.Second}}); late <= one {
 		t.Errorf("a client seen at 1s: %v, not above %v", late, one)
 	}
-	if got := d.Figure(3*time.Second, []time.Duration{9 * time.Second}); got != 1 {
+	if got := d.Figure(3*time.Second, []Client{{Since: 9 * time.Second}}); got != 1 {
 		t.Errorf("a client past the distribution's end: %v, want 1", got)
 	}
-	at := d.Within(1e-2, 0, []time.Duration{0})
+	at := d.Within(1e-2, 0, []Client{{}})
 	if at < 4*time.Second || at > 4*time.Second+time.Millisecond {
 		t.Errorf("Within(1e-2) = %v, want 4s to a millisecond", at)
 	}
@@ -97,5 +97,38 @@ func TestCheckLevel(t *testing.T) {
 		if err := CheckLevel(bad); err == nil {
 			t.Errorf("CheckLevel(%v) accepted", bad)
 		}
+	}
+}
+
+// A client that would send ten times a second while it routes and has been silent for a
+// second is almost surely gone: the posterior, worked out by hand, and its limits.
+func TestSilenceIsEvidence(t *testing.T) {
+	d, _ := Parse("0:0s,1:10s") // uniform over 10 s
+	at, since := 3*time.Second, 2*time.Second
+	// S(3) = 0.7; learnt in (2, 3]: density 0.1/s, weighed e^(10·(3−l)): 0.1/10·(e^10 − 1).
+	learnt := 0.01 * math.Expm1(10)
+	want := 0.7 / (0.7 + learnt)
+	if got := d.stillRouting(at, Client{Since: since, Rate: 10}); math.Abs(got-want) > 1e-12 {
+		t.Errorf("posterior %v, want %v", got, want)
+	}
+	if silent, deaf := d.stillRouting(at, Client{Since: since, Rate: 10}), d.StillRouting(at, since); silent >= deaf/100 {
+		t.Errorf("a second of silence at 10/s: %v, not far below %v", silent, deaf)
+	}
+	if got, want := d.stillRouting(at, Client{Since: since}), 0.7/0.8; math.Abs(got-want) > 1e-12 {
+		t.Errorf("rate 0: %v, want S(3)/S(2) = %v", got, want)
+	}
+	if got := d.stillRouting(time.Hour, Client{Since: since, Rate: 1e6}); got != 0 {
+		t.Errorf("past the last lag: %v", got)
+	}
+	if got := d.stillRouting(9*time.Second, Client{Since: since, Rate: 1e6}); got != 0 || math.IsNaN(got) {
+		t.Errorf("an overwhelming silence: %v, want 0 (no NaN)", got)
+	}
+	// A jump (a bound): silence before it says nothing, every client learns at it.
+	b := Bound(5 * time.Second)
+	if got := b.stillRouting(4*time.Second, Client{Since: time.Second, Rate: 10}); got != 1 {
+		t.Errorf("before a bound: %v", got)
+	}
+	if got := b.stillRouting(5*time.Second, Client{Since: time.Second, Rate: 10}); got != 0 {
+		t.Errorf("at a bound: %v", got)
 	}
 }

@@ -41,6 +41,9 @@ type riskWatch struct {
 	requests    *float64
 	lastArrival time.Duration
 	arrived     bool
+	// firstRequests is the request counters' sum at the first sample: the senders' rate is
+	// measured from it.
+	firstRequests *float64
 }
 
 // fill sets the report's Risk; nothing without a distribution.
@@ -62,8 +65,15 @@ func (w *riskWatch) fill(r *Report) {
 			w.lastArrival, w.arrived = at, true
 		}
 		w.requests = total
+		if w.firstRequests == nil {
+			w.firstRequests = total
+		}
 	}
-	since, from := drain.RiskClients(w.first, r.counts, w.lastArrival, w.arrived)
+	var rate float64
+	if w.requests != nil && w.firstRequests != nil && at > 0 {
+		rate = max(*w.requests-*w.firstRequests, 0) / at.Seconds()
+	}
+	since, from := drain.RiskClients(w.first, r.counts, w.lastArrival, w.arrived, rate)
 	r.Risk = &Risk{Figure: w.lag.Figure(at, since), Level: w.level, Since: w.first,
 		Unseen: from.Unseen, Holding: from.Holding, Sending: from.Sending, NoEvidence: from.NoEvidence}
 }

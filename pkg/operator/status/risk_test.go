@@ -90,7 +90,9 @@ func TestStatusRiskFigureWithoutClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs := jsonLines(t, out.String())
-	figures := []float64{1, 1, 1 - 0.5*(1-0.5/0.75)}
+	// At 2s the sender, not learnt by 1s, has been silent a second at the 1/s it sent at
+	// (2 requests in 2s): 0.5 / (0.5 + 0.25·(e − 1)) that it still routes.
+	figures := []float64{1, 1, 1 - 0.5*(1-0.5/(0.5+0.25*math.Expm1(1)))}
 	for i, want := range figures {
 		k := docs[i]["risk"].(map[string]any)
 		if got := k["figure"].(float64); math.Abs(got-want) > 1e-9 {
