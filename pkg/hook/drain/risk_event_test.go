@@ -45,8 +45,8 @@ func TestFinalEventRiskFieldsWithALagDistribution(t *testing.T) {
 	cfg.Lag, cfg.Risk = lag, risk.DefaultLevel
 	_, _, _, logs := run(t, cfg, steadyTraffic(12*time.Second, 0))
 	final := logs.FilterMessage("drain finished").All()[0].ContextMap()
-	if _, ok := final["risk"]; !ok {
-		t.Errorf("final event has no risk: %v", final)
+	if figure, ok := final["risk"].(float64); !ok || figure < 0 || figure > risk.DefaultLevel {
+		t.Errorf("final event's risk %#v, want the figure at the stop, at most --risk: %v", final["risk"], final)
 	}
 	from, ok := final["risk_from"].(map[string]any)
 	if !ok {
@@ -65,7 +65,7 @@ func TestFinalEventRiskFieldsWithALagDistribution(t *testing.T) {
 		t.Fatal("no waiting event in a 13s wait")
 	}
 	for _, w := range waiting {
-		if _, ok := w.ContextMap()["risk"]; !ok {
+		if figure, ok := w.ContextMap()["risk"].(float64); !ok || figure < 0 || figure > 1 {
 			t.Errorf("waiting event without the figure: %v", w.ContextMap())
 		}
 	}

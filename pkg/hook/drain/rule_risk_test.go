@@ -115,18 +115,25 @@ func TestRiskFigureCountsHolders(t *testing.T) {
 	}
 }
 
-// A lag bound is the distribution's degenerate case: the figure is 1 before it, 0 from it.
-// --min-wait still holds as a floor; a client sending past the distribution's last lag is
-// one it is wrong about, and only the deadline ends the wait.
+// A lag bound is the distribution's degenerate case: the figure is 1 before it, 0 from it,
+// and the drain ends as the rule without a distribution ends it with --eds-lag-bound, also
+// when clients send past the bound (one quiet window after them). --min-wait still holds as
+// a floor.
 func TestRiskFigureOfABound(t *testing.T) {
 	cfg := clientRuleConfig()
 	cfg.MinWait, cfg.Lag, cfg.Risk = 0, risk.Bound(12*time.Second), 1e-3
+	bounded := cfg
+	bounded.Lag, bounded.LagBound = risk.Distribution{}, 12*time.Second
 	none := func(time.Duration) *ClientCounts { return nil }
 	if at, d := clientsRule(t, cfg, 8*time.Second, none); at != 12*time.Second || d.Term != TermLagBound || *d.Risk != 0 {
 		t.Errorf("traffic until 8s: stopped at %v (%s, risk %v); want the bound, 12s", at, d.Term, *d.Risk)
 	}
-	if at, d := clientsRule(t, cfg, 15*time.Second, none); at != cfg.Deadline || d.Reason != "" {
-		t.Errorf("traffic until 15s: stopped at %v (%s); want the deadline", at, d.Reason)
+	for _, until := range []time.Duration{8 * time.Second, 15 * time.Second} {
+		at, d := clientsRule(t, cfg, until, none)
+		want, _ := clientsRule(t, bounded, until, none)
+		if at != want || d.Reason != ReasonQuiet {
+			t.Errorf("traffic until %v: stopped at %v (%s); --eds-lag-bound 12s stops at %v", until, at, d.Reason, want)
+		}
 	}
 	cfg.Lag, cfg.MinWait = risk.Bound(2*time.Second), 5*time.Second
 	if at, _ := clientsRule(t, cfg, 0, none); at != 5*time.Second {

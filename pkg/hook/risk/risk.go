@@ -174,9 +174,11 @@ func (d Distribution) stillRouting(at time.Duration, c Client) float64 {
 		return 1
 	}
 	if 1-d.CDF(c.Since) <= 0 {
-		// The distribution says every client had learnt by Since, and this one had not:
-		// the distribution is wrong for it, and nothing bounds when it will.
-		return 1
+		// The distribution says every client had learnt by Since, and this one had not: it
+		// is no client the distribution describes (one addressing the pod directly, which
+		// never learns, or a fleet slower than the one it was learnt from). The figure
+		// leaves it to the quiet window, as the rule does with a client past a lag bound.
+		return 0
 	}
 	survival := 1 - d.CDF(at)
 	if survival <= 0 {
