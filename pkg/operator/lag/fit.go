@@ -106,8 +106,8 @@ func exposes(data []byte, name string) bool {
 type Summary struct {
 	// Drains are the meshdrain final events read.
 	Drains int
-	// Clients are the clients whose lag the events measured: one per drain today (its last
-	// arrival, the drain's last client to learn).
+	// Clients are the clients whose lag the events measured: each client a drain's
+	// clients_learnt counts, and one (its last arrival) for a drain that lists none.
 	Clients int
 	// Nodes are the distinct nodes the evidence comes from: a histogram's instance or node
 	// label values (a scrape without either is one node), an export's kubectl --prefix
@@ -116,7 +116,7 @@ type Summary struct {
 	// Observations are the fit's sample size: the drains' samples plus the histograms'
 	// observations.
 	Observations float64
-	// Censored are the drains whose wait was cut (a lower bound on their lag); Tail the
+	// Censored are the drains whose wait was cut (a lower bound on their clients' lag); Tail the
 	// histograms' observations past their last finite bound.
 	Censored int
 	Tail     float64
@@ -182,9 +182,10 @@ func NewFit(sources []Source, need float64) (Fit, error) {
 			}
 			continue
 		}
-		s.Drains += len(src.Samples)
+		drains := Samples(src.Samples.drainsOf())
+		s.Drains += len(drains)
 		s.Clients += len(src.Samples)
-		s.Censored += src.Samples.Censored()
+		s.Censored += drains.Censored()
 		s.Skipped.NotMeshdrain += src.Skipped.NotMeshdrain
 		s.Skipped.OtherEvents += src.Skipped.OtherEvents
 		s.Skipped.Malformed += src.Skipped.Malformed

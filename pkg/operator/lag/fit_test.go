@@ -156,3 +156,15 @@ func TestHistogramNodes(t *testing.T) {
 		t.Errorf("nodes %q, want \"\", 10.0.0.2:10249, a", got)
 	}
 }
+
+// Drains that list their clients give a sample per client: the summary counts the drains
+// and the clients apart (three final events, 83 clients: 50 of the Istio drain, 32 listed).
+func TestFitCountsDrainsAndClientsApart(t *testing.T) {
+	fit, err := NewFit(readSourceFile(t, "testdata/meshdrain-final-events.jsonl"), 0.99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := fit.Summary; s.Drains != 3 || s.Clients != 83 || s.Censored != 1 {
+		t.Errorf("%d drains, %d clients, %d censored; want 3, 83, 1 (the meshless drain, cut by its lag bound)", s.Drains, s.Clients, s.Censored)
+	}
+}
