@@ -35,6 +35,34 @@ func Value(m *dto.Metric) float64 {
 	return math.NaN()
 }
 
+// LineFamily reads one line of the Prometheus text format: the family a HELP or TYPE comment
+// names (sample false), or the metric name of a sample (sample true); ok is false for a blank
+// line, another comment, or a line with no name. name is part of line: a filter reads every
+// line of a large answer, and looks names up without a copy.
+func LineFamily(line []byte) (name []byte, sample, ok bool) {
+	trimmed := bytes.TrimLeft(line, " \t")
+	if len(trimmed) == 0 {
+		return nil, false, false
+	}
+	if trimmed[0] == '#' {
+		rest := bytes.TrimLeft(trimmed[1:], " \t")
+		end := bytes.IndexAny(rest, " \t")
+		if end < 0 || (string(rest[:end]) != "HELP" && string(rest[:end]) != "TYPE") {
+			return nil, false, false
+		}
+		rest = bytes.TrimLeft(rest[end:], " \t")
+		if end := bytes.IndexAny(rest, " \t"); end >= 0 {
+			rest = rest[:end]
+		}
+		return rest, false, len(rest) > 0
+	}
+	end := bytes.IndexAny(trimmed, "{ \t")
+	if end <= 0 {
+		return nil, false, false
+	}
+	return trimmed[:end], true, true
+}
+
 // LineFilter keeps, line by line as it reads, the few lines of a /metrics answer a backend
 // parses: a sidecar's or an app's metrics grow with what the app calls and links, and parsing
 // all of it would make a preStop hook's memory grow with them.

@@ -87,3 +87,28 @@ func FuzzLineFilter(f *testing.F) {
 		}
 	})
 }
+
+func TestLineFamily(t *testing.T) {
+	for _, tc := range []struct {
+		line       string
+		name       string
+		sample, ok bool
+	}{
+		{`# TYPE envoy_cluster_upstream_rq_total counter`, "envoy_cluster_upstream_rq_total", false, true},
+		{`# HELP request_total Total count of HTTP requests.`, "request_total", false, true},
+		{"#\tHELP\trequest_total\tTotal.", "request_total", false, true},
+		{`envoy_cluster_upstream_rq_total{cluster_name="inbound|8080||"} 7`, "envoy_cluster_upstream_rq_total", true, true},
+		{`  process_start_time_seconds 1.7e9`, "process_start_time_seconds", true, true},
+		{`# EOF`, "", false, false},
+		{`# a comment`, "", false, false},
+		{`# TYPE`, "", false, false},
+		{``, "", false, false},
+		{`{} 1`, "", false, false},
+		{`stat.without.value:`, "", false, false},
+	} {
+		name, sample, ok := LineFamily([]byte(tc.line))
+		if string(name) != tc.name || sample != tc.sample || ok != tc.ok {
+			t.Errorf("LineFamily(%q) = %q, %v, %v; want %q, %v, %v", tc.line, name, sample, ok, tc.name, tc.sample, tc.ok)
+		}
+	}
+}

@@ -96,33 +96,20 @@ func targetMentions(sel mesh.Selector) [][]byte {
 // name), a sample by its metric name and, for a targeted family, whether it is the first
 // (sampled has the families that had theirs) or has one of the mentions.
 func keepStatsLine(line []byte, mentions [][]byte, sampled map[string]bool) bool {
-	trimmed := bytes.TrimLeft(line, " \t")
-	if len(trimmed) == 0 {
+	name, sample, ok := mesh.LineFamily(line)
+	if !ok {
 		return false
 	}
-	if trimmed[0] == '#' {
-		fields := bytes.Fields(trimmed[1:])
-		if len(fields) < 2 || (string(fields[0]) != "HELP" && string(fields[0]) != "TYPE") {
-			return false
-		}
-		read, _ := familyRead(string(fields[1]))
+	read, targeted := familyRead(name)
+	if !read || !sample {
 		return read
 	}
-	end := bytes.IndexAny(trimmed, "{ \t")
-	if end < 0 {
-		return false
-	}
-	name := string(trimmed[:end])
-	read, targeted := familyRead(name)
-	if !read {
-		return false
-	}
-	if !targeted || !sampled[name] {
-		sampled[name] = true
+	if !targeted || !sampled[string(name)] {
+		sampled[string(name)] = true
 		return true
 	}
 	for _, m := range mentions {
-		if bytes.Contains(trimmed, m) {
+		if bytes.Contains(line, m) {
 			return true
 		}
 	}
@@ -131,15 +118,15 @@ func keepStatsLine(line []byte, mentions [][]byte, sampled map[string]bool) bool
 
 // familyRead says whether Normalise or AdminRequests reads a family, and whether its series
 // name a target.
-func familyRead(name string) (read, targeted bool) {
-	if r, ok := familyReaders[name]; ok {
+func familyRead(name []byte) (read, targeted bool) {
+	if r, ok := familyReaders[string(name)]; ok {
 		return true, r.targeted
 	}
-	if legacyHTTPName.MatchString(name) {
+	if legacyHTTPName.Match(name) {
 		return true, true
 	}
 	for _, admin := range adminRequestFamilies {
-		if name == admin {
+		if string(name) == admin {
 			return true, false
 		}
 	}

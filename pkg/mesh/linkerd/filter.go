@@ -66,25 +66,13 @@ var metricsFilter = mesh.LineFilter{
 // keepLine decides one line: a comment by the family it names (# HELP name, # TYPE name), a
 // sample by its metric name and, for directional families, its direction.
 func keepLine(line []byte) bool {
-	trimmed := bytes.TrimLeft(line, " \t")
-	if len(trimmed) == 0 {
-		return false
-	}
-	if trimmed[0] == '#' {
-		fields := bytes.Fields(trimmed[1:])
-		if len(fields) < 2 || (string(fields[0]) != "HELP" && string(fields[0]) != "TYPE") {
-			return false
-		}
-		_, ok := readFamilies[string(fields[1])]
-		return ok
-	}
-	end := bytes.IndexAny(trimmed, "{ \t")
-	if end < 0 {
-		return false
-	}
-	directional, ok := readFamilies[string(trimmed[:end])]
+	name, sample, ok := mesh.LineFamily(line)
 	if !ok {
 		return false
 	}
-	return !directional || bytes.Contains(trimmed, inboundLabel)
+	directional, read := readFamilies[string(name)]
+	if !read || !sample {
+		return read
+	}
+	return !directional || bytes.Contains(line, inboundLabel)
 }
