@@ -193,10 +193,7 @@ func (p Plan) ProxyConfig() string {
 // writeSettings prints the pod annotations and the sidecar setting of an Istio plan.
 func (istioPlan) writeSettings(ew *errWriter, p Plan) {
 	in := p.Input
-	ew.printf("  pod annotations:\n")
-	for _, a := range p.Annotations() {
-		ew.printf("    %s: '%s'\n", a.Key, a.Value)
-	}
+	writeAnnotations(ew, p, "none needed")
 	switch {
 	case in.Sidecar == Classic && p.defers():
 		ew.printf("  sidecar:                       terminationDrainDuration %s: only the fallback's bound (hold's drain call ends the proxy at its SIGTERM)\n",

@@ -131,14 +131,7 @@ func linkerdTimelineEnd(p Plan) []Step {
 
 // writeSettings prints the pod annotations and the proxy setting of a Linkerd plan.
 func (linkerdPlan) writeSettings(ew *errWriter, p Plan) {
-	if anns := p.Annotations(); len(anns) > 0 {
-		ew.printf("  pod annotations:\n")
-		for _, a := range anns {
-			ew.printf("    %s: '%s'\n", a.Key, a.Value)
-		}
-	} else {
-		ew.printf("  pod annotations:               none needed: the proxy's request and connection metrics are on by default\n")
-	}
+	writeAnnotations(ew, p, "none needed: the proxy's request and connection metrics are on by default")
 	if p.Input.Sidecar == Native {
 		ew.printf("  sidecar:                       none needed: the kubelet stops linkerd-proxy after the app has exited\n")
 		ew.printf("                                 (native is Linkerd's default since 2.20, Kubernetes >= 1.29; %s: \"true\" asks for it per pod)\n",

@@ -297,14 +297,7 @@ func meshlessTimeline(p Plan) []Step {
 
 // writeMeshlessSettings prints what a meshless plan sets in the app container.
 func writeMeshlessSettings(ew *errWriter, p Plan) {
-	if anns := p.Annotations(); len(anns) > 0 {
-		ew.printf("  pod annotations:\n")
-		for _, a := range anns {
-			ew.printf("    %s: '%s'\n", a.Key, a.Value)
-		}
-	} else {
-		ew.printf("  pod annotations:               none needed\n")
-	}
+	writeAnnotations(ew, p, "none needed")
 	ew.printf("  app container env:             %s from the downward API (fieldRef %s): the node's IP, read by --ignore-source=%s\n",
 		HostIPEnv, HostIPFieldPath, IgnoreHostIP)
 	if probe, ok := p.ReadinessProbe(); ok {

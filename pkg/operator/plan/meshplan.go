@@ -91,3 +91,16 @@ func sidecarRefuses(flag string) string {
 	}
 	return ""
 }
+
+// writeAnnotations prints the plan's pod annotations, or that there are none, and why.
+func writeAnnotations(ew *errWriter, p Plan, none string) {
+	anns := p.Annotations()
+	if len(anns) == 0 {
+		ew.printf("  pod annotations:               %s\n", none)
+		return
+	}
+	ew.printf("  pod annotations:\n")
+	for _, a := range anns {
+		ew.printf("    %s: '%s'\n", a.Key, a.Value)
+	}
+}
