@@ -118,8 +118,8 @@ image-push: image ## Push IMAGE as one multi-platform image (IMAGE_DEST=oci-arch
 bench: build ## The benchmark matrix: every traffic shape x preStop strategy, then poll costs (several minutes)
 	$(GO) run ./scripts/bench --meshdrain-bin $(BIN) --sim-bin $(SIM_BIN) $(BENCH_FLAGS)
 
-calibrate: ## Replay 10,000 seeded drains per shape, lag family and --risk through the rule: the risk figure's reliability table, and docs/calibration.svg (a few minutes)
-	$(GO) run ./scripts/calibrate --svg docs/calibration.svg $(CALIBRATE_FLAGS)
+calibrate: ## Replay 10,000 seeded drains per shape, lag family and --risk through the rule: the risk figure's reliability table, docs/calibration.svg, the frontier against fixed sleeps (docs/frontier.svg) and the loop closed (a few minutes)
+	$(GO) run ./scripts/calibrate --svg docs/calibration.svg --frontier-svg docs/frontier.svg $(CALIBRATE_FLAGS)
 
 clean: ## Remove build output
 	rm -rf bin

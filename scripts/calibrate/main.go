@@ -10,6 +10,12 @@
 // seeds at each risk; twice as many at 10⁻³). A drain loses when a request that the plan
 // sends to the pod arrives after the rule's stop. It prints the reliability table (losses
 // against the mean risk stated at the stop) and draws it as an SVG.
+//
+// On the first --frontier-seeds drains of each shape and family it also draws the frontier
+// (issue 39 item 6, frontier.go): meshdrain at --risk 10⁻¹..10⁻⁴ against a fixed sleep of
+// 1..60s on the same drains. With --loop it closes the loop (item 5, loop.go): past drains'
+// final events and a kube-proxy histogram of the same lag model, fitted by plan --lag-from's
+// code, set the --lag-dist and --risk of new drains.
 package main
 
 import (
@@ -32,14 +38,39 @@ func main() {
 	seeds := flag.Int("seeds", 10000, "drains per shape, family and risk (twice as many at 10⁻³)")
 	svg := flag.String("svg", "", "write the reliability diagram to this file")
 	workers := flag.Int("workers", runtime.GOMAXPROCS(0), "drains replayed at once")
+	frontierSeeds := flag.Int("frontier-seeds", 10000, "drains per shape and family (the first seeds) on which --risk 10⁻¹..10⁻⁴ meets a fixed sleep of 1..60s (issue 39 item 6); 0: no frontier")
+	frontierSVG := flag.String("frontier-svg", "", "write the frontier of a few shapes to this file")
+	loop := flag.Bool("loop", true, "close the loop (issue 39 item 5): learn the settings from past drains' final events and a histogram, then replay new drains with them")
 	flag.Parse()
 	began := time.Now()
-	cells, err := calibrate(shapes(), families(), uint64(*seeds), *workers)
+	cells, fronts, err := calibrateWithFrontier(shapes(), families(), uint64(*seeds), uint64(max(*frontierSeeds, 0)), *workers)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "calibrate:", err)
 		os.Exit(1)
 	}
 	printTable(os.Stdout, cells)
+	if len(fronts) > 0 {
+		fmt.Println()
+		printFrontier(os.Stdout, fronts)
+		fmt.Println()
+		printFrontierSummary(os.Stdout, fronts)
+		if *frontierSVG != "" {
+			if err := os.WriteFile(*frontierSVG, []byte(drawFrontierSVG(fronts, frontierDrawn)), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "calibrate:", err)
+				os.Exit(1)
+			}
+			fmt.Printf("wrote %s\n", *frontierSVG)
+		}
+	}
+	if *loop {
+		fmt.Println()
+		rows, err := closeLoops(loopCases(), *workers)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "calibrate:", err)
+			os.Exit(1)
+		}
+		printLoop(os.Stdout, rows)
+	}
 	if *svg != "" {
 		if err := os.WriteFile(*svg, []byte(drawSVG(cells)), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "calibrate:", err)
@@ -66,11 +97,20 @@ func (c cell) meanStop() float64   { return c.stopSum.Seconds() / float64(c.drai
 // calibrate replays seeds drains of every shape and family at each risk (seedsFactor times
 // as many at the last), the seeds spread over workers.
 func calibrate(ss []shape, fs []family, seeds uint64, workers int) ([]cell, error) {
+	cells, _, err := calibrateWithFrontier(ss, fs, seeds, 0, workers)
+	return cells, err
+}
+
+// calibrateWithFrontier is calibrate, and on the first frontierSeeds seeds (at most seeds) of
+// each shape and family the frontier: the same drains at every frontierRisks and under every
+// fixed sleep.
+func calibrateWithFrontier(ss []shape, fs []family, seeds, frontierSeeds uint64, workers int) ([]cell, []frontier, error) {
+	frontierSeeds = min(frontierSeeds, seeds)
 	dists := make([]risk.Distribution, len(fs))
 	for i, f := range fs {
 		d, err := f.distribution()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.name, err)
+			return nil, nil, fmt.Errorf("%s: %w", f.name, err)
 		}
 		dists[i] = d
 	}
@@ -82,6 +122,10 @@ func calibrate(ss []shape, fs []family, seeds uint64, workers int) ([]cell, erro
 			}
 		}
 	}
+	var fronts []frontier
+	if frontierSeeds > 0 {
+		fronts = make([]frontier, len(ss)*len(fs))
+	}
 	type job struct{ si, fi int }
 	jobs := make(chan job)
 	var mu sync.Mutex
@@ -92,6 +136,8 @@ func calibrate(ss []shape, fs []family, seeds uint64, workers int) ([]cell, erro
 			defer wg.Done()
 			for j := range jobs {
 				local := make([]cell, len(risks))
+				front := frontier{shape: ss[j.si].name, family: fs[j.fi].name}
+				outcomes := make([]outcome, len(frontierRisks))
 				for seed := uint64(1); seed <= seeds*seedsFactor; seed++ {
 					plan := newDrainPlan(ss[j.si], fs[j.fi], seed)
 					for ri, p := range risks {
@@ -99,6 +145,7 @@ func calibrate(ss []shape, fs []family, seeds uint64, workers int) ([]cell, erro
 							continue
 						}
 						o := plan.replay(ss[j.si], dists[j.fi], p)
+						outcomes[ri] = o
 						c := &local[ri]
 						c.drains++
 						c.statedSum += o.stated
@@ -107,8 +154,17 @@ func calibrate(ss []shape, fs []family, seeds uint64, workers int) ([]cell, erro
 							c.lost++
 						}
 					}
+					if seed <= frontierSeeds {
+						for ri := len(risks); ri < len(frontierRisks); ri++ {
+							outcomes[ri] = plan.replay(ss[j.si], dists[j.fi], frontierRisks[ri])
+						}
+						front.add(plan, outcomes)
+					}
 				}
 				mu.Lock()
+				if fronts != nil {
+					fronts[j.si*len(fs)+j.fi] = front
+				}
 				for ri := range risks {
 					c := &cells[(j.si*len(fs)+j.fi)*len(risks)+ri]
 					c.drains, c.lost, c.statedSum, c.stopSum = local[ri].drains, local[ri].lost, local[ri].statedSum, local[ri].stopSum
@@ -124,5 +180,5 @@ func calibrate(ss []shape, fs []family, seeds uint64, workers int) ([]cell, erro
 	}
 	close(jobs)
 	wg.Wait()
-	return cells, nil
+	return cells, fronts, nil
 }

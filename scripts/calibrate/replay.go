@@ -98,6 +98,14 @@ var start = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // replay runs the rule over p, polled every poll, at risk p.
 func (p drainPlan) replay(s shape, lag risk.Distribution, riskP float64) outcome {
+	o, _ := p.replayRule(s, drain.RuleConfig{Start: start, Quiet: drain.DefaultQuiet, Deadline: deadline,
+		StreamsWait: drain.DefaultStreamsWait, Lag: lag, Risk: riskP})
+	return o
+}
+
+// replayRule runs the rule set by cfg over p, polled every poll, and gives the outcome and the
+// rule's last decision (its Reason "" when the deadline ended the wait).
+func (p drainPlan) replayRule(s shape, cfg drain.RuleConfig) (outcome, drain.Decision) {
 	counts := func(at time.Duration) *drain.ClientCounts {
 		c := &drain.ClientCounts{}
 		var last time.Duration
@@ -130,11 +138,10 @@ func (p drainPlan) replay(s shape, lag risk.Distribution, riskP float64) outcome
 		every = 1
 	}
 	table, readAt := counts(0), time.Duration(0)
-	rule := drain.NewRule(drain.RuleConfig{Start: start, Quiet: drain.DefaultQuiet, Deadline: deadline,
-		StreamsWait: drain.DefaultStreamsWait, Lag: lag, Risk: riskP}, observe(0, table))
+	rule := drain.NewRule(cfg, observe(0, table))
 	var d drain.Decision
-	stop := deadline
-	for i := 1; time.Duration(i)*poll <= deadline; i++ {
+	stop := cfg.Deadline
+	for i := 1; time.Duration(i)*poll <= cfg.Deadline; i++ {
 		at := time.Duration(i) * poll
 		if i%every == 0 {
 			table, readAt = counts(at), at
@@ -150,5 +157,5 @@ func (p drainPlan) replay(s shape, lag risk.Distribution, riskP float64) outcome
 	if d.Risk != nil {
 		o.stated = *d.Risk
 	}
-	return o
+	return o, d
 }
