@@ -47,12 +47,14 @@ type Learners interface {
 }
 
 // CutBy is what cut the wait before the clients showed they had learnt: "deadline",
-// "lag-bound" (the stop came from --eds-lag-bound, not from the clients), or "".
+// "lag-bound" (the stop came from --eds-lag-bound or the risk figure, not from the clients),
+// or "". A stop past the bound after every pooling client had let go, none sending, was the
+// clients' own: the window is the same either way, and the rule names the bound first.
 func (r Result) CutBy() string {
 	switch {
 	case r.Reason == ReasonDeadline:
 		return string(ReasonDeadline)
-	case r.WindowTerm == TermLagBound:
+	case r.WindowTerm == TermLagBound && !(r.Clients.everyPoolLeft() && r.Clients.Sending == 0):
 		return string(TermLagBound)
 	}
 	return ""

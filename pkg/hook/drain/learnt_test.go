@@ -103,6 +103,12 @@ func TestCutBy(t *testing.T) {
 		{Result{Reason: ReasonQuiet, WindowTerm: TermQuiet}, ""},
 		{Result{Reason: ReasonQuiet, WindowTerm: TermClientsLeft}, ""},
 		{Result{Reason: ReasonQuiet, WindowTerm: TermLagBound}, "lag-bound"},
+		// Past the bound (or the risk figure's crossing), but every pooling client had let
+		// go and none sent: the clients showed it, nothing was cut.
+		{Result{Reason: ReasonQuiet, WindowTerm: TermLagBound, Clients: &ClientCounts{Left: 3}}, ""},
+		{Result{Reason: ReasonQuiet, WindowTerm: TermLagBound, Clients: &ClientCounts{Left: 3, Holding: 1}}, "lag-bound"},
+		{Result{Reason: ReasonQuiet, WindowTerm: TermLagBound, Clients: &ClientCounts{Left: 3, Sending: 1}}, "lag-bound"},
+		{Result{Reason: ReasonQuiet, WindowTerm: TermLagBound, Clients: &ClientCounts{Left: 3, Stale: true}}, "lag-bound"},
 		{Result{Reason: ReasonDeadline, WindowTerm: TermLagBound}, "deadline"},
 		{Result{Reason: ReasonSidecarGone}, ""},
 	} {

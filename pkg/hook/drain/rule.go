@@ -192,6 +192,12 @@ type ClientCounts struct {
 	Named FinalFields
 }
 
+// everyPoolLeft says that every client seen holding a pool has let go of it, by counts that
+// are not stale: nil counts say nothing.
+func (c *ClientCounts) everyPoolLeft() bool {
+	return c != nil && c.Left > 0 && c.Holding == 0 && !c.Stale
+}
+
 // Observation is one poll's reading.
 type Observation struct {
 	// At is the time since the start of the drain.
@@ -538,7 +544,7 @@ func (r *Rule) window() (time.Duration, WindowTerm) {
 		return settled, TermLagBound
 	}
 	c := r.prev.Clients
-	everyPoolLeft := c != nil && c.Left > 0 && c.Holding == 0 && !c.Stale
+	everyPoolLeft := c.everyPoolLeft()
 	if everyPoolLeft && c.Sending == 0 {
 		return settled, TermClientsLeft
 	}
