@@ -278,7 +278,7 @@ func writeFinalEvent(w io.Writer, s shape, p drainPlan, cfg drain.RuleConfig, o 
 	if reason == "" {
 		reason = drain.ReasonDeadline
 	}
-	res := drain.Result{Reason: reason, WindowTerm: d.Term}
+	res := drain.Result{Reason: reason, WindowTerm: d.Term, Clients: o.clients}
 	meshName := string(s.sc.Mesh)
 	fields := []zap.Field{zap.String("component", "prestop"), zap.String("reason", string(reason)),
 		zap.String("mesh", meshName), zap.String("cut_by", res.CutBy()),

@@ -91,6 +91,8 @@ type outcome struct {
 	stop   time.Duration
 	stated float64
 	lost   bool
+	// clients are the counts of the last poll, as the hook's result keeps them (Result.Clients).
+	clients *drain.ClientCounts
 }
 
 // start is the drain's start on the evidence's clock.
@@ -140,20 +142,21 @@ func (p drainPlan) replayRule(s shape, cfg drain.RuleConfig) (outcome, drain.Dec
 	table, readAt := counts(0), time.Duration(0)
 	rule := drain.NewRule(cfg, observe(0, table))
 	var d drain.Decision
+	var last drain.ClientCounts
 	stop := cfg.Deadline
 	for i := 1; time.Duration(i)*poll <= cfg.Deadline; i++ {
 		at := time.Duration(i) * poll
 		if i%every == 0 {
 			table, readAt = counts(at), at
 		}
-		c := *table
-		c.Stale = count(p.arrivals, at) > count(p.arrivals, readAt)
-		if d = rule.Observe(observe(at, &c)); d.Reason != "" {
+		last = *table
+		last.Stale = count(p.arrivals, at) > count(p.arrivals, readAt)
+		if d = rule.Observe(observe(at, &last)); d.Reason != "" {
 			stop = at
 			break
 		}
 	}
-	o := outcome{stop: stop, lost: count(p.arrivals, stop) < len(p.arrivals)}
+	o := outcome{stop: stop, lost: count(p.arrivals, stop) < len(p.arrivals), clients: &last}
 	if d.Risk != nil {
 		o.stated = *d.Risk
 	}
