@@ -166,9 +166,40 @@ func NewFit(sources []Source, need float64) (Fit, error) {
 	if need <= 0 || need >= 1 {
 		return Fit{}, fmt.Errorf("quantile %v: want 0 < q < 1", need)
 	}
+	s, pool := summarise(sources)
+	s.Need = need
+	if s.Observations <= 0 {
+		return Fit{}, fmt.Errorf("no lag evidence: no meshdrain final event and no histogram observation (%d records skipped)", s.Skipped.Total())
+	}
+	f := Fit{Summary: s, Points: fitPoints(&pool, s.Observations, need, s.Tail > 0)}
+	points := make([]risk.Point, len(f.Points))
+	for i, p := range f.Points {
+		points[i] = p.Point
+	}
+	dist, err := risk.New(points)
+	if err != nil {
+		return Fit{}, fmt.Errorf("fit: %w", err)
+	}
+	f.Dist = dist
+	f.Summary.TooFew = tooFew(int(s.Observations), need)
+	if f.Summary.TooFew != "" {
+		f.Warnings = append(f.Warnings, fmt.Sprintf("%s; the fit's tail past its last supported point is the straight line to the greatest lag observed", f.Summary.TooFew))
+	}
+	if s.Censored > 0 {
+		f.Warnings = append(f.Warnings, fmt.Sprintf("%d of %d drains were cut (by the deadline or the lag bound) before their clients showed they had learnt: each counts at its cut, a lower bound on its lag",
+			s.Censored, s.Drains))
+	}
+	if s.Tail > 0 {
+		f.Warnings = append(f.Warnings, fmt.Sprintf("%g histogram observations are past the last finite bucket bound %s: they count at it, and the tail past it is unknown",
+			s.Tail, ceilMs(pool.topFinite)))
+	}
+	return f, nil
+}
+
+// summarise pools the sources' observations and counts the evidence they hold.
+func summarise(sources []Source) (Summary, pooled) {
 	pool := pooled{}
 	var s Summary
-	s.Need = need
 	nodes := map[string]bool{}
 	for i, src := range sources {
 		if src.Histogram != nil {
@@ -198,13 +229,16 @@ func NewFit(sources []Source, need float64) (Fit, error) {
 	}
 	s.Nodes = len(nodes)
 	s.Observations = pool.total()
-	if s.Observations <= 0 {
-		return Fit{}, fmt.Errorf("no lag evidence: no meshdrain final event and no histogram observation (%d records skipped)", s.Skipped.Total())
-	}
-	f := Fit{Summary: s}
 	sort.Float64s(pool.atoms)
+	return s, pool
+}
+
+// fitPoints are the distribution's points: 0 at the least lag, each quantile (need among
+// them) that observations support, and 1 at the greatest lag (tail: a histogram's +Inf
+// bucket holds observations past it), each with where it comes from.
+func fitPoints(pool *pooled, observations, need float64, tail bool) []FitPoint {
 	lo, hi := pool.bounds()
-	f.Points = append(f.Points, FitPoint{risk.Point{Q: 0, At: ceilMs(lo)}, "the least lag observed"})
+	points := []FitPoint{{risk.Point{Q: 0, At: ceilMs(lo)}, "the least lag observed"}}
 	qs := append([]float64(nil), fitQuantiles...)
 	if !containsFloat(qs, need) {
 		qs = append(qs, need)
@@ -212,45 +246,23 @@ func NewFit(sources []Source, need float64) (Fit, error) {
 	}
 	for _, q := range qs {
 		n := MinSamples(q)
-		if s.Observations < float64(n) {
+		if observations < float64(n) {
 			continue
 		}
 		at := ceilMs(pool.quantile(q, lo, hi))
-		last := f.Points[len(f.Points)-1]
+		last := points[len(points)-1]
 		if at >= ceilMs(hi) || at < last.At {
 			continue
 		}
-		f.Points = append(f.Points, FitPoint{risk.Point{Q: q, At: at}, fmt.Sprintf("p%s of %g observations (≥ %d needed)", percent(q), s.Observations, n)})
+		points = append(points, FitPoint{risk.Point{Q: q, At: at}, fmt.Sprintf("p%s of %g observations (≥ %d needed)", percent(q), observations, n)})
 	}
 	top := "the greatest lag observed"
-	if s.Tail > 0 {
+	if tail {
 		top = "the top finite bucket bound (a lower bound: the +Inf bucket holds observations)"
 	} else if pool.hasHistogram && (len(pool.atoms) == 0 || hi > pool.atoms[len(pool.atoms)-1]) {
 		top = "the top finite bound of a bucket that holds observations"
 	}
-	f.Points = append(f.Points, FitPoint{risk.Point{Q: 1, At: ceilMs(hi)}, top})
-	points := make([]risk.Point, len(f.Points))
-	for i, p := range f.Points {
-		points[i] = p.Point
-	}
-	dist, err := risk.New(points)
-	if err != nil {
-		return Fit{}, fmt.Errorf("fit: %w", err)
-	}
-	f.Dist = dist
-	f.Summary.TooFew = tooFew(int(s.Observations), need)
-	if f.Summary.TooFew != "" {
-		f.Warnings = append(f.Warnings, fmt.Sprintf("%s; the fit's tail past its last supported point is the straight line to the greatest lag observed", f.Summary.TooFew))
-	}
-	if s.Censored > 0 {
-		f.Warnings = append(f.Warnings, fmt.Sprintf("%d of %d drains were cut (by the deadline or the lag bound) before their clients showed they had learnt: each counts at its cut, a lower bound on its lag",
-			s.Censored, s.Drains))
-	}
-	if s.Tail > 0 {
-		f.Warnings = append(f.Warnings, fmt.Sprintf("%g histogram observations are past the last finite bucket bound %s: they count at it, and the tail past it is unknown",
-			s.Tail, ceilMs(pool.topFinite)))
-	}
-	return f, nil
+	return append(points, FitPoint{risk.Point{Q: 1, At: ceilMs(hi)}, top})
 }
 
 // pooled is every observation of the sources: the drains' atoms and the histograms' buckets.
