@@ -116,13 +116,13 @@ func TestRiskClients(t *testing.T) {
 		clients     []risk.Client
 		from        RiskFrom
 	}{
-		{"no evidence, nothing arrived", nil, 0, false, []risk.Client{{}}, RiskFrom{Unseen: 1}},
-		{"no evidence, arrivals", nil, 2 * time.Second, true, []risk.Client{{}, {Since: 2 * time.Second, Rate: 8}}, RiskFrom{Unseen: 1, Sending: 1}},
+		{"no evidence, nothing arrived", nil, 0, false, []risk.Client{{N: 1}}, RiskFrom{Unseen: 1}},
+		{"no evidence, arrivals", nil, 2 * time.Second, true, []risk.Client{{N: 1}, {Since: 2 * time.Second, Rate: 8, N: 1}}, RiskFrom{Unseen: 1, Sending: 1}},
 		{"per client", &ClientCounts{Holding: 1, Sending: 2, Left: 5, NoEvidence: 1, LastSent: start.Add(3500 * time.Millisecond)}, 3 * time.Second, true,
-			[]risk.Client{{}, {}, {}, {Since: 3500 * time.Millisecond, Rate: 4}, {Since: 3500 * time.Millisecond, Rate: 4}}, RiskFrom{Unseen: 1, Holding: 1, Sending: 2, NoEvidence: 1}},
+			[]risk.Client{{N: 3}, {Since: 3500 * time.Millisecond, Rate: 4, N: 2}}, RiskFrom{Unseen: 1, Holding: 1, Sending: 2, NoEvidence: 1}},
 		{"the counter's arrival is later", &ClientCounts{Sending: 1, LastSent: start.Add(time.Second)}, 3 * time.Second, true,
-			[]risk.Client{{}, {Since: 3 * time.Second, Rate: 8}}, RiskFrom{Unseen: 1, Sending: 1}},
-		{"every client left", &ClientCounts{Left: 3}, time.Second, true, []risk.Client{{}}, RiskFrom{Unseen: 1}},
+			[]risk.Client{{N: 1}, {Since: 3 * time.Second, Rate: 8, N: 1}}, RiskFrom{Unseen: 1, Sending: 1}},
+		{"every client left", &ClientCounts{Left: 3}, time.Second, true, []risk.Client{{N: 1}}, RiskFrom{Unseen: 1}},
 	} {
 		clients, from := RiskClients(start, tc.counts, tc.lastArrival, tc.arrived, 8)
 		if !slices.Equal(clients, tc.clients) || from != tc.from {

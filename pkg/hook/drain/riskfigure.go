@@ -48,12 +48,11 @@ func RiskClients(start time.Time, c *ClientCounts, lastArrival time.Duration, ar
 		}
 		from.Holding, from.Sending, from.NoEvidence = c.Holding, c.Sending, c.NoEvidence
 	}
-	clients := make([]risk.Client, 0, from.Unseen+from.Holding+from.NoEvidence+from.Sending)
-	for range from.Unseen + from.Holding + from.NoEvidence {
-		clients = append(clients, risk.Client{})
-	}
-	for range from.Sending {
-		clients = append(clients, risk.Client{Since: lastSent, Rate: max(rate, 0) / float64(from.Sending)})
+	// One entry per kind: a poll counts thousands of clients, and the figure is polled a few
+	// times a poll.
+	clients := []risk.Client{{N: from.Unseen + from.Holding + from.NoEvidence}}
+	if from.Sending > 0 {
+		clients = append(clients, risk.Client{Since: lastSent, Rate: max(rate, 0) / float64(from.Sending), N: from.Sending})
 	}
 	return clients, from
 }

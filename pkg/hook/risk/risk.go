@@ -152,6 +152,9 @@ func (d Distribution) Quantile(q float64) time.Duration {
 type Client struct {
 	Since time.Duration
 	Rate  float64
+	// N is how many clients are alike (0 and 1 both mean one): a hook counts its clients by
+	// kind, thousands of them at a poll, and works each kind out once.
+	N int
 }
 
 // StillRouting is the probability that a client still routes to the pod at at, given that
@@ -225,17 +228,11 @@ func (d Distribution) weighedLearning(since, at time.Duration, rate float64) flo
 }
 
 // Figure is the probability that at least one of the clients still routes to the pod at at:
-// 1 − Π(1 − still routing). Alike clients in a row are worked out once: a hook counts its
-// clients by kind, and polls the figure a few times a poll.
+// 1 − Π(1 − still routing)^N.
 func (d Distribution) Figure(at time.Duration, clients []Client) float64 {
 	none := 1.0
-	for i := 0; i < len(clients); {
-		run := 1
-		for i+run < len(clients) && clients[i+run] == clients[i] {
-			run++
-		}
-		none *= math.Pow(1-d.stillRouting(at, clients[i]), float64(run))
-		i += run
+	for _, c := range clients {
+		none *= math.Pow(1-d.stillRouting(at, c), float64(max(c.N, 1)))
 	}
 	return 1 - none
 }

@@ -68,9 +68,12 @@ func TestFigure(t *testing.T) {
 	if math.Abs(one-0.1) > 1e-9 {
 		t.Errorf("one client at p90: %v, want 0.1", one)
 	}
-	three := d.Figure(2*time.Second, []Client{{}, {}, {}})
+	three := d.Figure(2*time.Second, []Client{{N: 3}})
 	if want := 1 - math.Pow(0.9, 3); math.Abs(three-want) > 1e-9 {
 		t.Errorf("three clients: %v, want %v", three, want)
+	}
+	if apart := d.Figure(2*time.Second, []Client{{}, {}, {}}); math.Abs(apart-three) > 1e-12 {
+		t.Errorf("three clients counted apart: %v, want %v as counted together", apart, three)
 	}
 	if late := d.Figure(2*time.Second, []Client{{Since: time.Second}}); late <= one {
 		t.Errorf("a client seen at 1s: %v, not above %v", late, one)
