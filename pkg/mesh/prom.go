@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"sync"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -87,7 +88,11 @@ type LineFilter struct {
 // as TooLong or KeptTooLarge say, and with r's own error (a body over its cap, a context that
 // ended).
 func (f LineFilter) Filter(r io.Reader) (*bytes.Buffer, error) {
-	br := bufio.NewReaderSize(r, f.MaxLine)
+	br := lineReader(r, f.MaxLine)
+	defer func() {
+		br.Reset(nil) // the pool keeps the buffer, not what it read
+		lineReaders.Put(br)
+	}()
 	var kept bytes.Buffer
 	for {
 		line, err := br.ReadSlice('\n')
@@ -123,6 +128,19 @@ func (f LineFilter) Filter(r io.Reader) (*bytes.Buffer, error) {
 			return nil, err
 		}
 	}
+}
+
+// lineReaders are the filters' read buffers, kept from poll to poll: a preStop polls every
+// 200 ms, and each buffer is as long as the longest line a filter reads (64 KiB).
+var lineReaders sync.Pool
+
+// lineReader is a pooled reader of r whose buffer holds size bytes.
+func lineReader(r io.Reader, size int) *bufio.Reader {
+	if br, ok := lineReaders.Get().(*bufio.Reader); ok && br.Size() == size {
+		br.Reset(r)
+		return br
+	}
+	return bufio.NewReaderSize(r, size)
 }
 
 // skipLine reads to the end of a line too long for the buffer.
