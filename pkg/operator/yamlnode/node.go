@@ -100,34 +100,29 @@ func SetKey(m *yaml.Node, key string, v *yaml.Node) {
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
 }
 
-// ensureMap returns the mapping under key, creating it (or replacing a null) when needed.
+// EnsureMap returns the mapping under key, creating it (or replacing a null) when needed.
 func EnsureMap(m *yaml.Node, key string) (*yaml.Node, error) {
-	if v := Lookup(m, key); v != nil {
-		switch {
-		case v.Kind == yaml.MappingNode:
-			return v, nil
-		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null":
-		default:
-			return nil, fmt.Errorf("%s is not a mapping", key)
-		}
-	}
-	v := Mapping()
-	SetKey(m, key, v)
-	return v, nil
+	return ensure(m, key, yaml.MappingNode, "a mapping", Mapping)
 }
 
-// ensureSeq returns the sequence under key, creating it when needed.
+// EnsureSeq returns the sequence under key, creating it (or replacing a null) when needed.
 func EnsureSeq(m *yaml.Node, key string) (*yaml.Node, error) {
+	return ensure(m, key, yaml.SequenceNode, "a list", func() *yaml.Node { return Sequence() })
+}
+
+// ensure returns the node of kind under key, setting a fresh one where there is none or a
+// null; what names the kind in the error for any other node.
+func ensure(m *yaml.Node, key string, kind yaml.Kind, what string, fresh func() *yaml.Node) (*yaml.Node, error) {
 	if v := Lookup(m, key); v != nil {
 		switch {
-		case v.Kind == yaml.SequenceNode:
+		case v.Kind == kind:
 			return v, nil
 		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null":
 		default:
-			return nil, fmt.Errorf("%s is not a list", key)
+			return nil, fmt.Errorf("%s is not %s", key, what)
 		}
 	}
-	v := Sequence()
+	v := fresh()
 	SetKey(m, key, v)
 	return v, nil
 }
